@@ -1,0 +1,164 @@
+package fence_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/fence"
+)
+
+func openRedisClient(t *testing.T) *redis.Client {
+	t.Helper()
+	url := serviceURL(t, "LEASEHOLD_TEST_REDIS")
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("LEASEHOLD_TEST_REDIS: %v", err)
+	}
+	opt.PoolSize = 16
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("redis at LEASEHOLD_TEST_REDIS: %v (start it with: eval \"$(bash scripts/ci-services.sh)\")", err)
+	}
+	return rdb
+}
+
+// cleanupPrefix deletes every key under prefix when the test ends.
+func cleanupPrefix(t *testing.T, rdb *redis.Client, prefix string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Errorf("cleanup %s*: %v", prefix, err)
+		}
+	})
+}
+
+// loggedEffect appends the token to a log list and sets a data key; ARGV[3] == "fail" makes
+// it fail before writing anything.
+var loggedEffectBody = `
+if ARGV[3] == 'fail' then return redis.error_reply('effect failed') end
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+return 'ok'
+`
+
+func openRedis(t *testing.T, mode fence.Mode) *subject {
+	rdb := openRedisClient(t)
+	prefix := unique("leasehold-test:") + ":"
+	cleanupPrefix(t, rdb, prefix)
+	g := fence.NewRedis(rdb, fence.WithMode(mode), fence.WithKeyPrefix(prefix+"fence:"))
+	eff := fence.NewRedisEffect(loggedEffectBody)
+	return &subject{
+		guard: g,
+		doLogged: func(ctx context.Context, key string, token uint64, value []byte, fail bool) error {
+			flag := ""
+			if fail {
+				flag = "fail"
+			}
+			res, err := g.Do(ctx, key, token, eff, []string{prefix + "log:" + key, prefix + "data:" + key},
+				strconv.FormatUint(token, 10), value, flag)
+			if err == nil && res != "ok" {
+				t.Errorf("effect result = %#v, want \"ok\"", res)
+			}
+			return err
+		},
+		logged: func(ctx context.Context, key string) ([]uint64, []byte) {
+			strs, err := rdb.LRange(ctx, prefix+"log:"+key, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := make([]uint64, len(strs))
+			for i, s := range strs {
+				log[i], _ = strconv.ParseUint(s, 10, 64)
+			}
+			v, err := rdb.Get(ctx, prefix+"data:"+key).Bytes()
+			if err != nil && err != redis.Nil {
+				t.Fatal(err)
+			}
+			return log, v
+		},
+	}
+}
+
+func TestRedisTokenRange(t *testing.T) {
+	t.Parallel()
+	rdb := openRedisClient(t)
+	prefix := unique("leasehold-test:") + ":"
+	cleanupPrefix(t, rdb, prefix)
+	testTokenRange(context.Background(), t, fence.NewRedis(rdb, fence.WithKeyPrefix(prefix)))
+}
+
+// TestRedisCompareEdges pins the Lua comparison at the edges where doubles lose precision:
+// 2^53 and 2^53+1 are the same double, so a tonumber comparison would accept 2^53 after
+// 2^53+1.
+func TestRedisCompareEdges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := openRedisClient(t)
+	prefix := unique("leasehold-test:") + ":"
+	cleanupPrefix(t, rdb, prefix)
+	g := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithMode(fence.Strict))
+	tests := []struct {
+		last, token uint64
+		accept      bool
+	}{
+		{1<<53 + 1, 1 << 53, false},
+		{1 << 53, 1<<53 + 1, true},
+		{1<<53 + 1, 1<<53 + 1, false}, // strict: equal refused
+		{9999999999, 10000000000, true},
+		{10000000000, 9999999999, false},
+		{12345678901234567890, 12345678911234567890, true},  // differ in the high half only
+		{12345678911234567890, 12345678901234567890, false}, // ... and back
+		{18446744073709551614, 18446744073709551615, true},
+		{18446744073709551615, 18446744073709551614, false},
+	}
+	for i, tt := range tests {
+		key := "edge" + strconv.Itoa(i)
+		if err := g.Write(ctx, key, tt.last, []byte("last")); err != nil {
+			t.Fatal(err)
+		}
+		err := g.Write(ctx, key, tt.token, []byte("new"))
+		if tt.accept {
+			if err != nil {
+				t.Errorf("last %d, token %d: %v; want accepted", tt.last, tt.token, err)
+			}
+			mustLast(t, g, key, tt.token, "new")
+		} else {
+			mustStale(t, err, key, tt.token, tt.last)
+			mustLast(t, g, key, tt.last, "last")
+		}
+	}
+}
+
+// TestRedisEffectErrorKeepsToken: Redis does not roll back, so a body that wrote and then
+// failed leaves its write, but the token is not recorded.
+func TestRedisEffectErrorKeepsToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := openRedisClient(t)
+	prefix := unique("leasehold-test:") + ":"
+	cleanupPrefix(t, rdb, prefix)
+	g := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithMode(fence.Strict))
+	eff := fence.NewRedisEffect(`redis.call('SET', KEYS[1], 'half'); redis.call('INCR', KEYS[1])`)
+	if _, err := g.Do(ctx, "k", 3, eff, []string{prefix + "data"}); err == nil {
+		t.Fatal("INCR of a non-integer succeeded")
+	}
+	mustLast(t, g, "k", 0, "")
+	if v := rdb.Get(ctx, prefix+"data").Val(); v != "half" {
+		t.Fatalf("data = %q, want the partial write \"half\"", v)
+	}
+	// Without an error the same token goes through and returns the body's value.
+	ok := fence.NewRedisEffect(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+	res, err := g.Do(ctx, "k", 3, ok, []string{prefix + "n"}, 5)
+	if err != nil || res != int64(5) {
+		t.Fatalf("Do = %#v, %v; want 5", res, err)
+	}
+	mustLast(t, g, "k", 3, "")
+}
