@@ -1,0 +1,486 @@
+// Package fsm is leasehold's deterministic state machine: sessions, lock
+// holdings, a FIFO wait queue per name, the global token counter, lock-delay
+// and the built-in fenced KV.
+//
+// Every node of a cluster applies the same Raft log to a Machine and must
+// reach the same state, so a Machine reads no clock, does no I/O and starts
+// no goroutine. Time arrives only as values inside commands (Command.unix_ms,
+// for display), and every decision that depends on time — a session's expiry,
+// the end of a lock-delay — is made by the leader's lessor and arrives here
+// as its own command (Expire, EndLockDelay).
+//
+//	           Acquire                 Release / Close / Expire
+//	client ───────────────► [holder] ─────────────────────────► next waiter
+//	           (queue if held)   │                                (same entry)
+//	                             │ Expire with lock_delay_ms > 0
+//	                             ▼
+//	                        [delayed] ── EndLockDelay(token) ──► next waiter
+//
+// Invariants (pinned by the tests of this package):
+//
+//  1. A name has at most one holding at any moment of the applied state.
+//  2. Every grant takes token = ++counter, so tokens strictly increase across
+//     all names, survive snapshot and restore, and are never reused.
+//  3. Release succeeds only when (name, lease_id, token) is the current
+//     holding; otherwise ErrNotHolder and nothing changes.
+//  4. A fenced KV write with token t on key k is accepted iff t >= last(k)
+//     (t > last(k) when strict); check and write are one Apply.
+//  5. A released or expired lock passes to the head of its queue in the same
+//     Apply, so no other command can slip between them.
+//
+// A business refusal (not-holder, stale token, ...) is a value in
+// Result.Err. A command this package does not know is a bug: Apply panics.
+package fsm
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+)
+
+// Limits bound the state. Every node of a cluster must use the same Limits:
+// they are enforced inside Apply, so they are part of the determinism.
+type Limits struct {
+	MaxSessions        int // live sessions
+	MaxLocksPerSession int // names a session holds or waits for
+	MaxWaitersPerName  int // queued sessions per name
+	MaxKVKeys          int // keys in the fenced KV
+}
+
+// DefaultLimits are the limits the server uses.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxSessions:        100_000,
+		MaxLocksPerSession: 1_000,
+		MaxWaitersPerName:  1_000,
+		MaxKVKeys:          1_000_000,
+	}
+}
+
+// Machine is the state machine. It is not safe for concurrent use; the
+// caller (raftnode) serializes Apply, Snapshot, Restore and reads.
+type Machine struct {
+	limits   Limits
+	token    uint64
+	sessions map[string]*session
+	locks    map[string]*lock
+	kv       map[string]*fsmpb.KV
+	nodes    map[string]string // node id → API address
+}
+
+type session struct {
+	pb    *fsmpb.Session
+	locks map[string]struct{} // names held or waited for
+}
+
+type lock struct {
+	name       string
+	holder     *fsmpb.Holding
+	waiters    []*fsmpb.Waiter
+	delayToken uint64
+	delayMs    int64
+}
+
+func (l *lock) empty() bool { return l.holder == nil && len(l.waiters) == 0 && l.delayToken == 0 }
+
+// New returns an empty Machine.
+func New(limits Limits) *Machine {
+	return &Machine{
+		limits:   limits,
+		sessions: map[string]*session{},
+		locks:    map[string]*lock{},
+		kv:       map[string]*fsmpb.KV{},
+		nodes:    map[string]string{},
+	}
+}
+
+// Event is one change to a lock, as Watch reports it.
+type Event struct {
+	Type    leaseholdv1.EventType
+	Name    string
+	LeaseID string
+	Owner   string
+	Token   uint64
+	Index   uint64
+	UnixMs  int64
+}
+
+// LockDelay is a lock-delay that began in this Apply; the lessor ends it with
+// EndLockDelay{Name, Token} once Ms have passed.
+type LockDelay struct {
+	Name  string
+	Token uint64
+	Ms    int64
+}
+
+// Result is what one Apply did.
+type Result struct {
+	// Err is a business refusal; the state did not change.
+	Err error
+	// Session is the session created (CreateSession) or acting (Acquire).
+	Session *fsmpb.Session
+	// Holding is the grant of Acquire (Queued false), or the grant made from
+	// the queue by Release.
+	Holding *fsmpb.Holding
+	// Queued is true when Acquire put the session in the name's queue.
+	Queued bool
+	// Released lists the names a CloseSession or Expire freed.
+	Released []string
+	// KV is the entry a KVPut wrote.
+	KV *fsmpb.KV
+	// EndedSessions lists sessions this Apply removed (close or expiry).
+	EndedSessions []string
+	// LockDelays lists lock-delays that began.
+	LockDelays []LockDelay
+	// Events are the lock events, in order.
+	Events []Event
+}
+
+// applyCtx carries what one Apply needs besides the command.
+type applyCtx struct {
+	index  uint64
+	unixMs int64
+	res    *Result
+}
+
+func (a *applyCtx) event(t leaseholdv1.EventType, name, leaseID, owner string, token uint64) {
+	a.res.Events = append(a.res.Events, Event{Type: t, Name: name, LeaseID: leaseID, Owner: owner, Token: token, Index: a.index, UnixMs: a.unixMs})
+}
+
+// maxBumpToken caps BumpToken: a bump to the top of uint64 would make the next
+// grant wrap the counter to 0 and reissue every token. The cap leaves 2^63
+// grants of headroom.
+const maxBumpToken = math.MaxInt64
+
+// Apply applies the command of log entry index.
+func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
+	var res Result
+	a := &applyCtx{index: index, unixMs: cmd.GetUnixMs(), res: &res}
+	switch op := cmd.GetOp().(type) {
+	case *fsmpb.Command_CreateSession:
+		m.createSession(a, op.CreateSession)
+	case *fsmpb.Command_CloseSession:
+		m.endSession(a, op.CloseSession.GetLeaseId(), false)
+	case *fsmpb.Command_Expire:
+		m.endSession(a, op.Expire.GetLeaseId(), true)
+	case *fsmpb.Command_Acquire:
+		m.acquire(a, op.Acquire)
+	case *fsmpb.Command_CancelWait:
+		m.cancelWait(a, op.CancelWait)
+	case *fsmpb.Command_Release:
+		m.release(a, op.Release)
+	case *fsmpb.Command_EndLockDelay:
+		m.endLockDelay(a, op.EndLockDelay)
+	case *fsmpb.Command_KvPut:
+		m.kvPut(op.KvPut, &res)
+	case *fsmpb.Command_RegisterNode:
+		m.nodes[op.RegisterNode.GetId()] = op.RegisterNode.GetApiAddr()
+	case *fsmpb.Command_BumpToken:
+		if v := op.BumpToken.GetMin(); v > maxBumpToken {
+			res.Err = fmt.Errorf("%w: cannot bump the token counter to %d (the maximum is %d)", ErrInvalidToken, v, uint64(maxBumpToken))
+		} else {
+			m.token = max(m.token, v)
+		}
+	default:
+		panic(fmt.Sprintf("fsm: unknown command %T at index %d", op, index))
+	}
+	return res
+}
+
+func (m *Machine) createSession(a *applyCtx, c *fsmpb.CreateSession) {
+	if _, ok := m.sessions[c.GetLeaseId()]; ok {
+		a.res.Err = ErrSessionExists
+		return
+	}
+	if len(m.sessions) >= m.limits.MaxSessions {
+		a.res.Err = ErrTooManySessions
+		return
+	}
+	s := &session{
+		pb:    &fsmpb.Session{LeaseId: c.GetLeaseId(), Owner: c.GetOwner(), TtlMs: c.GetTtlMs(), CreatedUnixMs: a.unixMs},
+		locks: map[string]struct{}{},
+	}
+	m.sessions[s.pb.LeaseId] = s
+	a.res.Session = s.pb
+}
+
+// endSession removes a session, frees what it held and withdraws its queue
+// entries. On expiry, holdings acquired with a lock-delay put their name in
+// lock-delay instead of passing it on.
+func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
+	s, ok := m.sessions[leaseID]
+	if !ok {
+		a.res.Err = ErrSessionNotFound
+		return
+	}
+	delete(m.sessions, leaseID)
+	a.res.EndedSessions = append(a.res.EndedSessions, leaseID)
+	names := make([]string, 0, len(s.locks))
+	for name := range s.locks {
+		names = append(names, name)
+	}
+	sort.Strings(names) // map order must not leak into the log's effects
+	for _, name := range names {
+		l := m.locks[name]
+		if h := l.holder; h != nil && h.LeaseId == leaseID {
+			l.holder = nil
+			a.res.Released = append(a.res.Released, name)
+			if expired {
+				a.event(leaseholdv1.EventType_EVENT_TYPE_EXPIRED, name, leaseID, s.pb.Owner, h.Token)
+				if h.LockDelayMs > 0 {
+					l.delayToken, l.delayMs = h.Token, h.LockDelayMs
+					a.res.LockDelays = append(a.res.LockDelays, LockDelay{Name: name, Token: h.Token, Ms: h.LockDelayMs})
+				}
+			} else {
+				a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, name, leaseID, s.pb.Owner, h.Token)
+			}
+		} else {
+			l.waiters = slices.DeleteFunc(l.waiters, func(w *fsmpb.Waiter) bool { return w.LeaseId == leaseID })
+			a.event(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, name, leaseID, s.pb.Owner, 0)
+		}
+		m.grantNext(a, l)
+	}
+}
+
+func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
+	s, ok := m.sessions[c.GetLeaseId()]
+	if !ok {
+		a.res.Err = ErrSessionNotFound
+		return
+	}
+	a.res.Session = s.pb
+	name := c.GetName()
+	l := m.locks[name]
+	if l == nil {
+		l = &lock{name: name}
+	}
+	// A session holds a name at most once: acquiring what it already holds
+	// (a retry whose answer was lost) returns the same holding, and the
+	// latest request owns it for CancelWait.
+	if h := l.holder; h != nil && h.LeaseId == s.pb.LeaseId {
+		h.WaitId = c.GetWaitId()
+		a.res.Holding = h
+		return
+	}
+	if i := slices.IndexFunc(l.waiters, func(w *fsmpb.Waiter) bool { return w.LeaseId == s.pb.LeaseId }); i >= 0 {
+		if c.GetTry() {
+			a.res.Err = ErrLocked
+			return
+		}
+		l.waiters[i].WaitId = c.GetWaitId()
+		l.waiters[i].LockDelayMs = c.GetLockDelayMs()
+		a.res.Queued = true
+		return
+	}
+	if len(s.locks) >= m.limits.MaxLocksPerSession {
+		a.res.Err = ErrTooManyLocks
+		return
+	}
+	if l.empty() {
+		m.locks[name] = l
+		s.locks[name] = struct{}{}
+		a.res.Holding = m.grant(a, l, s, c.GetLockDelayMs(), c.GetWaitId())
+		return
+	}
+	switch {
+	case c.GetTry() && l.holder == nil && l.delayToken != 0:
+		a.res.Err = ErrLockDelay
+		return
+	case c.GetTry():
+		a.res.Err = ErrLocked
+		return
+	case len(l.waiters) >= m.limits.MaxWaitersPerName:
+		a.res.Err = ErrTooManyWaiters
+		return
+	}
+	l.waiters = append(l.waiters, &fsmpb.Waiter{LeaseId: s.pb.LeaseId, LockDelayMs: c.GetLockDelayMs(), WaitId: c.GetWaitId(), QueuedUnixMs: a.unixMs})
+	s.locks[name] = struct{}{}
+	a.res.Queued = true
+	a.event(leaseholdv1.EventType_EVENT_TYPE_QUEUED, name, s.pb.LeaseId, s.pb.Owner, 0)
+}
+
+// grant makes s the holder of the free lock l with the next token.
+func (m *Machine) grant(a *applyCtx, l *lock, s *session, lockDelayMs int64, waitID uint64) *fsmpb.Holding {
+	m.token++
+	l.holder = &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: m.token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID}
+	a.event(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, m.token)
+	return l.holder
+}
+
+// grantNext passes a free, undelayed lock to the head of its queue, and
+// forgets a lock that is left with nothing.
+func (m *Machine) grantNext(a *applyCtx, l *lock) {
+	if l.holder == nil && l.delayToken == 0 && len(l.waiters) > 0 {
+		w := l.waiters[0]
+		l.waiters = l.waiters[1:]
+		// Every queued session is live: ending a session removes its waiters.
+		a.res.Holding = m.grant(a, l, m.sessions[w.LeaseId], w.LockDelayMs, w.WaitId)
+	}
+	if l.empty() {
+		delete(m.locks, l.name)
+	}
+}
+
+func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
+	l := m.locks[c.GetName()]
+	s := m.sessions[c.GetLeaseId()]
+	if l == nil || s == nil || c.GetWaitId() == 0 {
+		return
+	}
+	if i := slices.IndexFunc(l.waiters, func(w *fsmpb.Waiter) bool {
+		return w.LeaseId == c.GetLeaseId() && w.WaitId == c.GetWaitId()
+	}); i >= 0 {
+		l.waiters = slices.Delete(l.waiters, i, i+1)
+		delete(s.locks, l.name)
+		a.event(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, l.name, s.pb.LeaseId, s.pb.Owner, 0)
+		m.grantNext(a, l)
+		return
+	}
+	// Granted from the queue after the requester gave up: nobody learned the
+	// token, so the holding is released rather than left to expire.
+	if h := l.holder; h != nil && h.LeaseId == c.GetLeaseId() && h.WaitId == c.GetWaitId() {
+		m.releaseHolder(a, l, s)
+	}
+}
+
+func (m *Machine) release(a *applyCtx, c *fsmpb.Release) {
+	l := m.locks[c.GetName()]
+	s := m.sessions[c.GetLeaseId()]
+	if l == nil || s == nil || l.holder == nil || l.holder.LeaseId != c.GetLeaseId() || l.holder.Token != c.GetToken() {
+		a.res.Err = ErrNotHolder
+		return
+	}
+	m.releaseHolder(a, l, s)
+}
+
+func (m *Machine) releaseHolder(a *applyCtx, l *lock, s *session) {
+	a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, l.name, s.pb.LeaseId, s.pb.Owner, l.holder.Token)
+	l.holder = nil
+	delete(s.locks, l.name)
+	m.grantNext(a, l)
+}
+
+func (m *Machine) endLockDelay(a *applyCtx, c *fsmpb.EndLockDelay) {
+	l := m.locks[c.GetName()]
+	if l == nil || l.delayToken == 0 || l.delayToken != c.GetToken() {
+		return
+	}
+	l.delayToken, l.delayMs = 0, 0
+	a.event(leaseholdv1.EventType_EVENT_TYPE_LOCK_DELAY_ENDED, l.name, "", "", c.GetToken())
+	m.grantNext(a, l)
+}
+
+func (m *Machine) kvPut(c *fsmpb.KVPut, res *Result) {
+	if c.GetToken() == 0 || c.GetToken() > m.token {
+		res.Err = fmt.Errorf("%w: token %d was never issued (newest is %d)", ErrInvalidToken, c.GetToken(), m.token)
+		return
+	}
+	e, ok := m.kv[c.GetKey()]
+	if !ok && len(m.kv) >= m.limits.MaxKVKeys {
+		res.Err = ErrTooManyKeys
+		return
+	}
+	if ok && (c.GetToken() < e.Token || (c.GetStrict() && c.GetToken() == e.Token)) {
+		res.Err = &StaleTokenError{Key: c.GetKey(), Token: c.GetToken(), LastToken: e.Token, Strict: c.GetStrict()}
+		return
+	}
+	e = &fsmpb.KV{Key: c.GetKey(), Value: slices.Clone(c.GetValue()), Token: c.GetToken()}
+	m.kv[e.Key] = e
+	res.KV = e
+}
+
+// LockInfo is a read-only view of one lock.
+type LockInfo struct {
+	Name    string
+	Holder  *fsmpb.Holding // nil when free
+	Owner   string         // the holder's owner
+	Waiters []*fsmpb.Waiter
+	Delayed bool
+	DelayMs int64
+	// DelayToken is the token of the expired holding whose lock-delay is in force.
+	DelayToken uint64
+}
+
+// Lock describes the lock name; a free name has a zero Holder.
+func (m *Machine) Lock(name string) LockInfo {
+	l := m.locks[name]
+	if l == nil {
+		return LockInfo{Name: name}
+	}
+	info := LockInfo{Name: name, Holder: l.holder, Waiters: l.waiters, Delayed: l.delayToken != 0, DelayMs: l.delayMs, DelayToken: l.delayToken}
+	if l.holder != nil {
+		info.Owner = m.sessions[l.holder.LeaseId].pb.Owner
+	}
+	return info
+}
+
+// List describes up to limit locks whose name has prefix, in name order,
+// and reports whether more matched.
+func (m *Machine) List(prefix string, limit int) ([]LockInfo, bool) {
+	names := make([]string, 0)
+	for name := range m.locks {
+		if strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	truncated := len(names) > limit
+	if truncated {
+		names = names[:limit]
+	}
+	out := make([]LockInfo, len(names))
+	for i, n := range names {
+		out[i] = m.Lock(n)
+	}
+	return out, truncated
+}
+
+// Session returns the live session leaseID, or nil.
+func (m *Machine) Session(leaseID string) *fsmpb.Session {
+	if s, ok := m.sessions[leaseID]; ok {
+		return s.pb
+	}
+	return nil
+}
+
+// Sessions returns every live session.
+func (m *Machine) Sessions() []*fsmpb.Session {
+	out := make([]*fsmpb.Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		out = append(out, s.pb)
+	}
+	return out
+}
+
+// LockDelays returns every lock-delay in force.
+func (m *Machine) LockDelays() []LockDelay {
+	var out []LockDelay
+	for _, l := range m.locks {
+		if l.delayToken != 0 {
+			out = append(out, LockDelay{Name: l.name, Token: l.delayToken, Ms: l.delayMs})
+		}
+	}
+	return out
+}
+
+// Owner returns the owner label of a live session ("" when none).
+func (m *Machine) Owner(leaseID string) string {
+	if s, ok := m.sessions[leaseID]; ok {
+		return s.pb.Owner
+	}
+	return ""
+}
+
+// KV returns the fenced KV entry for key, or nil.
+func (m *Machine) KV(key string) *fsmpb.KV { return m.kv[key] }
+
+// Token returns the newest token issued.
+func (m *Machine) Token() uint64 { return m.token }
+
+// NodeAPIAddr returns the API address node id registered, or "".
+func (m *Machine) NodeAPIAddr(id string) string { return m.nodes[id] }
