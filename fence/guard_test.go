@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -40,6 +41,67 @@ func impls() []impl {
 		{"sqlite", openSQLite},
 		{"postgres", openPostgres},
 		{"redis", openRedis},
+		{"admitter-memory", func(t *testing.T, mode fence.Mode) *subject {
+			return openAdmitter(t, fence.NewMemoryTokenStore(), mode)
+		}},
+		{"admitter-bolt", func(t *testing.T, mode fence.Mode) *subject {
+			return openAdmitter(t, openBolt(t, filepath.Join(t.TempDir(), "tokens.db")), mode)
+		}},
+	}
+}
+
+// admitGuard is a Guard made of an Admitter and a value map, so that the conformance suite
+// also checks the Admitter (and its token stores) that Middleware and the gateway use.
+type admitGuard struct {
+	a *fence.Admitter
+
+	mu     sync.Mutex // protects values
+	values map[string][]byte
+}
+
+func (g *admitGuard) Write(ctx context.Context, key string, token uint64, value []byte) error {
+	return g.a.Admit(ctx, key, token, func(context.Context) error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.values[key] = bytes.Clone(value)
+		return nil
+	})
+}
+
+func (g *admitGuard) Last(ctx context.Context, key string) (uint64, []byte, error) {
+	tok, err := g.a.LastToken(ctx, key)
+	if err != nil {
+		return 0, nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return tok, bytes.Clone(g.values[key]), nil
+}
+
+func openAdmitter(t *testing.T, store fence.TokenStore, mode fence.Mode) *subject {
+	g := &admitGuard{a: fence.NewAdmitter(store, fence.WithMode(mode)), values: map[string][]byte{}}
+	var mu sync.Mutex // protects log and data
+	log := map[string][]uint64{}
+	data := map[string][]byte{}
+	return &subject{
+		guard: g,
+		doLogged: func(ctx context.Context, key string, token uint64, value []byte, fail bool) error {
+			return g.a.Admit(ctx, key, token, func(context.Context) error {
+				if fail {
+					return errEffect
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				log[key] = append(log[key], token)
+				data[key] = bytes.Clone(value)
+				return nil
+			})
+		},
+		logged: func(_ context.Context, key string) ([]uint64, []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(log[key]), data[key]
+		},
 	}
 }
 

@@ -18,6 +18,7 @@ func openSQLiteDB(t *testing.T) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db.SetMaxOpenConns(8) // several connections, so the write lock is contended across them
 	t.Cleanup(func() { _ = db.Close() })
 	return db
 }
