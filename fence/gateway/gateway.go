@@ -1,0 +1,326 @@
+// Package gateway is the fencing gateway: an HTTP reverse proxy that is the sole admission
+// point of an upstream service that cannot check fencing tokens itself (seed 004).
+//
+//	client ── Fencing-Token, Fencing-Key ──▶ gateway ──(admitted only)──▶ upstream (checks nothing)
+//	                                            │
+//	                                            └─ bbolt file: last accepted token per key (fsync'd)
+//
+// Every write request carries a token (the Fencing-Token header, a decimal uint64 > 0) and a
+// resource key (the Fencing-Key header, or the URL path). For each key the gateway:
+//
+//   - serializes requests: one request per key is in flight to the upstream at a time, the
+//     per-key lock spanning the whole upstream exchange;
+//   - refuses a stale token (t < last, or t <= last in strict mode) with 409 and
+//     {"error":{"code":"stale-token","message":...,"key":K,"token":T,"last_token":L}}
+//     without contacting the upstream;
+//   - refuses a missing or malformed token or key with 400 {"error":{"code":"invalid-argument"}};
+//   - forwards everything else, and records the token — fsync'd to the bbolt file before the
+//     upstream's status is passed to the client — only when the upstream answered 2xx.
+//
+// GET, HEAD and OPTIONS pass without a token unless Config.FenceReads is set. The fencing
+// headers are forwarded to the upstream unchanged (it may log them, or learn to check them
+// later). Connection upgrades (WebSocket) of fenced requests are refused.
+//
+// The guarantee holds only while every request that can change the upstream goes through ONE
+// gateway process: the upstream must not be reachable around it, and the bbolt file is
+// locked against a second gateway. The admission logic is fence.Middleware over a
+// fence.Admitter with a fence.BoltTokenStore; this package adds configuration, the proxy
+// and the server lifecycle.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/fence"
+)
+
+// Key sources for Config.KeyFrom.
+const (
+	KeyFromHeader = "header" // the key is the value of Config.KeyHeader
+	KeyFromPath   = "path"   // the key is the cleaned URL path (fence.KeyFromPath)
+)
+
+// Config configures a Gateway. Start from DefaultConfig.
+type Config struct {
+	// Listen is the address ListenAndServe listens on.
+	Listen string
+	// Upstream is the base URL (http or https) of the protected service. Required.
+	Upstream string
+	// KeyFrom is KeyFromHeader or KeyFromPath.
+	KeyFrom string
+	// KeyHeader names the header carrying the key when KeyFrom is KeyFromHeader.
+	KeyHeader string
+	// TokenHeader names the header carrying the token.
+	TokenHeader string
+	// DataFile is the bbolt file holding the last accepted token per key.
+	DataFile string
+	// Strict accepts a token only if it is greater than the last one (one effect per token);
+	// by default an equal token is accepted too.
+	Strict bool
+	// FenceReads makes GET, HEAD and OPTIONS carry a token and pass the check too.
+	FenceReads bool
+	// LockTimeout bounds how long a request waits while another request for its key is in
+	// flight; then it gets 503 with Retry-After. At least 1 ms.
+	LockTimeout time.Duration
+	// UpstreamTimeout bounds one whole upstream exchange (headers and body); 0 means none.
+	// Since the key stays locked meanwhile, keep it finite.
+	UpstreamTimeout time.Duration
+	// ShutdownTimeout bounds how long Serve waits for in-flight requests after its context
+	// ends.
+	ShutdownTimeout time.Duration
+	// Logger receives rejections and failures. Nil discards.
+	Logger *slog.Logger
+	// Transport makes the upstream requests. Nil uses a clone of http.DefaultTransport.
+	Transport http.RoundTripper
+}
+
+// Defaults.
+const (
+	DefaultListen          = "127.0.0.1:7421"
+	DefaultDataFile        = "leasehold-gateway.db"
+	DefaultLockTimeout     = 30 * time.Second
+	DefaultUpstreamTimeout = 60 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// DefaultConfig returns a Config with every field but Upstream set.
+func DefaultConfig() Config {
+	return Config{
+		Listen:          DefaultListen,
+		KeyFrom:         KeyFromHeader,
+		KeyHeader:       fence.DefaultKeyHeader,
+		TokenHeader:     fence.DefaultTokenHeader,
+		DataFile:        DefaultDataFile,
+		LockTimeout:     DefaultLockTimeout,
+		UpstreamTimeout: DefaultUpstreamTimeout,
+		ShutdownTimeout: DefaultShutdownTimeout,
+	}
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+	}
+	u, err := url.Parse(c.Upstream)
+	switch {
+	case c.Upstream == "":
+		return bad("upstream URL is required")
+	case err != nil:
+		return bad("upstream: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return bad("upstream %q: scheme must be http or https", c.Upstream)
+	case u.Host == "":
+		return bad("upstream %q: no host", c.Upstream)
+	}
+	switch c.KeyFrom {
+	case KeyFromHeader:
+		if !validHeaderName(c.KeyHeader) {
+			return bad("key header %q is not a valid header name", c.KeyHeader)
+		}
+	case KeyFromPath:
+	default:
+		return bad("key-from %q: want %q or %q", c.KeyFrom, KeyFromHeader, KeyFromPath)
+	}
+	if !validHeaderName(c.TokenHeader) {
+		return bad("token header %q is not a valid header name", c.TokenHeader)
+	}
+	if c.KeyFrom == KeyFromHeader && strings.EqualFold(c.KeyHeader, c.TokenHeader) {
+		return bad("key header and token header are both %q", c.KeyHeader)
+	}
+	if c.DataFile == "" {
+		return bad("data file is required")
+	}
+	if c.LockTimeout < time.Millisecond {
+		return bad("lock timeout %v is below 1ms", c.LockTimeout)
+	}
+	if c.UpstreamTimeout < 0 {
+		return bad("upstream timeout %v is negative", c.UpstreamTimeout)
+	}
+	if c.ShutdownTimeout < 0 {
+		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is a non-empty RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Gateway is a fencing reverse proxy. Create it with New, serve Handler (or call Serve /
+// ListenAndServe), and Close it.
+type Gateway struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *fence.BoltTokenStore
+	admitter *fence.Admitter
+	handler  http.Handler
+
+	// mu is held shared by every request for its whole duration and exclusively by Close,
+	// so Close waits for in-flight requests before closing the token store.
+	mu     sync.RWMutex
+	closed bool // protected by mu
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg, opens (or creates) the token file and builds the proxy.
+func New(cfg Config) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	upstream, _ := url.Parse(cfg.Upstream) // validated above
+	transport := cfg.Transport
+	if transport == nil {
+		transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	store, err := fence.OpenBoltTokenStore(cfg.DataFile, time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	mode := fence.Monotonic
+	if cfg.Strict {
+		mode = fence.Strict
+	}
+	g := &Gateway{cfg: cfg, log: log, store: store, admitter: fence.NewAdmitter(store, fence.WithMode(mode))}
+
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		Transport: transport,
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			log.Warn("gateway: upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			fence.WriteHTTPError(w, http.StatusBadGateway, fence.HTTPError{
+				Code: fence.CodeUnavailable, Message: "gateway: upstream: " + err.Error(),
+			})
+		},
+	}
+	var upstreamHandler http.Handler = proxy
+	if cfg.UpstreamTimeout > 0 {
+		upstreamHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), cfg.UpstreamTimeout)
+			defer cancel()
+			proxy.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+	opts := []fence.HTTPOption{
+		fence.WithTokenHeader(cfg.TokenHeader),
+		fence.WithFenceReads(cfg.FenceReads),
+		fence.WithLockTimeout(cfg.LockTimeout),
+		fence.WithLogger(log),
+	}
+	if cfg.KeyFrom == KeyFromPath {
+		opts = append(opts, fence.WithKeyFromPath())
+	} else {
+		opts = append(opts, fence.WithKeyHeader(cfg.KeyHeader))
+	}
+	fenced := fence.Middleware(g.admitter, opts...)(upstreamHandler)
+	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.RLock()
+		defer g.mu.RUnlock()
+		if g.closed {
+			fence.WriteHTTPError(w, http.StatusServiceUnavailable, fence.HTTPError{
+				Code: fence.CodeUnavailable, Message: ErrClosed.Error(),
+			})
+			return
+		}
+		fenced.ServeHTTP(w, r)
+	})
+	return g, nil
+}
+
+// Handler returns the gateway's HTTP handler. After Close it answers 503.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// LastToken returns the last token the gateway accepted for key (0 when none).
+func (g *Gateway) LastToken(ctx context.Context, key string) (uint64, error) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.closed {
+		return 0, ErrClosed
+	}
+	return g.admitter.LastToken(ctx, key)
+}
+
+// Serve answers HTTP on ln until ctx ends, then shuts the server down gracefully (at most
+// ShutdownTimeout) and returns nil; it returns the server's error if serving fails first. It
+// does not Close the Gateway.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	g.log.Info("gateway: serving", "addr", ln.Addr().String(), "upstream", g.cfg.Upstream,
+		"key_from", g.cfg.KeyFrom, "strict", g.cfg.Strict, "fence_reads", g.cfg.FenceReads, "data", g.cfg.DataFile)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("gateway: shutdown: %w", err)
+	}
+	return nil
+}
+
+// ListenAndServe listens on Config.Listen and calls Serve.
+func (g *Gateway) ListenAndServe(ctx context.Context) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", g.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gateway: listen: %w", err)
+	}
+	return g.Serve(ctx, ln)
+}
+
+// Close waits for in-flight requests, then closes the token file. It is idempotent; requests
+// arriving afterwards get 503.
+func (g *Gateway) Close() error {
+	g.closeOnce.Do(func() {
+		g.mu.Lock()
+		g.closed = true
+		g.mu.Unlock()
+		g.closeErr = g.store.Close()
+	})
+	return g.closeErr
+}
