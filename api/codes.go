@@ -1,0 +1,188 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
+)
+
+// Code is a leasehold error code. Codes are stable strings; the same code is
+// used by the Go client, in the RPC status detail, in the CLI's JSON output
+// and (through ExitCode) in the CLI's exit status.
+type Code string
+
+// The error codes. See the README for what a caller should do with each.
+const (
+	CodeInternal          Code = "internal"           // a bug or an unexpected failure
+	CodeInvalidArgument   Code = "invalid-argument"   // input outside the documented limits
+	CodeNotHolder         Code = "not-holder"         // (name, lease_id, token) is not the current holding
+	CodeStaleToken        Code = "stale-token"        // a fenced write's token is older than the last accepted
+	CodeLeaseExpired      Code = "lease-expired"      // the session expired, was closed, or never existed
+	CodeLockDelay         Code = "lock-delay"         // the name is in lock-delay after its holder expired
+	CodeLocked            Code = "locked"             // TryAcquire: the name is held by another session
+	CodeDeadlineExceeded  Code = "deadline-exceeded"  // the wait or the request's deadline ran out
+	CodeResourceExhausted Code = "resource-exhausted" // a server limit (sessions, waiters, keys) is reached
+	CodePermissionDenied  Code = "permission-denied"  // the caller may not do this
+	CodeNotLeader         Code = "not-leader"         // this node cannot serve the write and no leader is known
+	CodeUnavailable       Code = "unavailable"        // no quorum or no server reachable; safe to retry
+	CodeOutcomeUnknown    Code = "outcome-unknown"    // leadership was lost mid-write: it may or may not have applied
+	CodeNotFound          Code = "not-found"          // the KV key does not exist
+)
+
+type codeInfo struct {
+	connect connect.Code
+	exit    int
+}
+
+// codes is the one table mapping a leasehold code to its RPC code and the
+// CLI's exit status. Exit status 1 is also used for failures that are not
+// leasehold errors (the CLI could not even start the call).
+var codes = map[Code]codeInfo{
+	CodeInternal:          {connect.CodeInternal, 1},
+	CodeInvalidArgument:   {connect.CodeInvalidArgument, 2},
+	CodeNotHolder:         {connect.CodeFailedPrecondition, 3},
+	CodeStaleToken:        {connect.CodeAborted, 4},
+	CodeLeaseExpired:      {connect.CodeNotFound, 5},
+	CodeLockDelay:         {connect.CodeUnavailable, 6},
+	CodeLocked:            {connect.CodeAlreadyExists, 7},
+	CodeDeadlineExceeded:  {connect.CodeDeadlineExceeded, 8},
+	CodeResourceExhausted: {connect.CodeResourceExhausted, 9},
+	CodePermissionDenied:  {connect.CodePermissionDenied, 10},
+	CodeNotLeader:         {connect.CodeUnavailable, 11},
+	CodeUnavailable:       {connect.CodeUnavailable, 12},
+	CodeOutcomeUnknown:    {connect.CodeUnknown, 13},
+	CodeNotFound:          {connect.CodeNotFound, 14},
+}
+
+// Codes returns every code in exit-status order.
+func Codes() []Code {
+	out := make([]Code, len(codes))
+	for c, info := range codes {
+		out[info.exit-1] = c
+	}
+	return out
+}
+
+// ExitCode is the CLI exit status for c (1 for an unknown code).
+func (c Code) ExitCode() int {
+	if info, ok := codes[c]; ok {
+		return info.exit
+	}
+	return 1
+}
+
+// ConnectCode is the RPC status code that carries c.
+func (c Code) ConnectCode() connect.Code {
+	if info, ok := codes[c]; ok {
+		return info.connect
+	}
+	return connect.CodeInternal
+}
+
+// Error is a leasehold error: a code, a message, and the details some codes
+// carry. Two Errors match under errors.Is when their codes are equal, so
+// sentinels such as client.ErrNotHolder match any error with that code.
+type Error struct {
+	Code    Code
+	Message string
+	// LastToken is the last accepted token (stale-token only).
+	LastToken uint64
+	// LeaderAddr is the leader's API address (not-leader only, when known).
+	LeaderAddr string
+}
+
+// Errorf returns an *Error with code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "leasehold: " + string(e.Code)
+	}
+	return "leasehold: " + string(e.Code) + ": " + e.Message
+}
+
+// Is reports whether target is an *Error with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code
+}
+
+// CodeOf returns the code of err: its *Error code, deadline-exceeded for
+// context deadlines, the code carried by an RPC status, or internal.
+func CodeOf(err error) Code {
+	if err == nil {
+		return ""
+	}
+	if e := FromError(err); e != nil {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// FromError extracts the leasehold error from err: an *Error in its chain,
+// or the ErrorDetail (or failing that, the status code) of an RPC error.
+// It returns nil for nil.
+func FromError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		for _, d := range ce.Details() {
+			v, derr := d.Value()
+			if derr != nil {
+				continue
+			}
+			if det, ok := v.(*leaseholdv1.ErrorDetail); ok && det.GetCode() != "" {
+				return &Error{Code: Code(det.GetCode()), Message: ce.Message(), LastToken: det.GetLastToken(), LeaderAddr: det.GetLeaderApiAddr()}
+			}
+		}
+		return &Error{Code: fromConnectCode(ce.Code()), Message: ce.Message()}
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: CodeDeadlineExceeded, Message: err.Error()}
+	case errors.Is(err, context.Canceled):
+		return &Error{Code: CodeDeadlineExceeded, Message: err.Error()}
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+func fromConnectCode(c connect.Code) Code {
+	switch c {
+	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
+		return CodeInvalidArgument
+	case connect.CodeDeadlineExceeded, connect.CodeCanceled:
+		return CodeDeadlineExceeded
+	case connect.CodeResourceExhausted:
+		return CodeResourceExhausted
+	case connect.CodePermissionDenied, connect.CodeUnauthenticated:
+		return CodePermissionDenied
+	case connect.CodeUnavailable:
+		return CodeUnavailable
+	case connect.CodeNotFound:
+		return CodeNotFound
+	}
+	return CodeInternal
+}
+
+// ToConnect turns err into an RPC error carrying its code in an ErrorDetail.
+// Errors without a leasehold code become internal.
+func ToConnect(err error) *connect.Error {
+	e := FromError(err)
+	ce := connect.NewError(e.Code.ConnectCode(), errors.New(e.Message))
+	if d, derr := connect.NewErrorDetail(&leaseholdv1.ErrorDetail{Code: string(e.Code), LastToken: e.LastToken, LeaderApiAddr: e.LeaderAddr}); derr == nil {
+		ce.AddDetail(d)
+	}
+	return ce
+}
