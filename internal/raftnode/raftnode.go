@@ -1,0 +1,466 @@
+// Package raftnode runs leasehold's state machine on hashicorp/raft: a
+// bbolt log and stable store (raft-boltdb, fsync'd on every append batch),
+// file snapshots, bootstrap and membership, and Apply with a context.
+//
+// A single node is a Raft group of one, on the same code path as a cluster.
+// Commands from concurrent callers are batched by raft into one log append
+// (one fsync for many commands). The state machine (fsm.Machine) is guarded
+// by one RWMutex: Apply, Snapshot and Restore take it for writing, Read for
+// reading. The Observer is called after each entry is applied, in log order,
+// without that lock held; it must not block.
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+)
+
+// Peer is one voter of a cluster being bootstrapped.
+type Peer struct {
+	ID       string
+	RaftAddr string
+}
+
+// Config configures a Node.
+type Config struct {
+	// NodeID names this node in the cluster. Default "n1".
+	NodeID string
+	// DataDir holds raft.db (log and stable store) and snapshots/. Required.
+	DataDir string
+	// RaftAddr is the host:port raft listens on for peers. Empty runs a
+	// single node on an in-memory transport (no port); a cluster needs it.
+	RaftAddr string
+	// Bootstrap lists the voters of a new cluster, this node included. It is
+	// used only when DataDir holds no state. Empty with Join false
+	// bootstraps a single-node cluster of this node.
+	Bootstrap []Peer
+	// Join is true when this node will be added to a running cluster by
+	// another node; it then starts without bootstrapping.
+	Join bool
+	// Transport overrides the transport (tests: raft.InmemTransport).
+	Transport raft.Transport
+	// Limits bound the state machine; every node must use the same.
+	Limits fsm.Limits
+	// Observer is called after every applied entry (may be nil).
+	Observer func(index uint64, res *fsm.Result)
+	// OnLeadership is called (from one goroutine, in order) when this node
+	// becomes leader — after a barrier, so every earlier entry is applied —
+	// and when it stops being leader. May be nil.
+	OnLeadership func(leader bool)
+	// Timing. Defaults: heartbeat and election 500 ms, leader lease 250 ms,
+	// commit 25 ms. LeaderLeaseTimeout is also the grace a new leader's
+	// lessor must add (see lessor.Config.Grace).
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotInterval and SnapshotThreshold: raft checks every interval
+	// whether threshold entries were appended since the last snapshot.
+	// Defaults 30 s and 8192. TrailingLogs entries stay after compaction
+	// (default 10240) so a briefly lagging follower needs no snapshot.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults described on Config (DataDir unset).
+func DefaultConfig() Config {
+	return Config{
+		NodeID:             "n1",
+		Limits:             fsm.DefaultLimits(),
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		CommitTimeout:      25 * time.Millisecond,
+		SnapshotInterval:   30 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		Logger:             slog.Default(),
+	}
+}
+
+// Validate reports an unusable Config.
+func (c Config) Validate() error {
+	switch {
+	case c.NodeID == "":
+		return errors.New("raftnode: NodeID is empty")
+	case c.DataDir == "":
+		return errors.New("raftnode: DataDir is empty")
+	case c.Logger == nil:
+		return errors.New("raftnode: Logger is nil")
+	case c.RaftAddr == "" && c.Transport == nil && (len(c.Bootstrap) > 1 || c.Join):
+		return errors.New("raftnode: a cluster needs a raft address (--raft-addr)")
+	case c.LeaderLeaseTimeout <= 0 || c.LeaderLeaseTimeout > c.HeartbeatTimeout:
+		return errors.New("raftnode: LeaderLeaseTimeout must be in (0, HeartbeatTimeout]")
+	case c.Join && len(c.Bootstrap) > 0:
+		return errors.New("raftnode: Join and Bootstrap exclude each other")
+	}
+	if len(c.Bootstrap) > 0 {
+		self := false
+		for _, p := range c.Bootstrap {
+			self = self || p.ID == c.NodeID
+		}
+		if !self {
+			return fmt.Errorf("raftnode: bootstrap list does not include this node %q", c.NodeID)
+		}
+	}
+	return nil
+}
+
+// Node is one member of the Raft group and its applied state machine.
+type Node struct {
+	cfg   Config
+	raft  *raft.Raft
+	store *raftboltdb.BoltStore
+	trans raft.Transport
+	fsm   *raftFSM
+
+	wg      sync.WaitGroup
+	done    chan struct{} // closed by Close: stops watchLeadership
+	closeMu sync.Mutex    // protects following
+	closed  bool
+}
+
+// Open opens (or creates) the node's data dir and starts raft.
+func Open(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("raftnode: data dir: %w", err)
+	}
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: open log store: %w", err)
+	}
+	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer}}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = store.Close()
+			if n.trans != nil {
+				closeTransport(n.trans)
+			}
+		}
+	}()
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	selfAddr := raft.ServerAddress(cfg.RaftAddr)
+	switch {
+	case cfg.Transport != nil:
+		n.trans = cfg.Transport
+		selfAddr = cfg.Transport.LocalAddr()
+	case cfg.RaftAddr == "":
+		selfAddr, n.trans = raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
+	default:
+		tcpAddr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: raft address: %w", err)
+		}
+		t, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, tcpAddr, 8, 5*time.Second, hlog)
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: raft transport: %w", err)
+		}
+		n.trans = t
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hlog
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.BatchApplyCh = true
+	notify := make(chan bool, 16)
+	rc.NotifyCh = notify
+
+	existing, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: inspect state: %w", err)
+	}
+	if !existing && !cfg.Join {
+		peers := cfg.Bootstrap
+		if len(peers) == 0 {
+			peers = []Peer{{ID: cfg.NodeID, RaftAddr: string(selfAddr)}}
+		}
+		var conf raft.Configuration
+		for _, p := range peers {
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+		if err := raft.BootstrapCluster(rc, logs, store, snaps, n.trans, conf); err != nil {
+			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, n.trans)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: start raft: %w", err)
+	}
+	n.raft = r
+	ok = true
+	n.wg.Go(func() { n.watchLeadership(notify) })
+	return n, nil
+}
+
+func (n *Node) watchLeadership(notify <-chan bool) {
+	leader := false
+	for {
+		var isLeader bool
+		select {
+		case isLeader = <-notify:
+		case <-n.done:
+			if leader && n.cfg.OnLeadership != nil {
+				n.cfg.OnLeadership(false)
+			}
+			return
+		}
+		if isLeader == leader {
+			continue
+		}
+		if isLeader {
+			// Apply every entry of earlier terms before the lessor reads the
+			// state; a failed barrier means leadership is already gone.
+			if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
+				n.cfg.Logger.Warn("leader barrier failed", "err", err)
+				continue
+			}
+		}
+		leader = isLeader
+		n.cfg.Logger.Info("leadership changed", "node", n.cfg.NodeID, "leader", leader)
+		if n.cfg.OnLeadership != nil {
+			n.cfg.OnLeadership(leader)
+		}
+	}
+}
+
+// Apply proposes cmd and waits until it is applied, ctx ends, or raft fails.
+// A nil error means the command is committed (durable on a quorum) and
+// applied here; the Result may still hold a business refusal.
+// Errors: ErrNotLeader (not applied; another node leads), ErrUnavailable
+// (not applied), ErrOutcomeUnknown (may or may not be applied), ErrShutdown.
+func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return fsm.Result{}, fmt.Errorf("raftnode: encode command: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fsm.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if n.raft.State() != raft.Leader {
+		return fsm.Result{}, ErrNotLeader
+	}
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	f := n.raft.Apply(data, timeout)
+	done := make(chan struct{})
+	go func() {
+		_ = f.Error()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fsm.Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader):
+			return fsm.Result{}, ErrNotLeader
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return fsm.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return fsm.Result{}, fmt.Errorf("%w: %w", ErrShutdown, err)
+		default: // ErrLeadershipLost and anything after the entry was appended
+			return fsm.Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		}
+	}
+	res, ok := f.Response().(*fsm.Result)
+	if !ok {
+		return fsm.Result{}, fmt.Errorf("raftnode: unexpected apply response %T", f.Response())
+	}
+	return *res, nil
+}
+
+// Read runs f with the applied state, under the state machine's read lock.
+// f must not keep references to the state past its return.
+func (n *Node) Read(f func(m *fsm.Machine)) {
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	f(n.fsm.m)
+}
+
+// ReadIndex confirms this node is the leader and waits until every entry
+// committed before the call is applied here, so a Read that follows sees
+// every write acknowledged before ReadIndex was called (a linearizable read).
+func (n *Node) ReadIndex(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	commit := n.raft.CommitIndex()
+	if err := waitFuture(ctx, n.raft.VerifyLeader()); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return ErrNotLeader
+		}
+		return err
+	}
+	for n.raft.AppliedIndex() < commit {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func waitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
+// IsLeader reports whether this node is the Raft leader right now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the current leader's id and raft address ("" when unknown).
+func (n *Node) Leader() (id, raftAddr string) {
+	addr, sid := n.raft.LeaderWithID()
+	return string(sid), string(addr)
+}
+
+// ID returns this node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Raft exposes the raft instance for membership administration and stats.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// Close shuts raft down and closes the stores. It is idempotent and waits.
+func (n *Node) Close() error {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	err := n.raft.Shutdown().Error()
+	close(n.done)
+	n.wg.Wait()
+	closeTransport(n.trans)
+	return errors.Join(err, n.store.Close())
+}
+
+func closeTransport(t raft.Transport) {
+	if c, ok := t.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// raftFSM adapts fsm.Machine to raft.FSM.
+type raftFSM struct {
+	observer func(uint64, *fsm.Result)
+
+	mu sync.RWMutex // protects following
+	m  *fsm.Machine
+}
+
+func (f *raftFSM) Apply(l *raft.Log) any {
+	var cmd fsmpb.Command
+	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+		// A committed entry that does not decode is corruption: no node may
+		// skip it and stay equal to the others.
+		panic(fmt.Sprintf("raftnode: undecodable log entry %d: %v", l.Index, err))
+	}
+	f.mu.Lock()
+	res := f.m.Apply(l.Index, &cmd)
+	f.mu.Unlock()
+	if f.observer != nil {
+		f.observer(l.Index, &res)
+	}
+	return &res
+}
+
+func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	data, err := f.m.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return fsmSnapshot(data), nil
+}
+
+func (f *raftFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("raftnode: read snapshot: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m.Restore(data)
+}
+
+type fsmSnapshot []byte
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (fsmSnapshot) Release() {}
+
+// slogWriter forwards hclog's lines to slog.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Warn(string(trimNewline(p)), "component", "raft")
+	return len(p), nil
+}
+
+func trimNewline(p []byte) []byte {
+	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// RaftAddr returns the address peers reach this node's raft transport at.
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }

@@ -1,0 +1,375 @@
+// Package server is leasehold's RPC edge: it decodes and validates every
+// request, proposes commands through raftnode, maps results and errors to
+// API codes, forwards writes from a follower to the leader, and serves the
+// gRPC, gRPC-Web and Connect (HTTP/JSON) protocols on one port. Business
+// rules live in fsm (state) and lessor (time), not here.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/clock"
+	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/lessor"
+	"github.com/leasehold/leasehold/internal/raftnode"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Raft configures the node (id, data dir, raft address, bootstrap).
+	Raft raftnode.Config
+	// Lessor configures the leader's timers. Its Grace defaults to
+	// Raft.LeaderLeaseTimeout when zero; its Clock is the server's clock.
+	Lessor lessor.Config
+	// APIAddr is the host:port other nodes use to reach this node's API; it
+	// is registered in the replicated state so followers can forward to
+	// the leader. Required.
+	APIAddr string
+	// Registerer receives the server's metrics; nil uses a private registry.
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics; nil uses the private registry (or none).
+	Gatherer prometheus.Gatherer
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a single-node configuration for dataDir.
+func DefaultConfig(dataDir, apiAddr string) Config {
+	rc := raftnode.DefaultConfig()
+	rc.DataDir = dataDir
+	lc := lessor.DefaultConfig()
+	lc.Grace = rc.LeaderLeaseTimeout
+	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Logger: slog.Default()}
+}
+
+// Server is one leasehold node's API.
+type Server struct {
+	cfg    Config
+	clock  clock.Clock
+	node   *raftnode.Node
+	lessor *lessor.Lessor
+	hub    *hub
+	met    *metrics
+	http   *http.Client // for forwarding to the leader
+
+	mu      sync.Mutex // protects following
+	clients map[string]leaseholdv1connect.LeaseholdServiceClient
+	closed  bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Open starts the node and its lessor. The returned Server serves nothing
+// until Handler's result is mounted on an HTTP server (see Serve).
+func Open(cfg Config) (*Server, error) {
+	if cfg.APIAddr == "" {
+		return nil, errors.New("server: APIAddr is empty")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Lessor.Clock == nil {
+		cfg.Lessor.Clock = clock.Real{}
+	}
+	if cfg.Lessor.Logger == nil {
+		cfg.Lessor.Logger = cfg.Logger
+	}
+	if cfg.Raft.Logger == nil {
+		cfg.Raft.Logger = cfg.Logger
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, cfg.Gatherer = r, r
+	}
+	s := &Server{
+		cfg:     cfg,
+		clock:   cfg.Lessor.Clock,
+		hub:     newHub(),
+		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
+		http:    h2cClient(),
+		stop:    make(chan struct{}),
+	}
+	met, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s.met = met
+	if s.lessor, err = lessor.New(cfg.Lessor, proposer{s}); err != nil {
+		return nil, err
+	}
+	cfg.Raft.Observer = s.observe
+	cfg.Raft.OnLeadership = s.onLeadership
+	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
+		s.lessor.Close()
+		return nil, err
+	}
+	s.wg.Go(s.registerLoop)
+	return s, nil
+}
+
+// Node returns the raft node (tests and cluster administration).
+func (s *Server) Node() *raftnode.Node { return s.node }
+
+// Close stops the lessor and the node. It is idempotent and waits.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.lessor.Close()
+	err := s.node.Close()
+	s.http.CloseIdleConnections()
+	return err
+}
+
+// observe runs after every applied entry, on every node.
+func (s *Server) observe(_ uint64, res *fsm.Result) {
+	s.lessor.Observe(res)
+	s.hub.publish(res.Events)
+	s.met.observe(res)
+}
+
+func (s *Server) onLeadership(leader bool) {
+	s.met.leader.Set(boolGauge(leader))
+	if !leader {
+		s.lessor.Demote()
+		return
+	}
+	var (
+		sessions []*fsmpb.Session
+		delays   []fsm.LockDelay
+	)
+	s.node.Read(func(m *fsm.Machine) {
+		sessions, delays = m.Sessions(), m.LockDelays()
+	})
+	s.lessor.Promote(sessions, delays)
+}
+
+// registerLoop records this node's API address in the replicated state, so
+// that followers can forward to it when it leads. It retries until done.
+func (s *Server) registerLoop() {
+	for {
+		var have string
+		s.node.Read(func(m *fsm.Machine) { have = m.NodeAPIAddr(s.node.ID()) })
+		if have == s.cfg.APIAddr {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := s.register(ctx)
+		cancel()
+		if err != nil {
+			s.cfg.Logger.Debug("register API address", "err", err)
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) register(ctx context.Context) error {
+	if s.node.IsLeader() {
+		_, err := s.node.Apply(ctx, &fsmpb.Command{UnixMs: s.clock.Now().UnixMilli(), Op: &fsmpb.Command_RegisterNode{RegisterNode: &fsmpb.RegisterNode{Id: s.node.ID(), ApiAddr: s.cfg.APIAddr}}})
+		return err
+	}
+	addr, err := s.leaderAPIAddr()
+	if err != nil {
+		return err
+	}
+	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
+	id, raftAddr := s.node.ID(), s.node.RaftAddr()
+	_, err = cc.AddMember(ctx, connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr}))
+	return err
+}
+
+// proposer adapts the server to lessor.Proposer.
+type proposer struct{ s *Server }
+
+func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	return p.s.node.Apply(ctx, cmd)
+}
+
+// apply stamps cmd with the leader's wall clock (display only), proposes it
+// and maps a refusal to an API error.
+func (s *Server) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	cmd.UnixMs = s.clock.Now().UnixMilli()
+	start := time.Now()
+	res, err := s.node.Apply(ctx, cmd)
+	s.met.applySeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return res, err
+	}
+	return res, res.Err
+}
+
+func (s *Server) leaderAPIAddr() (string, error) {
+	id, _ := s.node.Leader()
+	if id == "" {
+		return "", api.Errorf(api.CodeUnavailable, "no leader is known to node %s", s.node.ID())
+	}
+	var addr string
+	s.node.Read(func(m *fsm.Machine) { addr = m.NodeAPIAddr(id) })
+	if addr == "" {
+		return "", api.Errorf(api.CodeUnavailable, "the leader %s has not registered its API address yet", id)
+	}
+	if id == s.node.ID() {
+		return "", &api.Error{Code: api.CodeNotLeader, Message: "leadership is changing", LeaderAddr: addr}
+	}
+	return addr, nil
+}
+
+func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, error) {
+	addr, err := s.leaderAPIAddr()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.clients[addr]
+	if !ok {
+		c = leaseholdv1connect.NewLeaseholdServiceClient(s.http, "http://"+addr, connect.WithGRPC(), connect.WithReadMaxBytes(MaxRequestSize*2))
+		s.clients[addr] = c
+	}
+	return c, nil
+}
+
+// forwardedHeader marks a request a follower forwarded; the receiver does
+// not forward it again, so a request never loops between nodes.
+const forwardedHeader = "Leasehold-Forwarded-By"
+
+func isNotLeader(err error) bool {
+	return errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, lessor.ErrNotLeader)
+}
+
+// onLeader runs local on the leader; on a follower (or when leadership is
+// lost before the command was proposed) it forwards the request to the
+// leader with remote. Errors are mapped to API codes.
+func onLeader[Req, Res any](
+	ctx context.Context, s *Server, req *connect.Request[Req],
+	local func(context.Context, *Req) (*Res, error),
+	remote func(leaseholdv1connect.LeaseholdServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+) (*connect.Response[Res], error) {
+	if s.node.IsLeader() {
+		res, err := local(ctx, req.Msg)
+		if err == nil {
+			return connect.NewResponse(res), nil
+		}
+		if !isNotLeader(err) {
+			return nil, api.ToConnect(toAPI(err))
+		}
+	}
+	if by := req.Header().Get(forwardedHeader); by != "" {
+		return nil, api.ToConnect(api.Errorf(api.CodeNotLeader, "node %s is not the leader (request forwarded by %s)", s.node.ID(), by))
+	}
+	c, err := s.leaderClient()
+	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	fwd := connect.NewRequest(req.Msg)
+	fwd.Header().Set(forwardedHeader, s.node.ID())
+	s.met.forwarded.Inc()
+	return remote(c, ctx, fwd)
+}
+
+func newLeaseID() string {
+	var b [leaseIDLen / 2]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func newWaitID() uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
+}
+
+// Handler returns the HTTP handler for every service, /metrics and /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(s.met.interceptor())}
+	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
+	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
+	if s.cfg.Gatherer != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		id, _ := s.node.Leader()
+		if id == "" {
+			http.Error(w, "no leader", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ok node=%s leader=%s\n", s.node.ID(), id)
+	})
+	return mux
+}
+
+// Serve serves Handler on ln (HTTP/1.1 and cleartext HTTP/2, as gRPC
+// needs) until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := NewHTTPServer(s.Handler())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+	}
+	<-errc
+	return nil
+}
+
+// NewHTTPServer returns an http.Server for h speaking HTTP/1.1 and cleartext
+// HTTP/2 with prior knowledge (what gRPC clients use on http:// addresses).
+func NewHTTPServer(h http.Handler) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{Handler: h, Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
+}
+
+func h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 8}}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
