@@ -88,4 +88,3 @@ func (c rpcCounter) WrapStreamingHandler(next connect.StreamingHandlerFunc) conn
 		return err
 	}
 }
-
