@@ -92,6 +92,16 @@ as_pg() {
 PGDATA=$CI_DIR/pg
 pg_ready() { "$PGBIN/pg_isready" -q -h "$HOST" -p "$PG_PORT" -d postgres -U postgres; }
 
+# pg_pid_live PID: true if PID is a running, non-zombie postgres process.
+pg_pid_live() {
+	local pid=$1 stat
+	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
+	[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = postgres ] || return 1
+	stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+	stat=${stat##*) } # drop "pid (comm) "
+	[ "${stat%% *}" != Z ]
+}
+
 if pg_ready; then
 	log "postgresql already running on $HOST:$PG_PORT"
 else
@@ -107,11 +117,20 @@ else
 				--no-locale >"$CI_DIR/initdb.log" 2>&1 ||
 			{ cat "$CI_DIR/initdb.log" >&2; die "initdb failed"; }
 	fi
-	# A stale postmaster.pid from a killed server would make pg_ctl refuse to start.
-	if [ -f "$PGDATA/postmaster.pid" ] && ! as_pg "$PGBIN/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; then
-		log "removing stale postmaster.pid"
-		rm -f "$PGDATA/postmaster.pid"
+	# A postmaster.pid left by a killed server makes postgres refuse to start. It is stale
+	# unless its PID is a live (not zombie) postgres process; a live one may still be
+	# starting up, so wait for it instead of starting a second one.
+	if [ -f "$PGDATA/postmaster.pid" ]; then
+		if pg_pid_live "$(head -n 1 "$PGDATA/postmaster.pid")"; then
+			log "postgresql process exists but does not answer yet; waiting"
+			wait_for postgresql 60 pg_ready
+		else
+			log "removing stale postmaster.pid"
+			rm -f "$PGDATA/postmaster.pid"
+		fi
 	fi
+fi
+if ! pg_ready; then
 	log "starting postgresql on $HOST:$PG_PORT"
 	touch "$CI_DIR/pg.log"
 	[ "$(id -u)" -eq 0 ] && chown postgres: "$CI_DIR/pg.log"
