@@ -27,6 +27,10 @@ var (
 
 	// ErrClosed means the token store was closed.
 	ErrClosed = errors.New("fence: closed")
+
+	// errResponseReplaced is returned to a handler writing after Middleware replaced its
+	// response with an error (the token could not be recorded).
+	errResponseReplaced = errors.New("fence: response replaced by an error")
 )
 
 // StaleTokenError is the error a guard returns when it rejects a write. It matches

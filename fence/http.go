@@ -293,8 +293,6 @@ func (w *admitWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-var errResponseReplaced = errors.New("fence: response replaced by an error")
-
 func (w *admitWriter) Write(p []byte) (int, error) {
 	w.decide(http.StatusOK)
 	if w.failed {
