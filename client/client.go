@@ -1,0 +1,307 @@
+// Package client is the Go client of leasehold: sessions (leases) with a
+// keepalive and a local safe deadline, locks with fencing tokens, the watch
+// stream, the built-in fenced KV and cluster administration.
+//
+// A Session counts its lease from the moment it SENT each request that
+// renewed it (create, acquire, keepalive) and considers it possibly lost at
+//
+//	sent + TTL·(1−drift) − margin
+//
+// unless a later renewal was confirmed first. At that moment Session.Done
+// and every Lock.Done close, and Lock.Context is cancelled with cause
+// ErrLeaseLost: stop the critical section. The grantor frees the lock no
+// earlier than answered + TTL·(1+drift), so as long as clock rates differ by
+// less than drift the holder stops first. Pauses (GC, VM freeze) can still
+// let a write out late; pass Lock.Token to the resource so it can refuse it.
+//
+// Every call fails over between the endpoints given to Dial when a node is
+// unreachable or cannot serve (codes unavailable and not-leader). Calls that
+// may have applied when leadership moved return ErrOutcomeUnknown instead of
+// being retried, except where a retry is harmless (Acquire, KeepAlive,
+// KVPut in the default mode).
+package client
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+)
+
+// DefaultEndpoint is the address `leasehold serve` listens on by default.
+const DefaultEndpoint = "127.0.0.1:7420"
+
+// Client talks to a leasehold cluster. It is safe for concurrent use.
+type Client struct {
+	opts  dialOptions
+	httpc *http.Client
+	eps   []endpoint
+
+	mu  sync.Mutex // protects following
+	cur int        // index of the endpoint calls go to first
+}
+
+type endpoint struct {
+	addr    string
+	locks   leaseholdv1connect.LeaseholdServiceClient
+	cluster leaseholdv1connect.ClusterServiceClient
+}
+
+type dialOptions struct {
+	retryTimeout time.Duration
+}
+
+// DialOption configures Dial.
+type DialOption func(*dialOptions)
+
+// WithRetryTimeout bounds how long a call keeps failing over between
+// endpoints when none can serve it (default 10 s; the call's own context
+// may end it sooner).
+func WithRetryTimeout(d time.Duration) DialOption {
+	return func(o *dialOptions) { o.retryTimeout = d }
+}
+
+// Dial returns a Client for the comma-separated endpoints ("host:port" or
+// "http://host:port"). It checks that at least one endpoint answers.
+func Dial(ctx context.Context, endpoints string, opts ...DialOption) (*Client, error) {
+	o := dialOptions{retryTimeout: 10 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	c := &Client{opts: o, httpc: &http.Client{Transport: &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 16}}}
+	for _, ep := range strings.Split(endpoints, ",") {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			continue
+		}
+		base := ep
+		if !strings.Contains(base, "://") {
+			base = "http://" + base
+		}
+		c.eps = append(c.eps, endpoint{
+			addr:    ep,
+			locks:   leaseholdv1connect.NewLeaseholdServiceClient(c.httpc, base, connect.WithGRPC()),
+			cluster: leaseholdv1connect.NewClusterServiceClient(c.httpc, base, connect.WithGRPC()),
+		})
+	}
+	if len(c.eps) == 0 {
+		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "client: no endpoints"}
+	}
+	if _, _, err := c.List(ctx, "", ListStale(), ListLimit(1)); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("client: dial %s: %w", endpoints, err)
+	}
+	return c, nil
+}
+
+// Close releases the client's connections. Sessions of the client stop
+// renewing; close them first.
+func (c *Client) Close() error {
+	c.httpc.CloseIdleConnections()
+	return nil
+}
+
+// retryable reports whether a call that failed with code may be sent again
+// without risk of applying twice: the request was not applied.
+func retryable(code api.Code) bool {
+	return code == api.CodeUnavailable || code == api.CodeNotLeader
+}
+
+// call sends req through f, failing over between endpoints on retryable
+// errors until one answers, ctx ends, or the retry timeout passes.
+func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick func(endpoint) S,
+	f func(S, context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req,
+) (*Res, error) {
+	stop := time.Now().Add(c.opts.retryTimeout)
+	backoff := 25 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		c.mu.Lock()
+		i := c.cur
+		c.mu.Unlock()
+		resp, err := f(pick(c.eps[i]), ctx, connect.NewRequest(req))
+		if err == nil {
+			return resp.Msg, nil
+		}
+		e := api.FromError(err)
+		if !retryable(e.Code) || ctx.Err() != nil || time.Now().After(stop) {
+			return nil, fmt.Errorf("%s: %w", op, e)
+		}
+		c.mu.Lock()
+		if c.cur == i {
+			c.cur = (i + 1) % len(c.eps)
+		}
+		c.mu.Unlock()
+		if attempt%len(c.eps) == 0 { // every endpoint tried: wait a little
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%s: %w", op, e)
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+		}
+	}
+}
+
+func locks(e endpoint) leaseholdv1connect.LeaseholdServiceClient { return e.locks }
+func cluster(e endpoint) leaseholdv1connect.ClusterServiceClient { return e.cluster }
+
+type lsc = leaseholdv1connect.LeaseholdServiceClient
+type csc = leaseholdv1connect.ClusterServiceClient
+
+// Types shared with the wire protocol.
+type (
+	// Holding is one grant: (name, lease_id, token) plus display fields.
+	Holding = pb.Holding
+	// LockInfo describes a lock: holder, waiters, lock-delay.
+	LockInfo = pb.LockInfo
+	// Event is one lock event of a watch.
+	Event = pb.Event
+	// Member is one voter of the cluster.
+	Member = pb.Member
+)
+
+// ReadOption configures Status, List and KVGet.
+type ReadOption func(*readOptions)
+
+type readOptions struct {
+	stale bool
+	limit int32
+}
+
+// ListStale serves the read from the contacted node's applied state without
+// confirming leadership: faster, available without a quorum, possibly old.
+func ListStale() ReadOption { return func(o *readOptions) { o.stale = true } }
+
+// Stale is ListStale for Status and KVGet.
+func Stale() ReadOption { return ListStale() }
+
+// ListLimit caps the number of locks List returns (the server caps at 1000).
+func ListLimit(n int32) ReadOption { return func(o *readOptions) { o.limit = n } }
+
+func readOpts(opts []ReadOption) readOptions {
+	var o readOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// Status describes the lock name. Reads are linearizable unless Stale.
+func (c *Client) Status(ctx context.Context, name string, opts ...ReadOption) (*LockInfo, error) {
+	o := readOpts(opts)
+	res, err := call(ctx, c, "client: status", locks, lsc.Status, &pb.StatusRequest{Name: name, Stale: o.stale})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetLock(), nil
+}
+
+// List describes the held, queued or delayed locks whose name has prefix,
+// and whether more matched than were returned.
+func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]*LockInfo, bool, error) {
+	o := readOpts(opts)
+	res, err := call(ctx, c, "client: list", locks, lsc.List, &pb.ListRequest{Prefix: prefix, Stale: o.stale, Limit: o.limit})
+	if err != nil {
+		return nil, false, err
+	}
+	return res.GetLocks(), res.GetTruncated(), nil
+}
+
+// Watch streams the lock events of names with prefix, from now on, until
+// ctx ends or the stream fails (the last pair then carries the error).
+func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[*Event, error] {
+	return func(yield func(*Event, error) bool) {
+		c.mu.Lock()
+		ep := c.eps[c.cur]
+		c.mu.Unlock()
+		stream, err := ep.locks.Watch(ctx, connect.NewRequest(&pb.WatchRequest{Prefix: prefix}))
+		if err != nil {
+			yield(nil, fmt.Errorf("client: watch: %w", api.FromError(err)))
+			return
+		}
+		defer stream.Close()
+		for stream.Receive() {
+			if !yield(stream.Msg().GetEvent(), nil) {
+				return
+			}
+		}
+		if err := stream.Err(); err != nil && ctx.Err() == nil {
+			yield(nil, fmt.Errorf("client: watch: %w", api.FromError(err)))
+		}
+	}
+}
+
+// KVPut writes value under key in the built-in fenced KV iff token is not
+// stale: token >= the key's last accepted token, or > when strict. A stale
+// token fails with ErrStaleToken (see api.Error.LastToken); nothing changes.
+func (c *Client) KVPut(ctx context.Context, key string, value []byte, token uint64, strict bool) error {
+	_, err := call(ctx, c, "client: kv put", locks, lsc.KVPut, &pb.KVPutRequest{Key: key, Value: value, Token: token, Strict: strict})
+	return err
+}
+
+// KVGet reads key from the fenced KV: its value and the token that wrote it.
+// A missing key fails with ErrNotFound.
+func (c *Client) KVGet(ctx context.Context, key string, opts ...ReadOption) ([]byte, uint64, error) {
+	o := readOpts(opts)
+	res, err := call(ctx, c, "client: kv get", locks, lsc.KVGet, &pb.KVGetRequest{Key: key, Stale: o.stale})
+	if err != nil {
+		return nil, 0, err
+	}
+	return res.GetValue(), res.GetToken(), nil
+}
+
+// Release ends the holding (name, leaseID, token) without a Session, as the
+// CLI does. A handle that is not the current holding fails with
+// ErrNotHolder and changes nothing.
+func (c *Client) Release(ctx context.Context, name, leaseID string, token uint64) error {
+	_, err := call(ctx, c, "client: release", locks, lsc.Release, &pb.ReleaseRequest{Name: name, LeaseId: leaseID, Token: token})
+	return err
+}
+
+// Members lists the voters of the cluster as the contacted node sees them.
+func (c *Client) Members(ctx context.Context) ([]*Member, string, error) {
+	res, err := call(ctx, c, "client: members", cluster, csc.Members, &pb.MembersRequest{})
+	if err != nil {
+		return nil, "", err
+	}
+	return res.GetMembers(), res.GetLeaderId(), nil
+}
+
+// AddMember adds a voter with its raft and API addresses.
+func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) ([]*Member, error) {
+	res, err := call(ctx, c, "client: add member", cluster, csc.AddMember, &pb.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetMembers(), nil
+}
+
+// RemoveMember removes a voter.
+func (c *Client) RemoveMember(ctx context.Context, id string) ([]*Member, error) {
+	res, err := call(ctx, c, "client: remove member", cluster, csc.RemoveMember, &pb.RemoveMemberRequest{Id: id})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetMembers(), nil
+}
+
+// TransferLeader hands leadership to voter id (any voter when empty) and
+// returns the new leader's id.
+func (c *Client) TransferLeader(ctx context.Context, id string) (string, error) {
+	res, err := call(ctx, c, "client: transfer leader", cluster, csc.TransferLeader, &pb.TransferLeaderRequest{Id: id})
+	if err != nil {
+		return "", err
+	}
+	return res.GetLeaderId(), nil
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/client"
+)
+
+type memberJSON struct {
+	ID           string `json:"id"`
+	RaftAddr     string `json:"raft_addr"`
+	APIAddr      string `json:"api_addr"`
+	Role         string `json:"role"`
+	Suffrage     string `json:"suffrage"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+}
+
+func emitMembers(cmd *cobra.Command, g *globals, members []*client.Member, leader string) {
+	out := make([]memberJSON, 0, len(members))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-8s %-10s %-22s %-22s %6s %8s %8s\n", "ID", "ROLE", "RAFT", "API", "TERM", "COMMIT", "APPLIED")
+	for _, m := range members {
+		out = append(out, memberJSON{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr(), Role: m.GetRole(), Suffrage: m.GetSuffrage(), Term: m.GetTerm(), CommitIndex: m.GetCommitIndex(), AppliedIndex: m.GetAppliedIndex()})
+		fmt.Fprintf(&b, "%-8s %-10s %-22s %-22s %6d %8d %8d\n", m.GetId(), m.GetRole(), m.GetRaftAddr(), m.GetApiAddr(), m.GetTerm(), m.GetCommitIndex(), m.GetAppliedIndex())
+	}
+	emit(cmd, g, map[string]any{"leader_id": leader, "members": out}, b.String())
+}
+
+func newClusterCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "cluster", Short: "Inspect and change the Raft membership"}
+	members := &cobra.Command{
+		Use:   "members",
+		Short: "List voters with role, term, commit and applied index",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				ms, leader, err := c.Members(ctx)
+				if err != nil {
+					return err
+				}
+				emitMembers(cmd, g, ms, leader)
+				return nil
+			})
+		},
+	}
+	add := &cobra.Command{
+		Use:   "add ID RAFT_ADDR API_ADDR",
+		Short: "Add a voter (start it first with --join, or add it here and start it without --bootstrap)",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				ms, err := c.AddMember(ctx, args[0], args[1], args[2])
+				if err != nil {
+					return err
+				}
+				emitMembers(cmd, g, ms, "")
+				return nil
+			})
+		},
+	}
+	remove := &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a voter",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				ms, err := c.RemoveMember(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				emitMembers(cmd, g, ms, "")
+				return nil
+			})
+		},
+	}
+	transfer := &cobra.Command{
+		Use:   "transfer-leader [ID]",
+		Short: "Hand leadership to voter ID (any voter when omitted)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				leader, err := c.TransferLeader(ctx, id)
+				if err != nil {
+					return err
+				}
+				emit(cmd, g, map[string]any{"leader_id": leader}, "leader "+leader)
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(members, add, remove, transfer)
+	return cmd
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/client"
+)
+
+// holdingJSON is the CLI's JSON form of a grant.
+type holdingJSON struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+	Token   uint64 `json:"token"`
+	TTLMs   int64  `json:"ttl_ms"`
+	Owner   string `json:"owner"`
+}
+
+// acquireLock applies the shared meaning of --wait: negative waits until granted,
+// 0 fails at once when the name is held, d waits at most d.
+func acquireLock(ctx context.Context, s *client.Session, name string, wait time.Duration, opts ...client.AcquireOption) (*client.Lock, error) {
+	if wait == 0 {
+		return s.TryAcquire(ctx, name, opts...)
+	}
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	l, err := s.Acquire(ctx, name, opts...)
+	if err != nil && ctx.Err() != nil {
+		return nil, api.Errorf(api.CodeDeadlineExceeded, "%q still held after waiting %s", name, wait)
+	}
+	return l, err
+}
+
+func newAcquireCmd(g *globals) *cobra.Command {
+	var (
+		ttl, wait, lockDelay time.Duration
+		owner                string
+	)
+	cmd := &cobra.Command{
+		Use:   "acquire NAME",
+		Short: "Take a lock and print its lease id and fencing token",
+		Long: `Take the lock NAME under a new session and print the grant. The session is not kept alive
+after the command exits: the lock is held until the TTL runs out, unless released with
+'leasehold release NAME --lease ID --token N'. Use 'leasehold run' to hold a lock while a
+command runs.`,
+		Example: `  leasehold acquire report:417:rebuild --ttl 10s --owner worker-A -o json`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				s, err := c.NewSession(ctx, client.WithTTL(ttl), client.WithOwner(owner))
+				if err != nil {
+					return err
+				}
+				defer s.Orphan() // the lease outlives the command, until its TTL
+				l, err := acquireLock(cmd.Context(), s, args[0], wait, client.WithLockDelay(lockDelay))
+				if err != nil {
+					_ = s.Close(context.WithoutCancel(ctx)) // nothing acquired: do not leave the session behind
+					return err
+				}
+				emit(cmd, g, holdingJSON{Name: l.Name(), LeaseID: l.LeaseID(), Token: l.Token(), TTLMs: s.TTL().Milliseconds(), Owner: s.Owner()},
+					fmt.Sprintf("acquired %s\nlease_id %s\ntoken    %d\nttl      %s\nowner    %s", l.Name(), l.LeaseID(), l.Token(), s.TTL(), s.Owner()))
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&ttl, "ttl", 10*time.Second, "session TTL (granted within [1s, 1h])")
+	f.StringVar(&owner, "owner", "", "owner label shown to operators")
+	f.DurationVar(&wait, "wait", 0, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
+	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
+	return cmd
+}
+
+func newReleaseCmd(g *globals) *cobra.Command {
+	var (
+		lease string
+		token uint64
+	)
+	cmd := &cobra.Command{
+		Use:     "release NAME --lease ID --token N",
+		Short:   "Release a holding; refused with not-holder unless it is the current one",
+		Example: `  leasehold release report:417:rebuild --lease 6e37c08f0eef27b0ff99b2072b4d950b --token 1`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if lease == "" || token == 0 {
+				return usageErr("--lease and --token are required")
+			}
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := c.Release(ctx, args[0], lease, token); err != nil {
+					return err
+				}
+				emit(cmd, g, map[string]any{"name": args[0], "released": true}, "released "+args[0])
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&lease, "lease", "", "lease id of the holding")
+	cmd.Flags().Uint64Var(&token, "token", 0, "fencing token of the holding")
+	return cmd
+}
+
+type waiterJSON struct {
+	LeaseID  string `json:"lease_id"`
+	Owner    string `json:"owner"`
+	QueuedMs int64  `json:"queued_unix_ms"`
+}
+
+type holderJSON struct {
+	Owner       string `json:"owner"`
+	LeaseID     string `json:"lease_id"`
+	Token       uint64 `json:"token"`
+	RemainingMs int64  `json:"remaining_ttl_ms"`
+	AcquiredMs  int64  `json:"acquired_unix_ms"`
+	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
+}
+
+type lockJSON struct {
+	Name      string       `json:"name"`
+	Held      bool         `json:"held"`
+	Holder    *holderJSON  `json:"holder,omitempty"`
+	Waiters   []waiterJSON `json:"waiters"`
+	LockDelay bool         `json:"lock_delay"`
+}
+
+func lockView(info *client.LockInfo) lockJSON {
+	v := lockJSON{Name: info.GetName(), LockDelay: info.GetDelayed(), Waiters: []waiterJSON{}}
+	if h := info.GetHolder(); h != nil {
+		v.Held = true
+		v.Holder = &holderJSON{Owner: h.GetOwner(), LeaseID: h.GetLeaseId(), Token: h.GetToken(), RemainingMs: info.GetRemainingMs(), AcquiredMs: h.GetAcquiredUnixMs(), LockDelayMs: h.GetLockDelayMs()}
+	}
+	for _, w := range info.GetWaiters() {
+		v.Waiters = append(v.Waiters, waiterJSON{LeaseID: w.GetLeaseId(), Owner: w.GetOwner(), QueuedMs: w.GetQueuedUnixMs()})
+	}
+	return v
+}
+
+func (v lockJSON) text() string {
+	var b strings.Builder
+	switch {
+	case v.Holder != nil:
+		rem := "unknown"
+		if v.Holder.RemainingMs >= 0 {
+			rem = (time.Duration(v.Holder.RemainingMs) * time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "%s  held by %q  lease %s  token %d  remaining %s", v.Name, v.Holder.Owner, v.Holder.LeaseID, v.Holder.Token, rem)
+	case v.LockDelay:
+		fmt.Fprintf(&b, "%s  free, in lock-delay", v.Name)
+	default:
+		fmt.Fprintf(&b, "%s  free", v.Name)
+	}
+	if len(v.Waiters) > 0 {
+		fmt.Fprintf(&b, "  waiters %d", len(v.Waiters))
+	}
+	b.WriteString("\n")
+	for i, w := range v.Waiters {
+		fmt.Fprintf(&b, "  %d. %q lease %s\n", i+1, w.Owner, w.LeaseID)
+	}
+	return b.String()
+}
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var stale bool
+	cmd := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show a lock's holder (owner, lease, token, remaining TTL) and waiters",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				var opts []client.ReadOption
+				if stale {
+					opts = append(opts, client.Stale())
+				}
+				info, err := c.Status(ctx, args[0], opts...)
+				if err != nil {
+					return err
+				}
+				v := lockView(info)
+				emit(cmd, g, v, v.text())
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&stale, "stale", false, "read this node's applied state without confirming leadership")
+	return cmd
+}
+
+func newLsCmd(g *globals) *cobra.Command {
+	var (
+		stale bool
+		limit int32
+	)
+	cmd := &cobra.Command{
+		Use:   "ls [PREFIX]",
+		Short: "List held, queued and delayed locks whose name has PREFIX",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				opts := []client.ReadOption{client.ListLimit(limit)}
+				if stale {
+					opts = append(opts, client.Stale())
+				}
+				infos, truncated, err := c.List(ctx, prefix, opts...)
+				if err != nil {
+					return err
+				}
+				views := make([]lockJSON, 0, len(infos))
+				var b strings.Builder
+				for _, info := range infos {
+					v := lockView(info)
+					views = append(views, v)
+					b.WriteString(v.text())
+				}
+				if truncated {
+					b.WriteString("(more locks match; raise --limit)\n")
+				}
+				if len(infos) == 0 {
+					b.WriteString("no locks\n")
+				}
+				emit(cmd, g, map[string]any{"locks": views, "truncated": truncated}, b.String())
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&stale, "stale", false, "read this node's applied state without confirming leadership")
+	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many locks (0 = the server maximum, 1000)")
+	return cmd
+}
+
+type eventJSON struct {
+	Type    string `json:"type"`
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+	Token   uint64 `json:"token,omitempty"`
+	Index   uint64 `json:"index"`
+	UnixMs  int64  `json:"unix_ms"`
+}
+
+func newWatchCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "watch [PREFIX]",
+		Short: "Print lock events (acquired, released, expired, queued, ...) as they happen",
+		Long:  "Print lock events of names with PREFIX as they are applied, one per line (one JSON object per line with -o json), until interrupted.",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			c, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for ev, err := range c.Watch(cmd.Context(), prefix) {
+				if err != nil {
+					return err
+				}
+				typ := strings.ToLower(strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"))
+				v := eventJSON{Type: typ, Name: ev.GetName(), LeaseID: ev.GetLeaseId(), Owner: ev.GetOwner(), Token: ev.GetToken(), Index: ev.GetIndex(), UnixMs: ev.GetUnixMs()}
+				text := fmt.Sprintf("%s %-16s %s", time.UnixMilli(v.UnixMs).Format(time.RFC3339Nano), typ, v.Name)
+				if v.Token != 0 {
+					text += " token=" + strconv.FormatUint(v.Token, 10)
+				}
+				if v.LeaseID != "" {
+					text += fmt.Sprintf(" lease=%s owner=%q", v.LeaseID, v.Owner)
+				}
+				emit(cmd, g, v, text)
+			}
+			return nil
+		},
+	}
+	return cmd
+}

@@ -1,0 +1,179 @@
+// Command leasehold is the one binary of leasehold: the server (serve),
+// the client commands (acquire, release, run, status, ls, watch, kv,
+// cluster), the fencing gateway and the seed-scenario demo.
+//
+// Flags, environment variables and config are read only here.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/client"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// globals are the flags every client command shares.
+type globals struct {
+	endpoints string
+	output    string
+	timeout   time.Duration
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "leasehold",
+		Short:         "A lock service whose grants carry fencing tokens",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if g.output != "text" && g.output != "json" {
+				return usageErr("-o must be text or json, got %q", g.output)
+			}
+			return nil
+		},
+	}
+	def := os.Getenv("LEASEHOLD_ENDPOINTS")
+	if def == "" {
+		def = client.DefaultEndpoint
+	}
+	root.PersistentFlags().StringVar(&g.endpoints, "endpoints", def, "comma-separated server addresses (env LEASEHOLD_ENDPOINTS)")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
+	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 15*time.Second, "deadline of each request (waiting in a queue is bounded by --wait instead)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	root.AddCommand(
+		newServeCmd(),
+		newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
+		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
+		newKVCmd(g), newClusterCmd(g),
+		newDemoCmd(g), newGatewayCmd(),
+	)
+	root.SetErr(os.Stderr)
+	root.SetOut(os.Stdout)
+	wrapErrors(root, g)
+	return root
+}
+
+// wrapErrors makes every command print its error in the chosen format
+// before returning it, so exitCode only has to pick the status.
+func wrapErrors(c *cobra.Command, g *globals) {
+	for _, sub := range c.Commands() {
+		wrapErrors(sub, g)
+	}
+	if c.RunE == nil {
+		return
+	}
+	run := c.RunE
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		err := run(cmd, args)
+		var ee exitError
+		if err != nil && !errors.As(err, &ee) {
+			printError(cmd, g, err)
+		}
+		return err
+	}
+}
+
+// exitError carries a child's exit status through (leasehold run).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageErr is an invalid-argument error from flag or argument parsing.
+func usageErr(format string, args ...any) error {
+	return api.Errorf(api.CodeInvalidArgument, format, args...)
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if !isAPIError(err) {
+		// cobra's own errors (unknown command, bad args) arrive here unprinted.
+		fmt.Fprintln(os.Stderr, "error:", err)
+		return api.CodeInvalidArgument.ExitCode()
+	}
+	return api.CodeOf(err).ExitCode()
+}
+
+func isAPIError(err error) bool {
+	var e *api.Error
+	return errors.As(err, &e)
+}
+
+type errorBody struct {
+	Error errorJSON `json:"error"`
+}
+
+type errorJSON struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	LastToken uint64 `json:"last_token,omitempty"`
+}
+
+func printError(cmd *cobra.Command, g *globals, err error) {
+	e := api.FromError(err)
+	if g.output == "json" {
+		writeJSON(cmd.OutOrStdout(), errorBody{errorJSON{Code: string(e.Code), Message: err.Error(), LastToken: e.LastToken}})
+		return
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %v\n", e.Code, err)
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// emit prints v as one JSON object, or text as given.
+func emit(cmd *cobra.Command, g *globals, v any, text string) {
+	if g.output == "json" {
+		writeJSON(cmd.OutOrStdout(), v)
+		return
+	}
+	fmt.Fprint(cmd.OutOrStdout(), text)
+	if !strings.HasSuffix(text, "\n") {
+		fmt.Fprintln(cmd.OutOrStdout())
+	}
+}
+
+func (g *globals) dial(ctx context.Context) (*client.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return client.Dial(ctx, g.endpoints)
+}
+
+// do dials the endpoints and runs f with a context bounded by --timeout.
+func (g *globals) do(cmd *cobra.Command, f func(ctx context.Context, c *client.Client) error) error {
+	c, err := g.dial(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+	defer cancel()
+	return f(ctx, c)
+}
