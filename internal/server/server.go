@@ -42,6 +42,9 @@ type Config struct {
 	// is registered in the replicated state so followers can forward to
 	// the leader. Required.
 	APIAddr string
+	// Join is the API address of a running member; when set, this node
+	// starts without bootstrapping and asks that member to add it.
+	Join string
 	// Registerer receives the server's metrics; nil uses a private registry.
 	Registerer prometheus.Registerer
 	// Gatherer serves /metrics; nil uses the private registry (or none).
@@ -54,8 +57,10 @@ type Config struct {
 func DefaultConfig(dataDir, apiAddr string) Config {
 	rc := raftnode.DefaultConfig()
 	rc.DataDir = dataDir
+	rc.Logger = nil // Open uses Config.Logger
 	lc := lessor.DefaultConfig()
 	lc.Grace = rc.LeaderLeaseTimeout
+	lc.Logger = nil
 	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Logger: slog.Default()}
 }
 
@@ -116,6 +121,7 @@ func Open(cfg Config) (*Server, error) {
 	if s.lessor, err = lessor.New(cfg.Lessor, proposer{s}); err != nil {
 		return nil, err
 	}
+	cfg.Raft.Join = cfg.Join != ""
 	cfg.Raft.Observer = s.observe
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
@@ -124,6 +130,20 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.wg.Go(s.registerLoop)
 	return s, nil
+}
+
+// WaitLeader waits until some node (this one or another) is known to lead.
+func (s *Server) WaitLeader(ctx context.Context) error {
+	for {
+		if id, _ := s.node.Leader(); id != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return api.Errorf(api.CodeUnavailable, "no leader elected: %v", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Node returns the raft node (tests and cluster administration).
@@ -199,7 +219,10 @@ func (s *Server) register(ctx context.Context) error {
 	}
 	addr, err := s.leaderAPIAddr()
 	if err != nil {
-		return err
+		if s.cfg.Join == "" {
+			return err
+		}
+		addr = s.cfg.Join // not a member yet: ask the member we were told of
 	}
 	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
 	id, raftAddr := s.node.ID(), s.node.RaftAddr()
