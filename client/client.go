@@ -113,9 +113,20 @@ func (c *Client) Close() error {
 }
 
 // retryable reports whether a call that failed with code may be sent again
-// without risk of applying twice: the request was not applied.
-func retryable(code api.Code) bool {
-	return code == api.CodeUnavailable || code == api.CodeNotLeader
+// without risk of applying twice: the request was not applied, or applying
+// it twice has the effect of once (a session acquiring a name it already
+// holds gets the same holding; closing a closed session is lease-expired).
+func retryable(code api.Code, req any) bool {
+	switch code {
+	case api.CodeUnavailable, api.CodeNotLeader:
+		return true
+	case api.CodeOutcomeUnknown:
+		switch req.(type) {
+		case *pb.AcquireRequest, *pb.TryAcquireRequest, *pb.KeepAliveRequest, *pb.CloseSessionRequest:
+			return true
+		}
+	}
+	return false
 }
 
 // call sends req through f, failing over between endpoints on retryable
@@ -124,7 +135,7 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 	f func(S, context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req,
 ) (*Res, error) {
 	stop := time.Now().Add(c.opts.retryTimeout)
-	backoff := 25 * time.Millisecond
+	backoff := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		c.mu.Lock()
 		i := c.cur
@@ -134,7 +145,7 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 			return resp.Msg, nil
 		}
 		e := api.FromError(err)
-		if !retryable(e.Code) || ctx.Err() != nil || time.Now().After(stop) {
+		if !retryable(e.Code, req) || ctx.Err() != nil || time.Now().After(stop) {
 			return nil, fmt.Errorf("%s: %w", op, e)
 		}
 		c.mu.Lock()
@@ -148,7 +159,7 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 				return nil, fmt.Errorf("%s: %w", op, e)
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, time.Second)
+			backoff = min(2*backoff, 100*time.Millisecond) // an election takes ~1 s
 		}
 	}
 }

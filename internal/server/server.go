@@ -31,6 +31,9 @@ import (
 	"github.com/leasehold/leasehold/internal/raftnode"
 )
 
+// Peer is one voter of a cluster being bootstrapped.
+type Peer = raftnode.Peer
+
 // Config configures a Server.
 type Config struct {
 	// Raft configures the node (id, data dir, raft address, bootstrap).
