@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -133,6 +134,11 @@ type Node struct {
 	trans raft.Transport
 	fsm   *raftFSM
 
+	// barrierTerm is the last term in which this node, as leader, applied
+	// its barrier: every entry of earlier terms is applied. ReadIndex waits
+	// for it to equal the current term.
+	barrierTerm atomic.Uint64
+
 	wg      sync.WaitGroup
 	done    chan struct{} // closed by Close: stops watchLeadership
 	closeMu sync.Mutex    // protects following
@@ -199,7 +205,12 @@ func Open(cfg Config) (*Node, error) {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = cfg.TrailingLogs
-	rc.BatchApplyCh = true
+	// BatchApplyCh stays off: with it, raft buffers futures in applyCh and
+	// never answers those still buffered at Shutdown, so a Barrier or Apply
+	// racing Close would wait forever (and Close with it). The leader loop
+	// still batches every proposal that is waiting to be sent into one
+	// append, so concurrent callers share an fsync either way.
+	rc.BatchApplyCh = false
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
@@ -248,10 +259,12 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 		if isLeader {
 			// Apply every entry of earlier terms before the lessor reads the
 			// state; a failed barrier means leadership is already gone.
+			term := n.raft.CurrentTerm()
 			if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
 				n.cfg.Logger.Warn("leader barrier failed", "err", err)
 				continue
 			}
+			n.barrierTerm.Store(term)
 		}
 		leader = isLeader
 		n.cfg.Logger.Info("leadership changed", "node", n.cfg.NodeID, "leader", leader)
@@ -274,8 +287,8 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 	if err := ctx.Err(); err != nil {
 		return fsm.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if n.raft.State() != raft.Leader {
-		return fsm.Result{}, ErrNotLeader
+	if err := n.leaderErr(); err != nil {
+		return fsm.Result{}, err
 	}
 	timeout := 5 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
@@ -323,8 +336,25 @@ func (n *Node) Read(f func(m *fsm.Machine)) {
 // committed before the call is applied here, so a Read that follows sees
 // every write acknowledged before ReadIndex was called (a linearizable read).
 func (n *Node) ReadIndex(ctx context.Context) error {
-	if n.raft.State() != raft.Leader {
-		return ErrNotLeader
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := n.leaderErr(); err != nil {
+		return err
+	}
+	// A new leader knows neither the commit index nor the applied state of
+	// earlier terms until its barrier is applied (raft's AppliedIndex counts
+	// entries handed to the FSM, not applied by it): until then a read could
+	// miss writes acknowledged by the previous leader or before a restart.
+	for n.barrierTerm.Load() != n.raft.CurrentTerm() {
+		if err := n.leaderErr(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
 	}
 	commit := n.raft.CommitIndex()
 	if err := waitFuture(ctx, n.raft.VerifyLeader()); err != nil {
@@ -352,6 +382,18 @@ func waitFuture(ctx context.Context, f raft.Future) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
+}
+
+// leaderErr is nil on the leader, ErrShutdown on a closed node and
+// ErrNotLeader otherwise.
+func (n *Node) leaderErr() error {
+	switch n.raft.State() {
+	case raft.Leader:
+		return nil
+	case raft.Shutdown:
+		return ErrShutdown
+	}
+	return ErrNotLeader
 }
 
 // IsLeader reports whether this node is the Raft leader right now.
