@@ -115,14 +115,15 @@ func (c *Client) Close() error {
 // retryable reports whether a call that failed with code may be sent again
 // without risk of applying twice: the request was not applied, or applying
 // it twice has the effect of once (a session acquiring a name it already
-// holds gets the same holding; closing a closed session is lease-expired).
+// holds gets the same holding; closing a closed session is lease-expired;
+// a session created twice leaves one unused session that expires by TTL).
 func retryable(code api.Code, req any) bool {
 	switch code {
 	case api.CodeUnavailable, api.CodeNotLeader:
 		return true
 	case api.CodeOutcomeUnknown:
 		switch req.(type) {
-		case *pb.AcquireRequest, *pb.TryAcquireRequest, *pb.KeepAliveRequest, *pb.CloseSessionRequest:
+		case *pb.CreateSessionRequest, *pb.AcquireRequest, *pb.TryAcquireRequest, *pb.KeepAliveRequest, *pb.CloseSessionRequest:
 			return true
 		}
 	}

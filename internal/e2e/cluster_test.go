@@ -1,0 +1,431 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/client"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "leasehold-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "leasehold")
+	out, err := exec.Command("go", "build", "-o", binary, "../../cmd/leasehold").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build leasehold: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a port that was free a moment ago on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type proc struct {
+	id, api, raft, dir string
+	cmd                *exec.Cmd
+	log                *os.File
+}
+
+func (p *proc) start(t *testing.T, bootstrap string) {
+	t.Helper()
+	args := []string{"serve", "--node-id", p.id, "--listen", p.api, "--raft-addr", p.raft, "--data", p.dir}
+	if bootstrap != "" {
+		args = append(args, "--bootstrap", bootstrap)
+	}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *proc) kill() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		_ = p.cmd.Wait()
+		p.cmd = nil
+	}
+}
+
+func startCluster(t *testing.T, n int) []*proc {
+	t.Helper()
+	var procs []*proc
+	var boot []string
+	for i := range n {
+		p := &proc{id: fmt.Sprintf("n%d", i+1), api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), raft: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir()}
+		f, err := os.Create(filepath.Join(t.TempDir(), p.id+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.log = f
+		procs = append(procs, p)
+		boot = append(boot, p.id+"="+p.raft)
+	}
+	for _, p := range procs {
+		p.start(t, strings.Join(boot, ","))
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.kill()
+			p.log.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(p.log.Name())
+				t.Logf("log of %s:\n%s", p.id, tail(string(b), 3000))
+			}
+		}
+	})
+	for _, p := range procs {
+		waitHealthy(t, p.api)
+	}
+	return procs
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func waitHealthy(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s not healthy within 15s", addr)
+}
+
+func endpoints(procs []*proc) string {
+	var eps []string
+	for _, p := range procs {
+		eps = append(eps, p.api)
+	}
+	return strings.Join(eps, ",")
+}
+
+type grant struct {
+	name       string
+	lease      string
+	token      uint64
+	sent, acked time.Time
+}
+
+type put struct {
+	key, value string
+	token      uint64
+}
+
+// history is what the workers saw acknowledged.
+type history struct {
+	mu       sync.Mutex // protects following
+	grants   []grant
+	puts     []put
+	releases []grant
+	errors   map[api.Code]int
+	examples map[api.Code]string // the first error of each code
+}
+
+func (h *history) errorf(err error) {
+	h.mu.Lock()
+	code := api.CodeOf(err)
+	h.errors[code]++
+	if _, ok := h.examples[code]; !ok {
+		h.examples[code] = err.Error()
+	}
+	h.mu.Unlock()
+}
+
+// watchNode replays one node's event stream and reports two sessions
+// holding one name at once in that node's applied state.
+func watchNode(ctx context.Context, addr string, onAcquired func(uint64), violations chan<- string) {
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	holders := map[string]string{}
+	for ev, err := range c.Watch(ctx, "e2e:") {
+		if err != nil {
+			return
+		}
+		switch ev.GetType() {
+		case pb.EventType_EVENT_TYPE_ACQUIRED:
+			if h, ok := holders[ev.GetName()]; ok && h != ev.GetLeaseId() {
+				violations <- fmt.Sprintf("node %s: %s acquired by %s while held by %s (index %d)", addr, ev.GetName(), ev.GetLeaseId(), h, ev.GetIndex())
+			}
+			holders[ev.GetName()] = ev.GetLeaseId()
+			onAcquired(ev.GetToken())
+		case pb.EventType_EVENT_TYPE_RELEASED, pb.EventType_EVENT_TYPE_EXPIRED:
+			delete(holders, ev.GetName())
+		}
+	}
+}
+
+// TestClusterKillLeader runs the real binary as a 3-node cluster, puts it
+// under concurrent acquire → fenced write → release load, SIGKILLs the
+// leader, restarts it, and checks that nothing acknowledged was lost,
+// tokens follow real-time order, and no node ever applied two holders.
+func TestClusterKillLeader(t *testing.T) {
+	procs := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, endpoints(procs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, leaderID, err := c.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader *proc
+	for _, p := range procs {
+		if p.id == leaderID {
+			leader = p
+		}
+	}
+	if leader == nil {
+		t.Fatalf("leader %q not among %v", leaderID, procs)
+	}
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	violations := make(chan string, 100)
+	var (
+		seenMu sync.Mutex
+		seen   = map[uint64]bool{} // tokens a surviving node applied
+	)
+	survivor := procs[0]
+	if survivor == leader {
+		survivor = procs[1]
+	}
+	var watchers sync.WaitGroup
+	for _, p := range procs {
+		onAcquired := func(uint64) {}
+		if p == survivor {
+			onAcquired = func(tok uint64) {
+				seenMu.Lock()
+				seen[tok] = true
+				seenMu.Unlock()
+			}
+		}
+		watchers.Go(func() { watchNode(wctx, p.api, onAcquired, violations) })
+	}
+
+	h := &history{errors: map[api.Code]int{}, examples: map[api.Code]string{}}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var workers sync.WaitGroup
+	const nworkers, nnames = 6, 3
+	for w := range nworkers {
+		workers.Go(func() { worker(loadCtx, endpoints(procs), w, nnames, h) })
+	}
+	time.Sleep(2 * time.Second) // load before the kill
+	killed := time.Now()
+	leader.kill()
+	time.Sleep(3 * time.Second) // load while the leader is down
+	leader.start(t, "")
+	waitHealthy(t, leader.api)
+	time.Sleep(2 * time.Second) // load after it rejoined
+	stopLoad()
+	workers.Wait()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.grants) < 20 {
+		t.Fatalf("only %d grants acknowledged (errors %v): the load did not run", len(h.grants), h.errors)
+	}
+	// Failover time: the first grant sent after the kill and acknowledged.
+	first := time.Duration(-1)
+	for _, g := range h.grants {
+		if g.sent.After(killed) && (first < 0 || g.acked.Sub(killed) < first) {
+			first = g.acked.Sub(killed)
+		}
+	}
+	if first < 0 {
+		t.Fatalf("no acquire succeeded after the leader was killed (errors %v)", h.errors)
+	}
+	t.Logf("time from SIGKILL of the leader to the first successful acquire: %s", first.Round(time.Millisecond))
+	t.Logf("acknowledged: %d grants, %d fenced writes, %d releases; errors by code: %v", len(h.grants), len(h.puts), len(h.releases), h.errors)
+	for code, msg := range h.examples {
+		t.Logf("  first %s: %s", code, msg)
+	}
+
+	// Tokens follow real-time order: a grant acknowledged before another was
+	// requested has the smaller token.
+	byAck := append([]grant(nil), h.grants...)
+	sort.Slice(byAck, func(i, j int) bool { return byAck[i].acked.Before(byAck[j].acked) })
+	for _, g := range h.grants {
+		for _, e := range byAck {
+			if !e.acked.Before(g.sent) {
+				break
+			}
+			if e.token >= g.token {
+				t.Fatalf("token %d (%s) acknowledged before token %d (%s) was requested", e.token, e.name, g.token, g.name)
+			}
+		}
+	}
+	// Every acknowledged fenced write survives: the key's final token is at
+	// least the largest acknowledged, with that write's value when equal.
+	best := map[string]put{}
+	for _, p := range h.puts {
+		if p.token >= best[p.key].token {
+			best[p.key] = p
+		}
+	}
+	for key, p := range best {
+		v, tok, err := c.KVGet(ctx, key)
+		if err != nil {
+			t.Fatalf("kv get %s: %v", key, err)
+		}
+		if tok < p.token || (tok == p.token && string(v) != p.value) {
+			t.Fatalf("acknowledged write %s=%q@%d lost: the key holds %q@%d", key, p.value, p.token, v, tok)
+		}
+	}
+	// Every acknowledged release holds: the holding is not current.
+	for _, r := range h.releases {
+		info, err := c.Status(ctx, r.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.GetHolder().GetToken() == r.token {
+			t.Fatalf("acknowledged release of %s token %d lost", r.name, r.token)
+		}
+	}
+	// Every acknowledged grant was applied by a node that never died.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, g := range h.grants {
+		for {
+			seenMu.Lock()
+			ok := seen[g.token]
+			seenMu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("acknowledged grant %s token %d never applied on %s", g.name, g.token, survivor.id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	stopWatch()
+	watchers.Wait()
+	close(violations)
+	for v := range violations {
+		t.Error("two holders:", v)
+	}
+
+	// With two of three nodes gone, a write is refused as unavailable by
+	// the request's deadline instead of hanging.
+	var last *proc
+	for _, p := range procs {
+		if p != survivor {
+			p.kill()
+		} else {
+			last = p
+		}
+	}
+	start := time.Now()
+	out, err := exec.Command(binary, "acquire", "e2e:no-quorum", "--endpoints", last.api, "--timeout", "2s", "-o", "json").Output()
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != api.CodeUnavailable.ExitCode() {
+		t.Fatalf("acquire without quorum: err %v, output %s; want exit %d (unavailable)", err, out, api.CodeUnavailable.ExitCode())
+	}
+	if !strings.Contains(string(out), `"code":"unavailable"`) || took > 4*time.Second {
+		t.Fatalf("acquire without quorum took %s and printed %s", took, out)
+	}
+}
+
+// worker loops acquire → fenced write → release on a few names until ctx
+// ends, recording what was acknowledged.
+func worker(ctx context.Context, eps string, id, nnames int, h *history) {
+	c, err := client.Dial(ctx, eps)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	var s *client.Session
+	defer func() {
+		if s != nil {
+			_ = s.Close(context.Background())
+		}
+	}()
+	for i := 0; ctx.Err() == nil; i++ {
+		if s == nil || s.Err() != nil {
+			s, err = c.NewSession(ctx, client.WithTTL(3*time.Second), client.WithOwner(fmt.Sprintf("w%d", id)))
+			if err != nil {
+				h.errorf(err)
+				continue
+			}
+		}
+		name := fmt.Sprintf("e2e:%d", (id+i)%nnames)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		sent := time.Now()
+		l, err := s.Acquire(actx, name)
+		cancel()
+		if err != nil {
+			h.errorf(err)
+			continue
+		}
+		g := grant{name: name, lease: l.LeaseID(), token: l.Token(), sent: sent, acked: time.Now()}
+		h.mu.Lock()
+		h.grants = append(h.grants, g)
+		h.mu.Unlock()
+		value := fmt.Sprintf("w%d-%d", id, l.Token())
+		if err := c.KVPut(ctx, name, []byte(value), l.Token(), false); err != nil {
+			h.errorf(err)
+		} else {
+			h.mu.Lock()
+			h.puts = append(h.puts, put{key: name, value: value, token: l.Token()})
+			h.mu.Unlock()
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = l.Release(rctx)
+		cancel()
+		if err != nil {
+			h.errorf(err)
+			continue
+		}
+		h.mu.Lock()
+		h.releases = append(h.releases, g)
+		h.mu.Unlock()
+	}
+}
