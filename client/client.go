@@ -23,6 +23,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"net/http"
@@ -146,6 +147,12 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 			return resp.Msg, nil
 		}
 		e := api.FromError(err)
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() == connect.CodeCanceled && ctx.Err() == nil {
+			// connect reports a connection reset mid-call as canceled; the
+			// request may have been applied.
+			e = &api.Error{Code: api.CodeOutcomeUnknown, Message: "connection lost during the call: " + e.Message}
+		}
 		if !retryable(e.Code, req) || ctx.Err() != nil || time.Now().After(stop) {
 			return nil, fmt.Errorf("%s: %w", op, e)
 		}

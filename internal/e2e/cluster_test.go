@@ -297,6 +297,9 @@ func TestClusterKillLeader(t *testing.T) {
 			if !e.acked.Before(g.sent) {
 				break
 			}
+			if e.token == g.token && e.lease == g.lease {
+				continue // the same holding, acquired again after a failed release
+			}
 			if e.token >= g.token {
 				t.Fatalf("token %d (%s) acknowledged before token %d (%s) was requested", e.token, e.name, g.token, g.name)
 			}
