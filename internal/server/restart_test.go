@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
 
@@ -52,6 +53,9 @@ func TestRestart(t *testing.T) {
 	if h := info.GetHolder(); h.GetLeaseId() != a.GetLeaseId() || h.GetToken() != hA.GetToken() || h.GetOwner() != "A" {
 		t.Fatalf("r:1 holder after restart %v", h)
 	}
+	if want := (cfg.Grace + 5*time.Second + time.Duration(float64(5*time.Second)*cfg.Drift)).Milliseconds(); info.GetRemainingMs() != want {
+		t.Fatalf("A's remaining TTL right after the restart is %d ms, want Grace + TTL·(1+drift) = %d ms", info.GetRemainingMs(), want)
+	}
 	if w := waiters(info); len(w) != 1 || w[0] != b.GetLeaseId() {
 		t.Fatalf("r:1 waiters after restart %v", w)
 	}
@@ -94,5 +98,21 @@ func TestRestart(t *testing.T) {
 	e := newSession(t, cl, 5000, "E")
 	if h := acquire(t, cl, "r:3", e.GetLeaseId()); h.GetToken() <= hB.GetToken() {
 		t.Fatalf("next grant token %d, not above %d", h.GetToken(), hB.GetToken())
+	}
+}
+
+// TestGraceDefault: a zero Lessor.Grace means the raft leader-lease
+// timeout, as server.Config documents: the new leader's grace is never
+// silently zero.
+func TestGraceDefault(t *testing.T) {
+	t.Parallel()
+	c, _ := startManual(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Lessor.Grace = 0 }})
+	a := newSession(t, c.Client, 5000, "A")
+	acquire(t, c.Client, "g", a.GetLeaseId())
+	c.Restart()
+	lease := c.Config().Raft.LeaderLeaseTimeout
+	want := (lease + 5*time.Second + time.Duration(float64(5*time.Second)*c.Config().Lessor.Drift)).Milliseconds()
+	if got := status(t, c.Client, "g").GetRemainingMs(); got != want {
+		t.Fatalf("remaining TTL after a restart with Grace 0: %d ms, want leader lease %v + TTL·(1+drift) = %d ms", got, lease, want)
 	}
 }

@@ -97,6 +97,9 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.Lessor.Clock == nil {
 		cfg.Lessor.Clock = clock.Real{}
 	}
+	if cfg.Lessor.Grace == 0 {
+		cfg.Lessor.Grace = cfg.Raft.LeaderLeaseTimeout
+	}
 	if cfg.Lessor.Logger == nil {
 		cfg.Lessor.Logger = cfg.Logger
 	}
@@ -182,14 +185,12 @@ func (s *Server) onLeadership(leader bool) {
 		s.lessor.Demote()
 		return
 	}
-	var (
-		sessions []*fsmpb.Session
-		delays   []fsm.LockDelay
-	)
+	// Promote under the state's read lock: an entry applied after the read
+	// reaches Observe only after Promote, so no session created in between
+	// is missed (untracked, it would never expire).
 	s.node.Read(func(m *fsm.Machine) {
-		sessions, delays = m.Sessions(), m.LockDelays()
+		s.lessor.Promote(m.Sessions(), m.LockDelays())
 	})
-	s.lessor.Promote(sessions, delays)
 }
 
 // registerLoop records this node's API address in the replicated state, so
