@@ -169,6 +169,8 @@ func (s *Server) acquire(ctx context.Context, name, leaseID string, delay, wait 
 			why = api.Errorf(api.CodeDeadlineExceeded, "waited %s for %q", wait, name)
 		case <-ctx.Done():
 			why = api.Errorf(api.CodeDeadlineExceeded, "gave up waiting for %q: %v", name, context.Cause(ctx))
+		case <-s.drain:
+			why = api.Errorf(api.CodeUnavailable, "server shutting down while waiting for %q", name)
 		}
 		if why != nil {
 			s.cancelWait(name, leaseID, waitID)
@@ -339,7 +341,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-h.s.stop:
+		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-w.lagged:
 			return api.ToConnect(api.Errorf(api.CodeResourceExhausted, "watcher fell more than %d events behind", watchBuffer))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/server"
@@ -114,5 +115,39 @@ func TestGraceDefault(t *testing.T) {
 	want := (lease + 5*time.Second + time.Duration(float64(5*time.Second)*c.Config().Lessor.Drift)).Milliseconds()
 	if got := status(t, c.Client, "g").GetRemainingMs(); got != want {
 		t.Fatalf("remaining TTL after a restart with Grace 0: %d ms, want leader lease %v + TTL·(1+drift) = %d ms", got, lease, want)
+	}
+}
+
+// TestShutdownEndsWaits: stopping the server ends a queued Acquire and a
+// Watch at once with unavailable (the queue entry is withdrawn first),
+// rather than holding the graceful shutdown open until its timeout.
+func TestShutdownEndsWaits(t *testing.T) {
+	t.Parallel()
+	c, _ := startManual(t, servertest.Options{})
+	ctx := ctxT(t)
+	watch, err := c.Client.Watch(ctx, req(&pb.WatchRequest{}))
+	mustOK(t, "Watch", err)
+	defer watch.Close()
+	watch.ResponseHeader()
+	a := newSession(t, c.Client, 60_000, "A")
+	acquire(t, c.Client, "s", a.GetLeaseId())
+	b := newSession(t, c.Client, 60_000, "B")
+	ch := acquireAsync(ctx, c.Client, &pb.AcquireRequest{Name: "s", LeaseId: b.GetLeaseId()})
+	waitQueued(t, c.Client, "s", b.GetLeaseId())
+
+	start := time.Now()
+	c.Stop()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("Stop took %v with a Watch and a queued Acquire open", took)
+	}
+	wantCode(t, "queued Acquire at shutdown", recv(t, "Acquire", ch).err, api.CodeUnavailable)
+	for watch.Receive() {
+	}
+	wantCode(t, "Watch at shutdown", watch.Err(), api.CodeUnavailable)
+
+	c.Restart()
+	info := status(t, c.Client, "s")
+	if w := waiters(info); len(w) != 0 || info.GetHolder().GetLeaseId() != a.GetLeaseId() {
+		t.Fatalf("after the restart: holder %v, waiters %v; want A holding and no waiter", info.GetHolder(), w)
 	}
 }

@@ -83,6 +83,12 @@ type Server struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// drain is closed when Serve starts shutting down, or by Close: calls
+	// that may wait without bound (a queued Acquire, a Watch) then end with
+	// unavailable instead of holding the graceful shutdown open.
+	drain     chan struct{}
+	drainOnce sync.Once
 }
 
 // Open starts the node and its lessor. The returned Server serves nothing
@@ -118,6 +124,7 @@ func Open(cfg Config) (*Server, error) {
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
 		http:    h2cClient(),
 		stop:    make(chan struct{}),
+		drain:   make(chan struct{}),
 	}
 	met, err := newMetrics(reg)
 	if err != nil {
@@ -165,12 +172,15 @@ func (s *Server) Close() error {
 	s.closed = true
 	close(s.stop)
 	s.mu.Unlock()
+	s.startDrain()
 	s.wg.Wait()
 	s.lessor.Close()
 	err := s.node.Close()
 	s.http.CloseIdleConnections()
 	return err
 }
+
+func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
 
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(_ uint64, res *fsm.Result) {
@@ -370,6 +380,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	s.startDrain()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
