@@ -228,6 +228,7 @@ type Lock struct {
 	holding *Holding
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
+	unwatch func() bool // stops the goroutine that ends ctx with the session
 }
 
 // Name returns the lock name.
@@ -316,7 +317,9 @@ func (s *Session) acquire(ctx context.Context, do func(context.Context) (*pb.Hol
 	}
 	lctx, lcancel := context.WithCancelCause(context.Background())
 	l := &Lock{s: s, holding: h, ctx: lctx, cancel: lcancel}
-	context.AfterFunc(sessionCtx{s}, func() { lcancel(s.Err()) })
+	// sessionCtx is not a context of package context, so AfterFunc starts
+	// a goroutine that lives until the session ends or unwatch is called.
+	l.unwatch = context.AfterFunc(sessionCtx{s}, func() { lcancel(s.Err()) })
 	return l, nil
 }
 
@@ -327,6 +330,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	err := l.s.c.Release(ctx, l.Name(), l.LeaseID(), l.Token())
 	if err == nil {
 		l.cancel(ErrReleased)
+		l.unwatch()
 	}
 	return err
 }
