@@ -1,0 +1,211 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/server"
+)
+
+// helperEnv selects a helper mode when the test binary re-executes itself
+// (see TestHelperHolder).
+const helperEnv = "LEASEHOLD_CLIENT_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(m.Run()) // a helper process: killed or ended by its parent
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testServer is an in-process single-node leasehold server on a temp dir
+// and a 127.0.0.1 port.
+type testServer struct {
+	Addr string
+
+	srv       *server.Server
+	stopServe context.CancelFunc
+	served    chan error
+	once      sync.Once
+}
+
+// openServer starts a server on dir with timings short enough for tests
+// (an election in tens of milliseconds) and waits for it to lead.
+func openServer(dir string, logger *slog.Logger) (*testServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	cfg := server.DefaultConfig(dir, ln.Addr().String())
+	cfg.Logger = logger
+	cfg.Raft.HeartbeatTimeout = 50 * time.Millisecond
+	cfg.Raft.ElectionTimeout = 50 * time.Millisecond
+	cfg.Raft.LeaderLeaseTimeout = 50 * time.Millisecond
+	cfg.Raft.CommitTimeout = 5 * time.Millisecond
+	cfg.Lessor.Grace = cfg.Raft.LeaderLeaseTimeout
+	srv, err := server.Open(cfg)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &testServer{Addr: ln.Addr().String(), srv: srv, stopServe: cancel, served: make(chan error, 1)}
+	go func() { ts.served <- srv.Serve(ctx, ln) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := srv.WaitLeader(wctx); err != nil {
+		ts.Stop()
+		return nil, err
+	}
+	return ts, nil
+}
+
+// Stop stops serving and closes the server. It is idempotent.
+func (ts *testServer) Stop() error {
+	var err error
+	ts.once.Do(func() {
+		ts.stopServe()
+		err = errors.Join(<-ts.served, ts.srv.Close())
+	})
+	return err
+}
+
+// startServer starts a server that stops when the test ends.
+func startServer(t testing.TB) *testServer {
+	t.Helper()
+	ts, err := openServer(t.TempDir(), testLogger(t))
+	if err != nil {
+		t.Fatalf("start server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := ts.Stop(); err != nil {
+			t.Errorf("stop server: %v", err)
+		}
+	})
+	return ts
+}
+
+// dial returns a client of addr that is closed when the test ends.
+func dial(t testing.TB, endpoints string, opts ...client.DialOption) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, endpoints, opts...)
+	if err != nil {
+		t.Fatalf("dial %s: %v", endpoints, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newSession creates a session that is closed (best effort) when the test
+// ends.
+func newSession(t testing.TB, c *client.Client, opts ...client.SessionOption) *client.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := c.NewSession(ctx, opts...)
+	if err != nil {
+		t.Fatalf("new session: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	return s
+}
+
+// testCtx is a context bounded well inside the test binary's timeout.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it is true and fails the test after d.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		<-tick.C
+	}
+}
+
+// recv waits at most d for a value from ch.
+func recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+		panic("unreachable")
+	}
+}
+
+// closedWithin reports whether ch is closed within d.
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// isClosed reports whether ch is closed now.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// testLogger logs to t.Log until the test ends, then drops lines, so a
+// goroutine that logs while shutting down cannot fail the run.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &tWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct {
+	t    testing.TB
+	mu   sync.Mutex // protects following
+	done bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(string(bytes.TrimRight(p, "\n")))
+	}
+	return len(p), nil
+}
+
+// discardLogger is for examples, whose output is checked.
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
