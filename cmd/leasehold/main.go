@@ -25,9 +25,46 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	root, g := newRootCmd()
+	err := root.ExecuteContext(ctx)
 	stop()
-	os.Exit(exitCode(err))
+	os.Exit(finish(root, g, err, os.Args[1:]))
+}
+
+// finish prints an error no command printed — cobra's own, returned before
+// any RunE: unknown command, bad flags or arguments, a bad -o — as an
+// invalid-argument error in the chosen format, and returns the exit status.
+func finish(root *cobra.Command, g *globals, err error, args []string) int {
+	var ee exitError
+	if err != nil && !g.printed && !errors.As(err, &ee) {
+		if !isAPIError(err) {
+			err = usageErr("%v", err)
+		}
+		if jsonRequested(args) {
+			// Flag parsing may have stopped before -o json.
+			g.output = "json"
+		}
+		printError(root, g, err)
+	}
+	return exitCode(err)
+}
+
+// jsonRequested reports whether args ask for JSON output (-o json and its
+// spellings) before a "--".
+func jsonRequested(args []string) bool {
+	for i, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-o", "--output":
+			if i+1 < len(args) && args[i+1] == "json" {
+				return true
+			}
+		case "-ojson", "-o=json", "--output=json":
+			return true
+		}
+	}
+	return false
 }
 
 // globals are the flags every client command shares.
@@ -35,9 +72,10 @@ type globals struct {
 	endpoints string
 	output    string
 	timeout   time.Duration
+	printed   bool // a command printed its error (see wrapErrors)
 }
 
-func newRootCmd() *cobra.Command {
+func newRootCmd() (*cobra.Command, *globals) {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "leasehold",
@@ -69,7 +107,7 @@ func newRootCmd() *cobra.Command {
 	root.SetErr(os.Stderr)
 	root.SetOut(os.Stdout)
 	wrapErrors(root, g)
-	return root
+	return root, g
 }
 
 // wrapErrors makes every command print its error in the chosen format
@@ -87,6 +125,7 @@ func wrapErrors(c *cobra.Command, g *globals) {
 		var ee exitError
 		if err != nil && !errors.As(err, &ee) {
 			printError(cmd, g, err)
+			g.printed = true
 		}
 		return err
 	}
@@ -110,11 +149,7 @@ func exitCode(err error) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	if !isAPIError(err) {
-		// cobra's own errors (unknown command, bad args) arrive here unprinted.
-		fmt.Fprintln(os.Stderr, "error:", err)
-		return api.CodeInvalidArgument.ExitCode()
-	}
+	// Not a leasehold error: internal (1), the call could not even start.
 	return api.CodeOf(err).ExitCode()
 }
 
