@@ -48,10 +48,7 @@ fails with code stale-token and the value is unchanged. N must be a token the cl
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
-				var opts []client.ReadOption
-				if stale {
-					opts = append(opts, client.Stale())
-				}
+				opts := readOpts(stale)
 				v, tok, err := c.KVGet(ctx, args[0], opts...)
 				if err != nil {
 					return err
@@ -61,7 +58,7 @@ fails with code stale-token and the value is unchanged. N must be a token the cl
 			})
 		},
 	}
-	get.Flags().BoolVar(&stale, "stale", false, "read this node's applied state without confirming leadership")
+	staleFlag(get, &stale)
 	cmd.AddCommand(put, get)
 	return cmd
 }

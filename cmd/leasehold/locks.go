@@ -175,10 +175,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
-				var opts []client.ReadOption
-				if stale {
-					opts = append(opts, client.Stale())
-				}
+				opts := readOpts(stale)
 				info, err := c.Status(ctx, args[0], opts...)
 				if err != nil {
 					return err
@@ -189,7 +186,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&stale, "stale", false, "read this node's applied state without confirming leadership")
+	staleFlag(cmd, &stale)
 	return cmd
 }
 
@@ -208,10 +205,7 @@ func newLsCmd(g *globals) *cobra.Command {
 				prefix = args[0]
 			}
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
-				opts := []client.ReadOption{client.ListLimit(limit)}
-				if stale {
-					opts = append(opts, client.Stale())
-				}
+				opts := append(readOpts(stale), client.ListLimit(limit))
 				infos, truncated, err := c.List(ctx, prefix, opts...)
 				if err != nil {
 					return err
@@ -234,7 +228,7 @@ func newLsCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().BoolVar(&stale, "stale", false, "read this node's applied state without confirming leadership")
+	staleFlag(cmd, &stale)
 	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many locks (0 = the server maximum, 1000)")
 	return cmd
 }

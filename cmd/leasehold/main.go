@@ -212,3 +212,16 @@ func (g *globals) do(cmd *cobra.Command, f func(ctx context.Context, c *client.C
 	defer cancel()
 	return f(ctx, c)
 }
+
+// staleFlag adds --stale to a read command.
+func staleFlag(cmd *cobra.Command, stale *bool) {
+	cmd.Flags().BoolVar(stale, "stale", false, "read this node's applied state without confirming leadership")
+}
+
+// readOpts turns --stale into client read options.
+func readOpts(stale bool) []client.ReadOption {
+	if stale {
+		return []client.ReadOption{client.Stale()}
+	}
+	return nil
+}
