@@ -142,9 +142,9 @@ func endpoints(procs []*proc) string {
 }
 
 type grant struct {
-	name       string
-	lease      string
-	token      uint64
+	name        string
+	lease       string
+	token       uint64
 	sent, acked time.Time
 }
 
@@ -407,6 +407,11 @@ func worker(ctx context.Context, eps string, id, nnames int, h *history) {
 		if err != nil {
 			h.errorf(err)
 			continue
+		}
+		// A session that already held the name (its release failed) gets
+		// the same holding back: that grant happened when first made.
+		if at := time.UnixMilli(l.Holding().GetAcquiredUnixMs()).Add(-time.Millisecond); at.Before(sent) {
+			sent = at
 		}
 		g := grant{name: name, lease: l.LeaseID(), token: l.Token(), sent: sent, acked: time.Now()}
 		h.mu.Lock()
