@@ -102,7 +102,7 @@ func TestRestart(t *testing.T) {
 	}
 }
 
-// TestGraceDefault: a zero Lessor.Grace means the raft leader-lease
+// TestGraceDefault: a zero Lessor.Grace means twice the raft leader-lease
 // timeout, as server.Config documents: the new leader's grace is never
 // silently zero.
 func TestGraceDefault(t *testing.T) {
@@ -111,10 +111,10 @@ func TestGraceDefault(t *testing.T) {
 	a := newSession(t, c.Client, 5000, "A")
 	acquire(t, c.Client, "g", a.GetLeaseId())
 	c.Restart()
-	lease := c.Config().Raft.LeaderLeaseTimeout
+	lease := 2 * c.Config().Raft.LeaderLeaseTimeout
 	want := (lease + 5*time.Second + time.Duration(float64(5*time.Second)*c.Config().Lessor.Drift)).Milliseconds()
 	if got := status(t, c.Client, "g").GetRemainingMs(); got != want {
-		t.Fatalf("remaining TTL after a restart with Grace 0: %d ms, want leader lease %v + TTL·(1+drift) = %d ms", got, lease, want)
+		t.Fatalf("remaining TTL after a restart with Grace 0: %d ms, want 2 × leader lease = %v + TTL·(1+drift) = %d ms", got, lease, want)
 	}
 }
 

@@ -38,8 +38,10 @@ type Peer = raftnode.Peer
 type Config struct {
 	// Raft configures the node (id, data dir, raft address, bootstrap).
 	Raft raftnode.Config
-	// Lessor configures the leader's timers. Its Grace defaults to
-	// Raft.LeaderLeaseTimeout when zero; its Clock is the server's clock.
+	// Lessor configures the leader's timers. Its Grace defaults (when zero)
+	// to twice Raft.LeaderLeaseTimeout: the longest a deposed leader keeps
+	// answering renewals, with as much again for scheduling delays and
+	// clock-rate drift. Its Clock is the server's clock.
 	Lessor lessor.Config
 	// APIAddr is the host:port other nodes use to reach this node's API; it
 	// is registered in the replicated state so followers can forward to
@@ -62,7 +64,7 @@ func DefaultConfig(dataDir, apiAddr string) Config {
 	rc.DataDir = dataDir
 	rc.Logger = nil // Open uses Config.Logger
 	lc := lessor.DefaultConfig()
-	lc.Grace = rc.LeaderLeaseTimeout
+	lc.Grace = 0 // Open: twice the leader-lease timeout
 	lc.Logger = nil
 	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Logger: slog.Default()}
 }
@@ -104,7 +106,7 @@ func Open(cfg Config) (*Server, error) {
 		cfg.Lessor.Clock = clock.Real{}
 	}
 	if cfg.Lessor.Grace == 0 {
-		cfg.Lessor.Grace = cfg.Raft.LeaderLeaseTimeout
+		cfg.Lessor.Grace = 2 * cfg.Raft.LeaderLeaseTimeout
 	}
 	if cfg.Lessor.Logger == nil {
 		cfg.Lessor.Logger = cfg.Logger

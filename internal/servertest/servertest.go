@@ -10,7 +10,7 @@
 // request neither races the election nor meets a "not the leader" answer.
 // Everything is stopped in t.Cleanup. Raft timings are shortened (an
 // election takes tens of milliseconds); the lessor keeps its production
-// drift and tick, and its Grace equals the shortened leader-lease timeout.
+// drift and tick, and its Grace is twice the shortened leader-lease timeout.
 //
 // With a *clock.Manual in Options.Clock every server-side timer (session
 // expiry, lock-delay, the wait_ms of a queued Acquire) fires only when the
@@ -135,7 +135,7 @@ func (c *Cluster) config() server.Config {
 	cfg.Raft.ElectionTimeout = 50 * time.Millisecond
 	cfg.Raft.LeaderLeaseTimeout = 50 * time.Millisecond
 	cfg.Raft.CommitTimeout = 5 * time.Millisecond
-	cfg.Lessor.Grace = cfg.Raft.LeaderLeaseTimeout
+	cfg.Lessor.Grace = 2 * cfg.Raft.LeaderLeaseTimeout
 	cfg.Lessor.Clock = c.opts.Clock
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)

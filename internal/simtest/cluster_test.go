@@ -224,7 +224,7 @@ func TestLockPassBounds(t *testing.T) {
 					t.Fatalf("lock passed only %s after the last renewal; expected within %s", got, upper)
 				}
 			} else {
-				grace := 100 * time.Millisecond
+				grace := 200 * time.Millisecond // 2 × LeaderLeaseTimeout
 				got := granted.Sub(killed)
 				if got < grace+grantorTTL {
 					t.Fatalf("lock passed %s after the leader died; must be ≥ Grace + TTL·(1+drift) = %s", got, grace+grantorTTL)

@@ -112,7 +112,6 @@ func (n *Node) open(bootstrap bool) {
 	cfg.Raft.ElectionTimeout = 200 * time.Millisecond
 	cfg.Raft.LeaderLeaseTimeout = 100 * time.Millisecond
 	cfg.Raft.CommitTimeout = 5 * time.Millisecond
-	cfg.Lessor.Grace = cfg.Raft.LeaderLeaseTimeout
 	cfg.Lessor.Tick = 10 * time.Millisecond
 	if bootstrap {
 		for _, p := range n.c.Nodes {
