@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
@@ -160,7 +162,8 @@ type history struct {
 	puts     []put
 	releases []grant
 	errors   map[api.Code]int
-	examples map[api.Code]string // the first error of each code
+	examples map[api.Code]string   // the first error of each code
+	kvOps    []porcupine.Operation // fenced writes and reads, for the linearizability check
 }
 
 func (h *history) errorf(err error) {
@@ -175,7 +178,9 @@ func (h *history) errorf(err error) {
 
 // watchNode replays one node's event stream and reports two sessions
 // holding one name at once in that node's applied state.
-func watchNode(ctx context.Context, addr string, onAcquired func(uint64), violations chan<- string) {
+// It closes ready when it sees the first event (the probe), so the caller
+// knows the watch is registered before the load starts.
+func watchNode(ctx context.Context, addr string, ready chan<- struct{}, onAcquired func(uint64), violations chan<- string) {
 	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		return
@@ -185,6 +190,10 @@ func watchNode(ctx context.Context, addr string, onAcquired func(uint64), violat
 	for ev, err := range c.Watch(ctx, "e2e:") {
 		if err != nil {
 			return
+		}
+		if ready != nil {
+			close(ready)
+			ready = nil
 		}
 		switch ev.GetType() {
 		case pb.EventType_EVENT_TYPE_ACQUIRED:
@@ -237,7 +246,10 @@ func TestClusterKillLeader(t *testing.T) {
 	if survivor == leader {
 		survivor = procs[1]
 	}
-	var watchers sync.WaitGroup
+	var (
+		watchers sync.WaitGroup
+		readies  []chan struct{}
+	)
 	for _, p := range procs {
 		onAcquired := func(uint64) {}
 		if p == survivor {
@@ -247,7 +259,33 @@ func TestClusterKillLeader(t *testing.T) {
 				seenMu.Unlock()
 			}
 		}
-		watchers.Go(func() { watchNode(wctx, p.api, onAcquired, violations) })
+		ready := make(chan struct{})
+		readies = append(readies, ready)
+		watchers.Go(func() { watchNode(wctx, p.api, ready, onAcquired, violations) })
+	}
+	// Probe until every watcher has seen an event: then all are registered.
+	probe, err := c.NewSession(ctx, client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ready := range readies {
+		for registered := false; !registered; {
+			l, err := probe.Acquire(ctx, "e2e:probe")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ready:
+				registered = true
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	if err := probe.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	h := &history{errors: map[api.Code]int{}, examples: map[api.Code]string{}}
@@ -257,6 +295,11 @@ func TestClusterKillLeader(t *testing.T) {
 	for w := range nworkers {
 		workers.Go(func() { worker(loadCtx, endpoints(procs), w, nnames, h) })
 	}
+	var keys []string
+	for i := range nnames {
+		keys = append(keys, fmt.Sprintf("e2e:%d", i))
+	}
+	workers.Go(func() { reader(loadCtx, endpoints(procs), keys, h) })
 	time.Sleep(2 * time.Second) // load before the kill
 	killed := time.Now()
 	leader.kill()
@@ -305,6 +348,12 @@ func TestClusterKillLeader(t *testing.T) {
 			}
 		}
 	}
+	// The fenced KV's history (writes of every outcome, linearizable reads)
+	// is linearizable.
+	if res := porcupine.CheckOperationsTimeout(kvModel, h.kvOps, 30*time.Second); res != porcupine.Ok {
+		t.Fatalf("fenced KV history of %d operations is not linearizable (%v)", len(h.kvOps), res)
+	}
+	t.Logf("fenced KV history of %d operations is linearizable", len(h.kvOps))
 	// Every acknowledged fenced write survives: the key's final token is at
 	// least the largest acknowledged, with that write's value when equal.
 	best := map[string]put{}
@@ -320,6 +369,30 @@ func TestClusterKillLeader(t *testing.T) {
 		}
 		if tok < p.token || (tok == p.token && string(v) != p.value) {
 			t.Fatalf("acknowledged write %s=%q@%d lost: the key holds %q@%d", key, p.value, p.token, v, tok)
+		}
+	}
+	// The killed node rejoined and caught up: its own applied state (a
+	// stale read served locally) reaches every key's final value.
+	rc, err := client.Dial(ctx, leader.api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	for key := range best {
+		want, wantTok, err := c.KVGet(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			v, tok, err := rc.KVGet(ctx, key, client.Stale())
+			if err == nil && tok == wantTok && string(v) == string(want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("restarted node %s did not catch up on %s: has %q@%d (%v), want %q@%d", leader.id, key, v, tok, err, want, wantTok)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	// Every acknowledged release holds: the holding is not current.
@@ -418,7 +491,10 @@ func worker(ctx context.Context, eps string, id, nnames int, h *history) {
 		h.grants = append(h.grants, g)
 		h.mu.Unlock()
 		value := fmt.Sprintf("w%d-%d", id, l.Token())
-		if err := c.KVPut(ctx, name, []byte(value), l.Token(), false); err != nil {
+		call := time.Now()
+		err = c.KVPut(ctx, name, []byte(value), l.Token(), false)
+		h.recordPut(name, l.Token(), value, call, err)
+		if err != nil {
 			h.errorf(err)
 		} else {
 			h.mu.Lock()
