@@ -58,12 +58,13 @@ type proc struct {
 	log                *os.File
 }
 
-func (p *proc) start(t *testing.T, bootstrap string) {
+func (p *proc) start(t *testing.T, bootstrap string, extra ...string) {
 	t.Helper()
 	args := []string{"serve", "--node-id", p.id, "--listen", p.api, "--raft-addr", p.raft, "--data", p.dir}
 	if bootstrap != "" {
 		args = append(args, "--bootstrap", bootstrap)
 	}
+	args = append(args, extra...)
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {

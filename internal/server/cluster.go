@@ -197,8 +197,18 @@ func (c *clusterService) TransferLeader(ctx context.Context, req *connect.Reques
 		if err := f.Error(); err != nil {
 			return nil, api.Errorf(api.CodeUnavailable, "leadership transfer: %v", err)
 		}
-		id, _ := c.s.node.Leader()
-		return &pb.TransferLeaderResponse{LeaderId: id}, nil
+		// The transfer is done once another node leads; wait until this
+		// node has heard from it, so the answer names the new leader.
+		for {
+			if id, _ := c.s.node.Leader(); id != "" && id != c.s.node.ID() {
+				return &pb.TransferLeaderResponse{LeaderId: id}, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, api.Errorf(api.CodeDeadlineExceeded, "leadership transferred, new leader not heard from yet")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 	}, clusterClient.TransferLeader)
 }
 
