@@ -53,22 +53,50 @@ func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.Kee
 }
 
 // KeepAliveStream renews on this node when it leads, and otherwise sends
-// each renewal to the leader as a unary KeepAlive.
+// each renewal to the leader as a unary KeepAlive. It ends when the caller
+// closes its side, or at once when the server shuts down.
 func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiStream[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]) error {
+	type received struct {
+		msg *pb.KeepAliveStreamRequest
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan received)
+	go func() { // Receive blocks; this goroutine ends when the stream does
+		for {
+			m, err := stream.Receive()
+			select {
+			case in <- received{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for {
-		m, err := stream.Receive()
-		if errors.Is(err, io.EOF) {
+		var r received
+		select {
+		case <-h.s.drain:
+			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
+		case <-ctx.Done():
+			return nil
+		case r = <-in:
+		}
+		if errors.Is(r.err, io.EOF) {
 			return nil
 		}
-		if err != nil {
-			return err
+		if r.err != nil {
+			return r.err
 		}
-		resp := &pb.KeepAliveStreamResponse{LeaseId: m.GetLeaseId()}
-		r, err := h.KeepAlive(ctx, connect.NewRequest(&pb.KeepAliveRequest{LeaseId: m.GetLeaseId()}))
+		resp := &pb.KeepAliveStreamResponse{LeaseId: r.msg.GetLeaseId()}
+		res, err := h.KeepAlive(ctx, connect.NewRequest(&pb.KeepAliveRequest{LeaseId: r.msg.GetLeaseId()}))
 		if err != nil {
 			resp.ErrorCode = string(api.CodeOf(err))
 		} else {
-			resp.TtlMs = r.Msg.GetTtlMs()
+			resp.TtlMs = res.Msg.GetTtlMs()
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
