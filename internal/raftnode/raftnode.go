@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/internal/fsm"
@@ -154,9 +155,11 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: data dir: %w", err)
 	}
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	// bbolt locks the file: a second server on the same data dir fails
+	// after a second instead of waiting forever.
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"), BoltOptions: &bbolt.Options{Timeout: time.Second}})
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: open log store: %w", err)
+		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", cfg.DataDir, err)
 	}
 	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer}}
 	ok := false
