@@ -39,6 +39,8 @@ import (
 	"sort"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
@@ -108,6 +110,9 @@ type Event struct {
 	Token   uint64
 	Index   uint64
 	UnixMs  int64
+	// WaitID is the queue entry an ACQUIRED or DEQUEUED event concerns
+	// (Acquire.wait_id; 0 for a grant made at once to a request without one).
+	WaitID uint64
 }
 
 // LockDelay is a lock-delay that began in this Apply; the lessor ends it with
@@ -149,7 +154,11 @@ type applyCtx struct {
 }
 
 func (a *applyCtx) event(t leaseholdv1.EventType, name, leaseID, owner string, token uint64) {
-	a.res.Events = append(a.res.Events, Event{Type: t, Name: name, LeaseID: leaseID, Owner: owner, Token: token, Index: a.index, UnixMs: a.unixMs})
+	a.waitEvent(t, name, leaseID, owner, token, 0)
+}
+
+func (a *applyCtx) waitEvent(t leaseholdv1.EventType, name, leaseID, owner string, token, waitID uint64) {
+	a.res.Events = append(a.res.Events, Event{Type: t, Name: name, LeaseID: leaseID, Owner: owner, Token: token, Index: a.index, UnixMs: a.unixMs, WaitID: waitID})
 }
 
 // maxBumpToken caps BumpToken: a bump to the top of uint64 would make the next
@@ -188,6 +197,11 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		}
 	default:
 		panic(fmt.Sprintf("fsm: unknown command %T at index %d", op, index))
+	}
+	if res.Holding != nil {
+		// The state keeps mutating its holding (a retried Acquire updates
+		// WaitId); the caller reads the result after the state is released.
+		res.Holding = proto.CloneOf(res.Holding)
 	}
 	return res
 }
@@ -240,8 +254,15 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, name, leaseID, s.pb.Owner, h.Token)
 			}
 		} else {
-			l.waiters = slices.DeleteFunc(l.waiters, func(w *fsmpb.Waiter) bool { return w.LeaseId == leaseID })
-			a.event(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, name, leaseID, s.pb.Owner, 0)
+			var waitID uint64
+			l.waiters = slices.DeleteFunc(l.waiters, func(w *fsmpb.Waiter) bool {
+				if w.LeaseId == leaseID {
+					waitID = w.WaitId
+					return true
+				}
+				return false
+			})
+			a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, name, leaseID, s.pb.Owner, 0, waitID)
 		}
 		m.grantNext(a, l)
 	}
@@ -308,7 +329,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 func (m *Machine) grant(a *applyCtx, l *lock, s *session, lockDelayMs int64, waitID uint64) *fsmpb.Holding {
 	m.token++
 	l.holder = &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: m.token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID}
-	a.event(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, m.token)
+	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, m.token, waitID)
 	return l.holder
 }
 
@@ -337,7 +358,7 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 	}); i >= 0 {
 		l.waiters = slices.Delete(l.waiters, i, i+1)
 		delete(s.locks, l.name)
-		a.event(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, l.name, s.pb.LeaseId, s.pb.Owner, 0)
+		a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, l.name, s.pb.LeaseId, s.pb.Owner, 0, c.GetWaitId())
 		m.grantNext(a, l)
 		return
 	}
@@ -406,13 +427,21 @@ type LockInfo struct {
 	DelayToken uint64
 }
 
-// Lock describes the lock name; a free name has a zero Holder.
+// Lock describes the lock name; a free name has a zero Holder. The result
+// is a copy: it stays valid after the caller releases the state.
 func (m *Machine) Lock(name string) LockInfo {
 	l := m.locks[name]
 	if l == nil {
 		return LockInfo{Name: name}
 	}
-	info := LockInfo{Name: name, Holder: l.holder, Waiters: l.waiters, Delayed: l.delayToken != 0, DelayMs: l.delayMs, DelayToken: l.delayToken}
+	info := LockInfo{Name: name, Delayed: l.delayToken != 0, DelayMs: l.delayMs, DelayToken: l.delayToken}
+	if l.holder != nil {
+		info.Holder = proto.CloneOf(l.holder)
+	}
+	info.Waiters = make([]*fsmpb.Waiter, len(l.waiters))
+	for i, w := range l.waiters {
+		info.Waiters[i] = proto.CloneOf(w)
+	}
 	if l.holder != nil {
 		info.Owner = m.sessions[l.holder.LeaseId].pb.Owner
 	}
