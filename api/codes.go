@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"connectrpc.com/connect"
 
@@ -138,14 +139,8 @@ func FromError(err error) *Error {
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		for _, d := range ce.Details() {
-			v, derr := d.Value()
-			if derr != nil {
-				continue
-			}
-			if det, ok := v.(*leaseholdv1.ErrorDetail); ok && det.GetCode() != "" {
-				return &Error{Code: Code(det.GetCode()), Message: ce.Message(), LastToken: det.GetLastToken(), LeaderAddr: det.GetLeaderApiAddr()}
-			}
+		if det := detailOf(ce); det != nil {
+			return &Error{Code: Code(det.GetCode()), Message: ce.Message(), LastToken: det.GetLastToken(), LeaderAddr: det.GetLeaderApiAddr()}
 		}
 		return &Error{Code: fromConnectCode(ce.Code()), Message: ce.Message()}
 	}
@@ -185,4 +180,30 @@ func ToConnect(err error) *connect.Error {
 		ce.AddDetail(d)
 	}
 	return ce
+}
+
+// IsServerError reports whether err carries a leasehold ErrorDetail: a
+// leasehold server answered with this error. Errors without one arose in
+// the transport (or in the caller).
+func IsServerError(err error) bool {
+	var ce *connect.Error
+	return errors.As(err, &ce) && detailOf(ce) != nil
+}
+
+func detailOf(ce *connect.Error) *leaseholdv1.ErrorDetail {
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if det, ok := v.(*leaseholdv1.ErrorDetail); ok && det.GetCode() != "" {
+				return det
+			}
+		}
+	}
+	return nil
+}
+
+// NotSent reports whether err is a failure to connect: the request never
+// left, so it was certainly not applied.
+func NotSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -857,6 +857,102 @@ func (x *ReleaseRequest) GetToken() uint64 {
 	return 0
 }
 
+type CancelWaitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	WaitId        uint64                 `protobuf:"varint,3,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelWaitRequest) Reset() {
+	*x = CancelWaitRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelWaitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelWaitRequest) ProtoMessage() {}
+
+func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelWaitRequest.ProtoReflect.Descriptor instead.
+func (*CancelWaitRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CancelWaitRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CancelWaitRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *CancelWaitRequest) GetWaitId() uint64 {
+	if x != nil {
+		return x.WaitId
+	}
+	return 0
+}
+
+type CancelWaitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelWaitResponse) Reset() {
+	*x = CancelWaitResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelWaitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelWaitResponse) ProtoMessage() {}
+
+func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelWaitResponse.ProtoReflect.Descriptor instead.
+func (*CancelWaitResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+}
+
 type ReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// next is the holding granted from the queue in the same step, if any.
@@ -867,7 +963,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +975,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +988,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseResponse) GetNext() *Holding {
@@ -918,7 +1014,7 @@ type Holding struct {
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1026,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1039,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Holding) GetName() string {
@@ -999,7 +1095,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1107,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1120,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Waiter) GetLeaseId() string {
@@ -1060,7 +1156,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1168,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1181,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusRequest) GetName() string {
@@ -1119,7 +1215,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1227,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1240,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1191,7 +1287,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1299,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1312,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusResponse) GetLock() *LockInfo {
@@ -1238,7 +1334,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1346,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1359,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1298,7 +1394,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1406,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1419,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1349,7 +1445,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1457,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1470,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1400,7 +1496,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1508,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1521,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Event) GetType() EventType {
@@ -1486,7 +1582,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1594,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1607,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -1534,7 +1630,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1642,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1655,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -1600,7 +1696,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1708,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1721,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KVPutResponse) GetKey() string {
@@ -1652,7 +1748,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1760,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1773,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -1705,7 +1801,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1813,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1826,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KVGetResponse) GetKey() string {
@@ -1754,6 +1850,96 @@ func (x *KVGetResponse) GetToken() uint64 {
 	return 0
 }
 
+type BumpTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MinToken      uint64                 `protobuf:"varint,1,opt,name=min_token,json=minToken,proto3" json:"min_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BumpTokenRequest) Reset() {
+	*x = BumpTokenRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BumpTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BumpTokenRequest) ProtoMessage() {}
+
+func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BumpTokenRequest.ProtoReflect.Descriptor instead.
+func (*BumpTokenRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *BumpTokenRequest) GetMinToken() uint64 {
+	if x != nil {
+		return x.MinToken
+	}
+	return 0
+}
+
+type BumpTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token is the newest token issued after the bump: the next grant gets a
+	// larger one.
+	Token         uint64 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BumpTokenResponse) Reset() {
+	*x = BumpTokenResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BumpTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BumpTokenResponse) ProtoMessage() {}
+
+func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BumpTokenResponse.ProtoReflect.Descriptor instead.
+func (*BumpTokenResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *BumpTokenResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 type Member struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1771,7 +1957,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1969,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1982,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Member) GetId() string {
@@ -1863,7 +2049,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +2061,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +2074,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 type MembersResponse struct {
@@ -1901,7 +2087,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2099,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2112,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -1954,7 +2140,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2152,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2165,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -2012,7 +2198,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2210,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2223,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddMemberResponse) GetMembers() []*Member {
@@ -2056,7 +2242,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2254,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2267,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -2100,7 +2286,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2298,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2311,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveMemberResponse) GetMembers() []*Member {
@@ -2144,7 +2330,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2342,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2355,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -2188,7 +2374,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2386,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2399,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -2274,7 +2460,12 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"<\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"[\n" +
+	"\x11CancelWaitRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x17\n" +
+	"\await_id\x18\x03 \x01(\x04R\x06waitId\"\x14\n" +
+	"\x12CancelWaitResponse\"<\n" +
 	"\x0fReleaseResponse\x12)\n" +
 	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xb2\x01\n" +
 	"\aHolding\x12\x12\n" +
@@ -2332,7 +2523,11 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\rKVGetResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"\xdc\x01\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"/\n" +
+	"\x10BumpTokenRequest\x12\x1b\n" +
+	"\tmin_token\x18\x01 \x01(\x04R\bminToken\")\n" +
+	"\x11BumpTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\"\xdc\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2367,7 +2562,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
 	"\x11EVENT_TYPE_QUEUED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_DEQUEUED\x10\x05\x12\x1f\n" +
-	"\x1bEVENT_TYPE_LOCK_DELAY_ENDED\x10\x062\xa2\a\n" +
+	"\x1bEVENT_TYPE_LOCK_DELAY_ENDED\x10\x062\xf3\a\n" +
 	"\x10LeaseholdService\x12X\n" +
 	"\rCreateSession\x12\".leasehold.v1.CreateSessionRequest\x1a#.leasehold.v1.CreateSessionResponse\x12L\n" +
 	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse\x12b\n" +
@@ -2376,17 +2571,20 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12O\n" +
 	"\n" +
 	"TryAcquire\x12\x1f.leasehold.v1.TryAcquireRequest\x1a .leasehold.v1.TryAcquireResponse\x12F\n" +
-	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12C\n" +
+	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12O\n" +
+	"\n" +
+	"CancelWait\x12\x1f.leasehold.v1.CancelWaitRequest\x1a .leasehold.v1.CancelWaitResponse\x12C\n" +
 	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12=\n" +
 	"\x04List\x12\x19.leasehold.v1.ListRequest\x1a\x1a.leasehold.v1.ListResponse\x12B\n" +
 	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1b.leasehold.v1.WatchResponse0\x01\x12@\n" +
 	"\x05KVPut\x12\x1a.leasehold.v1.KVPutRequest\x1a\x1b.leasehold.v1.KVPutResponse\x12@\n" +
-	"\x05KVGet\x12\x1a.leasehold.v1.KVGetRequest\x1a\x1b.leasehold.v1.KVGetResponse2\xda\x02\n" +
+	"\x05KVGet\x12\x1a.leasehold.v1.KVGetRequest\x1a\x1b.leasehold.v1.KVGetResponse2\xa8\x03\n" +
 	"\x0eClusterService\x12F\n" +
 	"\aMembers\x12\x1c.leasehold.v1.MembersRequest\x1a\x1d.leasehold.v1.MembersResponse\x12L\n" +
 	"\tAddMember\x12\x1e.leasehold.v1.AddMemberRequest\x1a\x1f.leasehold.v1.AddMemberResponse\x12U\n" +
 	"\fRemoveMember\x12!.leasehold.v1.RemoveMemberRequest\x1a\".leasehold.v1.RemoveMemberResponse\x12[\n" +
-	"\x0eTransferLeader\x12#.leasehold.v1.TransferLeaderRequest\x1a$.leasehold.v1.TransferLeaderResponseB<Z:github.com/leasehold/leasehold/api/leaseholdv1;leaseholdv1b\x06proto3"
+	"\x0eTransferLeader\x12#.leasehold.v1.TransferLeaderRequest\x1a$.leasehold.v1.TransferLeaderResponse\x12L\n" +
+	"\tBumpToken\x12\x1e.leasehold.v1.BumpTokenRequest\x1a\x1f.leasehold.v1.BumpTokenResponseB<Z:github.com/leasehold/leasehold/api/leaseholdv1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_leasehold_proto_rawDescOnce sync.Once
@@ -2401,7 +2599,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(EventType)(0),                  // 0: leasehold.v1.EventType
 	(*ErrorDetail)(nil),             // 1: leasehold.v1.ErrorDetail
@@ -2418,44 +2616,48 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*TryAcquireRequest)(nil),       // 12: leasehold.v1.TryAcquireRequest
 	(*TryAcquireResponse)(nil),      // 13: leasehold.v1.TryAcquireResponse
 	(*ReleaseRequest)(nil),          // 14: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),         // 15: leasehold.v1.ReleaseResponse
-	(*Holding)(nil),                 // 16: leasehold.v1.Holding
-	(*Waiter)(nil),                  // 17: leasehold.v1.Waiter
-	(*StatusRequest)(nil),           // 18: leasehold.v1.StatusRequest
-	(*LockInfo)(nil),                // 19: leasehold.v1.LockInfo
-	(*StatusResponse)(nil),          // 20: leasehold.v1.StatusResponse
-	(*ListRequest)(nil),             // 21: leasehold.v1.ListRequest
-	(*ListResponse)(nil),            // 22: leasehold.v1.ListResponse
-	(*WatchRequest)(nil),            // 23: leasehold.v1.WatchRequest
-	(*Event)(nil),                   // 24: leasehold.v1.Event
-	(*WatchResponse)(nil),           // 25: leasehold.v1.WatchResponse
-	(*KVPutRequest)(nil),            // 26: leasehold.v1.KVPutRequest
-	(*KVPutResponse)(nil),           // 27: leasehold.v1.KVPutResponse
-	(*KVGetRequest)(nil),            // 28: leasehold.v1.KVGetRequest
-	(*KVGetResponse)(nil),           // 29: leasehold.v1.KVGetResponse
-	(*Member)(nil),                  // 30: leasehold.v1.Member
-	(*MembersRequest)(nil),          // 31: leasehold.v1.MembersRequest
-	(*MembersResponse)(nil),         // 32: leasehold.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 33: leasehold.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 34: leasehold.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 35: leasehold.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 36: leasehold.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),   // 37: leasehold.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),  // 38: leasehold.v1.TransferLeaderResponse
+	(*CancelWaitRequest)(nil),       // 15: leasehold.v1.CancelWaitRequest
+	(*CancelWaitResponse)(nil),      // 16: leasehold.v1.CancelWaitResponse
+	(*ReleaseResponse)(nil),         // 17: leasehold.v1.ReleaseResponse
+	(*Holding)(nil),                 // 18: leasehold.v1.Holding
+	(*Waiter)(nil),                  // 19: leasehold.v1.Waiter
+	(*StatusRequest)(nil),           // 20: leasehold.v1.StatusRequest
+	(*LockInfo)(nil),                // 21: leasehold.v1.LockInfo
+	(*StatusResponse)(nil),          // 22: leasehold.v1.StatusResponse
+	(*ListRequest)(nil),             // 23: leasehold.v1.ListRequest
+	(*ListResponse)(nil),            // 24: leasehold.v1.ListResponse
+	(*WatchRequest)(nil),            // 25: leasehold.v1.WatchRequest
+	(*Event)(nil),                   // 26: leasehold.v1.Event
+	(*WatchResponse)(nil),           // 27: leasehold.v1.WatchResponse
+	(*KVPutRequest)(nil),            // 28: leasehold.v1.KVPutRequest
+	(*KVPutResponse)(nil),           // 29: leasehold.v1.KVPutResponse
+	(*KVGetRequest)(nil),            // 30: leasehold.v1.KVGetRequest
+	(*KVGetResponse)(nil),           // 31: leasehold.v1.KVGetResponse
+	(*BumpTokenRequest)(nil),        // 32: leasehold.v1.BumpTokenRequest
+	(*BumpTokenResponse)(nil),       // 33: leasehold.v1.BumpTokenResponse
+	(*Member)(nil),                  // 34: leasehold.v1.Member
+	(*MembersRequest)(nil),          // 35: leasehold.v1.MembersRequest
+	(*MembersResponse)(nil),         // 36: leasehold.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 37: leasehold.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 38: leasehold.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 39: leasehold.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 40: leasehold.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),   // 41: leasehold.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),  // 42: leasehold.v1.TransferLeaderResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	16, // 0: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
-	16, // 1: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
-	16, // 2: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
-	16, // 3: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
-	17, // 4: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
-	19, // 5: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
-	19, // 6: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
+	18, // 0: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
+	18, // 1: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
+	18, // 2: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
+	18, // 3: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
+	19, // 4: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
+	21, // 5: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
+	21, // 6: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
 	0,  // 7: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	24, // 8: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	30, // 9: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	30, // 10: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	30, // 11: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	26, // 8: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
+	34, // 9: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	34, // 10: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	34, // 11: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
 	2,  // 12: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
 	4,  // 13: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
 	6,  // 14: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
@@ -2463,33 +2665,37 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	10, // 16: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
 	12, // 17: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
 	14, // 18: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	18, // 19: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	21, // 20: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	23, // 21: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	26, // 22: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
-	28, // 23: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
-	31, // 24: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	33, // 25: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	35, // 26: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	37, // 27: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	3,  // 28: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	5,  // 29: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	7,  // 30: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	9,  // 31: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	11, // 32: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	13, // 33: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	15, // 34: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	20, // 35: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	22, // 36: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	25, // 37: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	27, // 38: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
-	29, // 39: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
-	32, // 40: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	34, // 41: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	36, // 42: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	38, // 43: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	28, // [28:44] is the sub-list for method output_type
-	12, // [12:28] is the sub-list for method input_type
+	15, // 19: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	20, // 20: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	23, // 21: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	25, // 22: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	28, // 23: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
+	30, // 24: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
+	35, // 25: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	37, // 26: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	39, // 27: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	41, // 28: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	32, // 29: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	3,  // 30: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	5,  // 31: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	7,  // 32: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	9,  // 33: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	11, // 34: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	13, // 35: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	17, // 36: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	16, // 37: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	22, // 38: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	24, // 39: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	27, // 40: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	29, // 41: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
+	31, // 42: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
+	36, // 43: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	38, // 44: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	40, // 45: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	42, // 46: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	33, // 47: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	30, // [30:48] is the sub-list for method output_type
+	12, // [12:30] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -2506,7 +2712,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

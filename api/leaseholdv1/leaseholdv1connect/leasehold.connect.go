@@ -63,6 +63,9 @@ const (
 	// LeaseholdServiceReleaseProcedure is the fully-qualified name of the LeaseholdService's Release
 	// RPC.
 	LeaseholdServiceReleaseProcedure = "/leasehold.v1.LeaseholdService/Release"
+	// LeaseholdServiceCancelWaitProcedure is the fully-qualified name of the LeaseholdService's
+	// CancelWait RPC.
+	LeaseholdServiceCancelWaitProcedure = "/leasehold.v1.LeaseholdService/CancelWait"
 	// LeaseholdServiceStatusProcedure is the fully-qualified name of the LeaseholdService's Status RPC.
 	LeaseholdServiceStatusProcedure = "/leasehold.v1.LeaseholdService/Status"
 	// LeaseholdServiceListProcedure is the fully-qualified name of the LeaseholdService's List RPC.
@@ -84,6 +87,9 @@ const (
 	// ClusterServiceTransferLeaderProcedure is the fully-qualified name of the ClusterService's
 	// TransferLeader RPC.
 	ClusterServiceTransferLeaderProcedure = "/leasehold.v1.ClusterService/TransferLeader"
+	// ClusterServiceBumpTokenProcedure is the fully-qualified name of the ClusterService's BumpToken
+	// RPC.
+	ClusterServiceBumpTokenProcedure = "/leasehold.v1.ClusterService/BumpToken"
 )
 
 // LeaseholdServiceClient is a client for the leasehold.v1.LeaseholdService service.
@@ -102,6 +108,10 @@ type LeaseholdServiceClient interface {
 	TryAcquire(context.Context, *connect.Request[leaseholdv1.TryAcquireRequest]) (*connect.Response[leaseholdv1.TryAcquireResponse], error)
 	// Release ends a holding; (name, lease_id, token) must match the current one.
 	Release(context.Context, *connect.Request[leaseholdv1.ReleaseRequest]) (*connect.Response[leaseholdv1.ReleaseResponse], error)
+	// CancelWait withdraws the queue entry of one Acquire that stopped waiting
+	// (and releases the grant if it raced with the withdrawal). Nodes send it
+	// to the leader on behalf of an Acquire they served; clients need not.
+	CancelWait(context.Context, *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error)
 	// Status describes one lock name.
 	Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error)
 	// List describes every held, queued or delayed lock whose name has the prefix.
@@ -167,6 +177,12 @@ func NewLeaseholdServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(leaseholdServiceMethods.ByName("Release")),
 			connect.WithClientOptions(opts...),
 		),
+		cancelWait: connect.NewClient[leaseholdv1.CancelWaitRequest, leaseholdv1.CancelWaitResponse](
+			httpClient,
+			baseURL+LeaseholdServiceCancelWaitProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("CancelWait")),
+			connect.WithClientOptions(opts...),
+		),
 		status: connect.NewClient[leaseholdv1.StatusRequest, leaseholdv1.StatusResponse](
 			httpClient,
 			baseURL+LeaseholdServiceStatusProcedure,
@@ -209,6 +225,7 @@ type leaseholdServiceClient struct {
 	acquire         *connect.Client[leaseholdv1.AcquireRequest, leaseholdv1.AcquireResponse]
 	tryAcquire      *connect.Client[leaseholdv1.TryAcquireRequest, leaseholdv1.TryAcquireResponse]
 	release         *connect.Client[leaseholdv1.ReleaseRequest, leaseholdv1.ReleaseResponse]
+	cancelWait      *connect.Client[leaseholdv1.CancelWaitRequest, leaseholdv1.CancelWaitResponse]
 	status          *connect.Client[leaseholdv1.StatusRequest, leaseholdv1.StatusResponse]
 	list            *connect.Client[leaseholdv1.ListRequest, leaseholdv1.ListResponse]
 	watch           *connect.Client[leaseholdv1.WatchRequest, leaseholdv1.WatchResponse]
@@ -249,6 +266,11 @@ func (c *leaseholdServiceClient) TryAcquire(ctx context.Context, req *connect.Re
 // Release calls leasehold.v1.LeaseholdService.Release.
 func (c *leaseholdServiceClient) Release(ctx context.Context, req *connect.Request[leaseholdv1.ReleaseRequest]) (*connect.Response[leaseholdv1.ReleaseResponse], error) {
 	return c.release.CallUnary(ctx, req)
+}
+
+// CancelWait calls leasehold.v1.LeaseholdService.CancelWait.
+func (c *leaseholdServiceClient) CancelWait(ctx context.Context, req *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error) {
+	return c.cancelWait.CallUnary(ctx, req)
 }
 
 // Status calls leasehold.v1.LeaseholdService.Status.
@@ -292,6 +314,10 @@ type LeaseholdServiceHandler interface {
 	TryAcquire(context.Context, *connect.Request[leaseholdv1.TryAcquireRequest]) (*connect.Response[leaseholdv1.TryAcquireResponse], error)
 	// Release ends a holding; (name, lease_id, token) must match the current one.
 	Release(context.Context, *connect.Request[leaseholdv1.ReleaseRequest]) (*connect.Response[leaseholdv1.ReleaseResponse], error)
+	// CancelWait withdraws the queue entry of one Acquire that stopped waiting
+	// (and releases the grant if it raced with the withdrawal). Nodes send it
+	// to the leader on behalf of an Acquire they served; clients need not.
+	CancelWait(context.Context, *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error)
 	// Status describes one lock name.
 	Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error)
 	// List describes every held, queued or delayed lock whose name has the prefix.
@@ -353,6 +379,12 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 		connect.WithSchema(leaseholdServiceMethods.ByName("Release")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseholdServiceCancelWaitHandler := connect.NewUnaryHandler(
+		LeaseholdServiceCancelWaitProcedure,
+		svc.CancelWait,
+		connect.WithSchema(leaseholdServiceMethods.ByName("CancelWait")),
+		connect.WithHandlerOptions(opts...),
+	)
 	leaseholdServiceStatusHandler := connect.NewUnaryHandler(
 		LeaseholdServiceStatusProcedure,
 		svc.Status,
@@ -399,6 +431,8 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 			leaseholdServiceTryAcquireHandler.ServeHTTP(w, r)
 		case LeaseholdServiceReleaseProcedure:
 			leaseholdServiceReleaseHandler.ServeHTTP(w, r)
+		case LeaseholdServiceCancelWaitProcedure:
+			leaseholdServiceCancelWaitHandler.ServeHTTP(w, r)
 		case LeaseholdServiceStatusProcedure:
 			leaseholdServiceStatusHandler.ServeHTTP(w, r)
 		case LeaseholdServiceListProcedure:
@@ -446,6 +480,10 @@ func (UnimplementedLeaseholdServiceHandler) Release(context.Context, *connect.Re
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.Release is not implemented"))
 }
 
+func (UnimplementedLeaseholdServiceHandler) CancelWait(context.Context, *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.CancelWait is not implemented"))
+}
+
 func (UnimplementedLeaseholdServiceHandler) Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.Status is not implemented"))
 }
@@ -476,6 +514,10 @@ type ClusterServiceClient interface {
 	RemoveMember(context.Context, *connect.Request[leaseholdv1.RemoveMemberRequest]) (*connect.Response[leaseholdv1.RemoveMemberResponse], error)
 	// TransferLeader hands leadership to another voter (any when id is empty).
 	TransferLeader(context.Context, *connect.Request[leaseholdv1.TransferLeaderRequest]) (*connect.Response[leaseholdv1.TransferLeaderResponse], error)
+	// BumpToken raises the token counter to at least min_token, so that a
+	// cluster restored from an old backup issues only tokens above any the
+	// lost cluster could have issued. It never lowers the counter.
+	BumpToken(context.Context, *connect.Request[leaseholdv1.BumpTokenRequest]) (*connect.Response[leaseholdv1.BumpTokenResponse], error)
 }
 
 // NewClusterServiceClient constructs a client for the leasehold.v1.ClusterService service. By
@@ -513,6 +555,12 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("TransferLeader")),
 			connect.WithClientOptions(opts...),
 		),
+		bumpToken: connect.NewClient[leaseholdv1.BumpTokenRequest, leaseholdv1.BumpTokenResponse](
+			httpClient,
+			baseURL+ClusterServiceBumpTokenProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("BumpToken")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -522,6 +570,7 @@ type clusterServiceClient struct {
 	addMember      *connect.Client[leaseholdv1.AddMemberRequest, leaseholdv1.AddMemberResponse]
 	removeMember   *connect.Client[leaseholdv1.RemoveMemberRequest, leaseholdv1.RemoveMemberResponse]
 	transferLeader *connect.Client[leaseholdv1.TransferLeaderRequest, leaseholdv1.TransferLeaderResponse]
+	bumpToken      *connect.Client[leaseholdv1.BumpTokenRequest, leaseholdv1.BumpTokenResponse]
 }
 
 // Members calls leasehold.v1.ClusterService.Members.
@@ -544,6 +593,11 @@ func (c *clusterServiceClient) TransferLeader(ctx context.Context, req *connect.
 	return c.transferLeader.CallUnary(ctx, req)
 }
 
+// BumpToken calls leasehold.v1.ClusterService.BumpToken.
+func (c *clusterServiceClient) BumpToken(ctx context.Context, req *connect.Request[leaseholdv1.BumpTokenRequest]) (*connect.Response[leaseholdv1.BumpTokenResponse], error) {
+	return c.bumpToken.CallUnary(ctx, req)
+}
+
 // ClusterServiceHandler is an implementation of the leasehold.v1.ClusterService service.
 type ClusterServiceHandler interface {
 	// Members lists the voters and their state as this node sees it.
@@ -554,6 +608,10 @@ type ClusterServiceHandler interface {
 	RemoveMember(context.Context, *connect.Request[leaseholdv1.RemoveMemberRequest]) (*connect.Response[leaseholdv1.RemoveMemberResponse], error)
 	// TransferLeader hands leadership to another voter (any when id is empty).
 	TransferLeader(context.Context, *connect.Request[leaseholdv1.TransferLeaderRequest]) (*connect.Response[leaseholdv1.TransferLeaderResponse], error)
+	// BumpToken raises the token counter to at least min_token, so that a
+	// cluster restored from an old backup issues only tokens above any the
+	// lost cluster could have issued. It never lowers the counter.
+	BumpToken(context.Context, *connect.Request[leaseholdv1.BumpTokenRequest]) (*connect.Response[leaseholdv1.BumpTokenResponse], error)
 }
 
 // NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -587,6 +645,12 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("TransferLeader")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceBumpTokenHandler := connect.NewUnaryHandler(
+		ClusterServiceBumpTokenProcedure,
+		svc.BumpToken,
+		connect.WithSchema(clusterServiceMethods.ByName("BumpToken")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/leasehold.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterServiceMembersProcedure:
@@ -597,6 +661,8 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceRemoveMemberHandler.ServeHTTP(w, r)
 		case ClusterServiceTransferLeaderProcedure:
 			clusterServiceTransferLeaderHandler.ServeHTTP(w, r)
+		case ClusterServiceBumpTokenProcedure:
+			clusterServiceBumpTokenHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -620,4 +686,8 @@ func (UnimplementedClusterServiceHandler) RemoveMember(context.Context, *connect
 
 func (UnimplementedClusterServiceHandler) TransferLeader(context.Context, *connect.Request[leaseholdv1.TransferLeaderRequest]) (*connect.Response[leaseholdv1.TransferLeaderResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.ClusterService.TransferLeader is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) BumpToken(context.Context, *connect.Request[leaseholdv1.BumpTokenRequest]) (*connect.Response[leaseholdv1.BumpTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.ClusterService.BumpToken is not implemented"))
 }
