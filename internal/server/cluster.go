@@ -110,7 +110,8 @@ func leaderCluster[Req, Res any](
 	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
-	return remote(cc, ctx, fwd)
+	res, err := remote(cc, ctx, fwd)
+	return res, forwardErr(err)
 }
 
 type clusterClient = leaseholdv1connect.ClusterServiceClient
@@ -210,6 +211,22 @@ func (c *clusterService) TransferLeader(ctx context.Context, req *connect.Reques
 			}
 		}
 	}, clusterClient.TransferLeader)
+}
+
+// BumpToken raises the token counter (after a restore from backup).
+func (c *clusterService) BumpToken(ctx context.Context, req *connect.Request[pb.BumpTokenRequest]) (*connect.Response[pb.BumpTokenResponse], error) {
+	if req.Msg.GetMinToken() == 0 {
+		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "min_token must be > 0"))
+	}
+	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.BumpTokenRequest) (*pb.BumpTokenResponse, error) {
+		if _, err := c.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_BumpToken{BumpToken: &fsmpb.BumpToken{Min: m.GetMinToken()}}}); err != nil {
+			return nil, err
+		}
+		var tok uint64
+		c.s.node.Read(func(fm *fsm.Machine) { tok = fm.Token() })
+		c.s.cfg.Logger.Info("token counter bumped", "min", m.GetMinToken(), "token", tok)
+		return &pb.BumpTokenResponse{Token: tok}, nil
+	}, clusterClient.BumpToken)
 }
 
 func timeoutOf(ctx context.Context) time.Duration {

@@ -186,19 +186,26 @@ func (s *Server) acquire(ctx context.Context, name, leaseID string, delay, wait 
 			timeout = s.clock.After(wait)
 		}
 		var why error
-		select {
-		case ev := <-w.ch:
-			if ev.Type == pb.EventType_EVENT_TYPE_ACQUIRED {
-				holding = &fsmpb.Holding{LeaseId: leaseID, Token: ev.Token, AcquiredUnixMs: ev.UnixMs, LockDelayMs: delay.Milliseconds(), WaitId: waitID}
-				break
+	wait:
+		for {
+			select {
+			case ev := <-w.ch:
+				if ev.WaitID != waitID {
+					continue // another request of this session, on the same name
+				}
+				if ev.Type == pb.EventType_EVENT_TYPE_ACQUIRED {
+					holding = &fsmpb.Holding{LeaseId: leaseID, Token: ev.Token, AcquiredUnixMs: ev.UnixMs, LockDelayMs: delay.Milliseconds(), WaitId: waitID}
+					break wait
+				}
+				return nil, api.Errorf(api.CodeLeaseExpired, "session %s ended while waiting for %q", leaseID, name)
+			case <-timeout:
+				why = api.Errorf(api.CodeDeadlineExceeded, "waited %s for %q", wait, name)
+			case <-ctx.Done():
+				why = api.Errorf(api.CodeDeadlineExceeded, "gave up waiting for %q: %v", name, context.Cause(ctx))
+			case <-s.drain:
+				why = api.Errorf(api.CodeUnavailable, "server shutting down while waiting for %q", name)
 			}
-			return nil, api.Errorf(api.CodeLeaseExpired, "session %s ended while waiting for %q", leaseID, name)
-		case <-timeout:
-			why = api.Errorf(api.CodeDeadlineExceeded, "waited %s for %q", wait, name)
-		case <-ctx.Done():
-			why = api.Errorf(api.CodeDeadlineExceeded, "gave up waiting for %q: %v", name, context.Cause(ctx))
-		case <-s.drain:
-			why = api.Errorf(api.CodeUnavailable, "server shutting down while waiting for %q", name)
+			break
 		}
 		if why != nil {
 			s.cancelWait(name, leaseID, waitID)
@@ -226,14 +233,46 @@ func (s *Server) acquire(ctx context.Context, name, leaseID string, delay, wait 
 // cancelWait withdraws a queue entry after the caller stopped waiting. It
 // runs detached from the caller's context, which may already be over.
 func (s *Server) cancelWait(name, leaseID string, waitID uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := &fsmpb.Command{Op: &fsmpb.Command_CancelWait{CancelWait: &fsmpb.CancelWait{Name: name, LeaseId: leaseID, WaitId: waitID}}}
-	if _, err := s.apply(ctx, cmd); err != nil {
-		// Not applied: the entry stays until its session ends. A grant it
-		// receives is released when the session ends or expires.
-		s.cfg.Logger.Warn("withdraw from queue failed", "name", name, "lease_id", leaseID, "err", err)
+	req := connect.NewRequest(&pb.CancelWaitRequest{Name: name, LeaseId: leaseID, WaitId: waitID})
+	for {
+		// On the leader, or forwarded to it: leadership may have moved
+		// while the request waited.
+		_, err := onLeader(ctx, s, req, s.cancelWaitLocal, client.CancelWait)
+		if err == nil || api.CodeOf(err) == api.CodeLeaseExpired {
+			return
+		}
+		s.cfg.Logger.Warn("withdraw from queue failed; retrying", "name", name, "lease_id", leaseID, "err", err)
+		select {
+		case <-ctx.Done():
+			// The entry stays until its session ends; a grant it receives
+			// is released when the session is closed or expires.
+			return
+		case <-s.drain:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
+}
+
+func (s *Server) cancelWaitLocal(ctx context.Context, m *pb.CancelWaitRequest) (*pb.CancelWaitResponse, error) {
+	cmd := &fsmpb.Command{Op: &fsmpb.Command_CancelWait{CancelWait: &fsmpb.CancelWait{Name: m.GetName(), LeaseId: m.GetLeaseId(), WaitId: m.GetWaitId()}}}
+	if _, err := s.apply(ctx, cmd); err != nil {
+		return nil, err
+	}
+	return &pb.CancelWaitResponse{}, nil
+}
+
+func (h *lockService) CancelWait(ctx context.Context, req *connect.Request[pb.CancelWaitRequest]) (*connect.Response[pb.CancelWaitResponse], error) {
+	err := checkName(req.Msg.GetName())
+	if err == nil {
+		err = checkLeaseID(req.Msg.GetLeaseId())
+	}
+	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	return onLeader(ctx, h.s, req, h.s.cancelWaitLocal, client.CancelWait)
 }
 
 func (h *lockService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {

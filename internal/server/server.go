@@ -332,7 +332,21 @@ func onLeader[Req, Res any](
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
 	s.met.forwarded.Inc()
-	return remote(c, ctx, fwd)
+	res, err := remote(c, ctx, fwd)
+	return res, forwardErr(err)
+}
+
+// forwardErr passes on the leader's answer, and classifies a failure to
+// get one: a request that never reached the leader was not applied
+// (unavailable); one lost after it was sent may have been (outcome-unknown).
+func forwardErr(err error) error {
+	if err == nil || api.IsServerError(err) {
+		return err
+	}
+	if api.NotSent(err) {
+		return api.ToConnect(api.Errorf(api.CodeUnavailable, "forwarding to the leader: %v", err))
+	}
+	return api.ToConnect(api.Errorf(api.CodeOutcomeUnknown, "forwarding to the leader: %v", err))
 }
 
 func newLeaseID() string {
