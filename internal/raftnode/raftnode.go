@@ -259,15 +259,8 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 		if isLeader == leader {
 			continue
 		}
-		if isLeader {
-			// Apply every entry of earlier terms before the lessor reads the
-			// state; a failed barrier means leadership is already gone.
-			term := n.raft.CurrentTerm()
-			if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
-				n.cfg.Logger.Warn("leader barrier failed", "err", err)
-				continue
-			}
-			n.barrierTerm.Store(term)
+		if isLeader && !n.barrier() {
+			continue // leadership is gone (a false notification follows) or closing
 		}
 		leader = isLeader
 		n.cfg.Logger.Info("leadership changed", "node", n.cfg.NodeID, "leader", leader)
@@ -275,6 +268,28 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 			n.cfg.OnLeadership(leader)
 		}
 	}
+}
+
+// barrier applies every entry of earlier terms before the lessor reads the
+// state. It retries while this node still leads — raft does not notify
+// again while leadership lasts, so giving up would leave a leader without
+// a lessor — and reports false when leadership or the node is gone.
+func (n *Node) barrier() bool {
+	for n.raft.State() == raft.Leader {
+		term := n.raft.CurrentTerm()
+		err := n.raft.Barrier(10 * time.Second).Error()
+		if err == nil {
+			n.barrierTerm.Store(term)
+			return true
+		}
+		n.cfg.Logger.Warn("leader barrier failed", "err", err)
+		select {
+		case <-n.done:
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return false
 }
 
 // Apply proposes cmd and waits until it is applied, ctx ends, or raft fails.
