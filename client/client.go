@@ -15,10 +15,11 @@
 // let a write out late; pass Lock.Token to the resource so it can refuse it.
 //
 // Every call fails over between the endpoints given to Dial when a node is
-// unreachable or cannot serve (codes unavailable and not-leader). Calls that
-// may have applied when leadership moved return ErrOutcomeUnknown instead of
-// being retried, except where a retry is harmless (Acquire, KeepAlive,
-// KVPut in the default mode).
+// unreachable or cannot serve (codes unavailable and not-leader: the request
+// was not applied). Calls that may have applied — leadership moved, or the
+// connection broke after the request was sent — return ErrOutcomeUnknown
+// instead of being retried, except where a retry is harmless (CreateSession,
+// Acquire, TryAcquire, KeepAlive, CloseSession).
 package client
 
 import (
@@ -131,6 +132,22 @@ func retryable(code api.Code, req any) bool {
 	return false
 }
 
+// lostInTransit reports whether err is a transport failure after the
+// request may have reached a server: no server answered it, the call was
+// not refused at connect time, and the caller's ctx is still live. connect
+// reports such failures as unavailable, canceled (a reset) or unknown.
+func lostInTransit(ctx context.Context, err error) bool {
+	var ce *connect.Error
+	if ctx.Err() != nil || !errors.As(err, &ce) || api.IsServerError(err) || api.NotSent(err) {
+		return false
+	}
+	switch ce.Code() {
+	case connect.CodeUnavailable, connect.CodeCanceled, connect.CodeUnknown:
+		return true
+	}
+	return false
+}
+
 // call sends req through f, failing over between endpoints on retryable
 // errors until one answers, ctx ends, or the retry timeout passes.
 func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick func(endpoint) S,
@@ -147,10 +164,7 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 			return resp.Msg, nil
 		}
 		e := api.FromError(err)
-		var ce *connect.Error
-		if errors.As(err, &ce) && ce.Code() == connect.CodeCanceled && ctx.Err() == nil {
-			// connect reports a connection reset mid-call as canceled; the
-			// request may have been applied.
+		if lostInTransit(ctx, err) {
 			e = &api.Error{Code: api.CodeOutcomeUnknown, Message: "connection lost during the call: " + e.Message}
 		}
 		if !retryable(e.Code, req) || ctx.Err() != nil || time.Now().After(stop) {
@@ -237,18 +251,27 @@ func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([
 	return res.GetLocks(), res.GetTruncated(), nil
 }
 
-// Watch streams the lock events of names with prefix, from now on, until
-// ctx ends or the stream fails (the last pair then carries the error).
-func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[*Event, error] {
+// Watch subscribes to the lock events of names with prefix, from now on:
+// when it returns without error the subscription is registered on the
+// server, and every event applied after that is delivered by the iterator,
+// until ctx ends or the stream fails (the last pair then carries the error).
+// A watcher that falls more than 1024 events behind is ended with
+// ErrResourceExhausted. The stream stays on one endpoint; after an error,
+// watch again (events in between are not replayed).
+func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, error], error) {
+	c.mu.Lock()
+	ep := c.eps[c.cur]
+	c.mu.Unlock()
+	stream, err := ep.locks.Watch(ctx, connect.NewRequest(&pb.WatchRequest{Prefix: prefix}))
+	if err != nil {
+		return nil, fmt.Errorf("client: watch: %w", api.FromError(err))
+	}
+	stream.ResponseHeader() // the server sends its headers once the watcher is registered
+	if err := stream.Err(); err != nil {
+		stream.Close()
+		return nil, fmt.Errorf("client: watch: %w", api.FromError(err))
+	}
 	return func(yield func(*Event, error) bool) {
-		c.mu.Lock()
-		ep := c.eps[c.cur]
-		c.mu.Unlock()
-		stream, err := ep.locks.Watch(ctx, connect.NewRequest(&pb.WatchRequest{Prefix: prefix}))
-		if err != nil {
-			yield(nil, fmt.Errorf("client: watch: %w", api.FromError(err)))
-			return
-		}
 		defer stream.Close()
 		for stream.Receive() {
 			if !yield(stream.Msg().GetEvent(), nil) {
@@ -258,7 +281,7 @@ func (c *Client) Watch(ctx context.Context, prefix string) iter.Seq2[*Event, err
 		if err := stream.Err(); err != nil && ctx.Err() == nil {
 			yield(nil, fmt.Errorf("client: watch: %w", api.FromError(err)))
 		}
-	}
+	}, nil
 }
 
 // KVPut writes value under key in the built-in fenced KV iff token is not
@@ -313,6 +336,17 @@ func (c *Client) RemoveMember(ctx context.Context, id string) ([]*Member, error)
 		return nil, err
 	}
 	return res.GetMembers(), nil
+}
+
+// BumpToken raises the cluster's token counter to at least min (after a
+// restore from backup) and returns the newest token issued; the next grant
+// gets a larger one. It never lowers the counter.
+func (c *Client) BumpToken(ctx context.Context, min uint64) (uint64, error) {
+	res, err := call(ctx, c, "client: bump token", cluster, csc.BumpToken, &pb.BumpTokenRequest{MinToken: min})
+	if err != nil {
+		return 0, err
+	}
+	return res.GetToken(), nil
 }
 
 // TransferLeader hands leadership to voter id (any voter when empty) and

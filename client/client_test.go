@@ -542,9 +542,13 @@ func TestWatch(t *testing.T) {
 	defer cancel()
 	events := make(chan *client.Event, 64)
 	watched := make(chan struct{})
+	stream, err := c.Watch(ctx, "w:")
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		defer close(watched)
-		for ev, err := range c.Watch(ctx, "w:") {
+		for ev, err := range stream {
 			if err != nil {
 				t.Errorf("watch: %v", err)
 				return

@@ -325,11 +325,15 @@ func (s *Session) acquire(ctx context.Context, do func(context.Context) (*pb.Hol
 
 // Release ends the holding. It fails with ErrNotHolder when the holding is
 // no longer current (the lease expired and the lock moved on), changing
-// nothing. Done closes with cause ErrReleased.
+// nothing. Done closes with cause ErrReleased, or that ErrNotHolder error.
 func (l *Lock) Release(ctx context.Context) error {
 	err := l.s.c.Release(ctx, l.Name(), l.LeaseID(), l.Token())
-	if err == nil {
+	switch {
+	case err == nil:
 		l.cancel(ErrReleased)
+		l.unwatch()
+	case errors.Is(err, ErrNotHolder):
+		l.cancel(err) // certainly not held any more
 		l.unwatch()
 	}
 	return err

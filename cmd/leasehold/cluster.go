@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -98,6 +99,30 @@ func newClusterCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(members, add, remove, transfer)
+	bump := &cobra.Command{
+		Use:   "bump-token MIN",
+		Short: "Raise the token counter to at least MIN (after restoring from an old backup)",
+		Long: `Raise the cluster's token counter so that every later grant gets a token above MIN. Run it
+after rebuilding a cluster from a backup, with MIN above any token the lost cluster could have
+issued (for example the largest token your resources accepted, plus a margin): fenced
+resources would otherwise refuse the new holders' writes, or worse, accept reused tokens.
+It never lowers the counter.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			min, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || min == 0 {
+				return usageErr("MIN must be a token > 0, got %q", args[0])
+			}
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				tok, err := c.BumpToken(ctx, min)
+				if err != nil {
+					return err
+				}
+				emit(cmd, g, map[string]any{"token": tok}, fmt.Sprintf("newest token %d; the next grant gets a larger one", tok))
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(members, add, remove, transfer, bump)
 	return cmd
 }

@@ -136,10 +136,12 @@ func runSeedScenario(ctx context.Context, addr string, ttl time.Duration) ([]dem
 	expired := make(chan *pb.Event, 1)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	watching := make(chan struct{})
+	events, err := c.Watch(wctx, name) // registered when it returns
+	if err != nil {
+		return nil, err
+	}
 	go func() {
-		close(watching)
-		for ev, err := range c.Watch(wctx, name) {
+		for ev, err := range events {
 			if err != nil {
 				return
 			}
@@ -149,7 +151,6 @@ func runSeedScenario(ctx context.Context, addr string, ttl time.Duration) ([]dem
 			}
 		}
 	}()
-	<-watching
 
 	a, err := c.NewSession(ctx, client.WithTTL(ttl), client.WithOwner("worker-A"))
 	if err != nil {

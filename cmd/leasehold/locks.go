@@ -34,7 +34,7 @@ func acquireLock(ctx context.Context, s *client.Session, name string, wait time.
 		defer cancel()
 	}
 	l, err := s.Acquire(ctx, name, opts...)
-	if err != nil && ctx.Err() != nil {
+	if err != nil && wait > 0 && ctx.Err() == context.DeadlineExceeded {
 		return nil, api.Errorf(api.CodeDeadlineExceeded, "%q still held after waiting %s", name, wait)
 	}
 	return l, err
@@ -259,7 +259,11 @@ func newWatchCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			for ev, err := range c.Watch(cmd.Context(), prefix) {
+			events, err := c.Watch(cmd.Context(), prefix)
+			if err != nil {
+				return err
+			}
+			for ev, err := range events {
 				if err != nil {
 					return err
 				}

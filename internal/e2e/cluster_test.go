@@ -188,7 +188,11 @@ func watchNode(ctx context.Context, addr string, ready chan<- struct{}, onAcquir
 	}
 	defer c.Close()
 	holders := map[string]string{}
-	for ev, err := range c.Watch(ctx, "e2e:") {
+	events, err := c.Watch(ctx, "e2e:")
+	if err != nil {
+		return
+	}
+	for ev, err := range events {
 		if err != nil {
 			return
 		}

@@ -3,6 +3,7 @@ package simtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -392,5 +393,64 @@ func TestSnapshotCatchUp(t *testing.T) {
 	}
 	if st := lagger.Server().Node().Raft().Stats(); st["last_snapshot_index"] == "0" {
 		t.Errorf("lagger has no snapshot: it caught up without one? %v", st)
+	}
+}
+
+// An Acquire that gives up after leadership moved still withdraws its
+// queue entry (through the new leader), so the waiter never ends up holding
+// a lock whose token nobody learned.
+func TestCancelWaitAfterLeaderChange(t *testing.T) {
+	c := Start(t, 3, Options{})
+	ctx := ctxT(t, 30*time.Second)
+	leader := c.Leader()
+	lc := dial(t, leader.Addr)
+	h, err := lc.NewSession(ctx, client.WithOwner("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	held, err := h.Acquire(ctx, "moved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := lc.NewSession(ctx, client.WithOwner("waiter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	waited := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := w.Acquire(wctx, "moved") // served by the old leader
+		waited <- err
+	}()
+	// Once the waiter is queued, move leadership away.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, err := lc.Status(ctx, "moved")
+		if err == nil && len(info.GetWaiters()) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiter never queued: %v %v", info, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := lc.TransferLeader(ctx, c.Followers()[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; !errors.Is(err, client.ErrDeadlineExceeded) {
+		t.Fatalf("waiter: %v, want deadline-exceeded", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := dial(t, c.Endpoints()).Status(ctx, "moved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetHolder() != nil || len(info.GetWaiters()) != 0 {
+		t.Fatalf("after the waiter gave up and the holder released: holder %v, waiters %v; want a free lock", info.GetHolder(), info.GetWaiters())
 	}
 }

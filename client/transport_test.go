@@ -1,0 +1,110 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/servertest"
+)
+
+// proxy forwards TCP; while drop is set it swallows the server's bytes and
+// closes the client side 200ms after the client sent something.
+func proxy(t *testing.T, target string, drop *atomic.Bool) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			cc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			sc, err := net.Dial("tcp", target)
+			if err != nil {
+				cc.Close()
+				continue
+			}
+			go func() { // server -> client
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := sc.Read(buf)
+					if n > 0 && !drop.Load() {
+						cc.Write(buf[:n])
+					}
+					if err != nil {
+						cc.Close()
+						return
+					}
+				}
+			}()
+			go func() { // client -> server
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := cc.Read(buf)
+					if n > 0 {
+						sc.Write(buf[:n])
+						if drop.Load() {
+							go func() {
+								time.Sleep(200 * time.Millisecond)
+								drop.Store(false)
+								cc.Close()
+								sc.Close()
+							}()
+						}
+					}
+					if err != nil {
+						sc.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A release whose reply is lost on the way back (the connection breaks
+// after the request was sent) was applied: the client must say
+// outcome-unknown, not retry and report not-holder.
+func TestReleaseReplyLostIsOutcomeUnknown(t *testing.T) {
+	srv := servertest.Start(t, servertest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	direct, err := client.Dial(ctx, srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	s, err := direct.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	l, err := s.Acquire(ctx, "lost-reply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drop atomic.Bool
+	c, err := client.Dial(ctx, proxy(t, srv.Addr, &drop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	drop.Store(true)
+	err = c.Release(ctx, "lost-reply", l.LeaseID(), l.Token())
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("release with its reply lost: %v (code %s), want outcome-unknown", err, api.CodeOf(err))
+	}
+	info, err := direct.Status(ctx, "lost-reply")
+	if err != nil || info.GetHolder() != nil {
+		t.Fatalf("the release was applied, so the lock is free: %v, %v", info, err)
+	}
+}
