@@ -19,12 +19,12 @@ import (
 )
 
 // helperEnv selects a helper mode when the test binary re-executes itself
-// (see TestHelperHolder).
+// (see runHolder).
 const helperEnv = "LEASEHOLD_CLIENT_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) != "" {
-		os.Exit(m.Run()) // a helper process: killed or ended by its parent
+	if os.Getenv(helperEnv) == "holder" {
+		os.Exit(runHolder()) // a helper process: killed or ended by its parent
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -31,25 +31,27 @@ const (
 	helperKeyEnv  = "LEASEHOLD_CLIENT_TEST_KEY"
 )
 
-func TestHelperHolder(t *testing.T) {
-	if os.Getenv(helperEnv) != "holder" {
-		t.Skip("helper process of TestPausedHolderIsFenced")
-	}
+// runHolder is the helper process's body (TestMain runs it instead of the
+// tests when helperEnv=holder). It returns the process's exit status.
+func runHolder() int {
 	addr, name, key := os.Getenv(helperAddrEnv), os.Getenv(helperNameEnv), os.Getenv(helperKeyEnv)
 	ctx := context.Background()
 	c, err := client.Dial(ctx, addr)
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		return 1
 	}
 	defer c.Close()
 	s, err := c.NewSession(ctx, client.WithTTL(time.Second), client.WithOwner("paused-holder"))
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		return 1
 	}
 	defer s.Orphan()
 	l, err := s.Acquire(ctx, name)
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, "holder:", err)
+		return 1
 	}
 	fmt.Printf("holding %d %s\n", l.Token(), l.LeaseID())
 
@@ -73,7 +75,7 @@ func TestHelperHolder(t *testing.T) {
 			}
 		case cmd, ok := <-cmds:
 			if !ok {
-				return
+				return 0
 			}
 			if cmd == "write" {
 				// Deliberately not checking Done first: the worst case,
@@ -97,7 +99,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	ctx := testCtx(t)
 	const name, key = "report:417:rebuild", "report:417"
 
-	child := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$")
+	child := exec.Command(os.Args[0])
 	child.Env = append(os.Environ(), helperEnv+"=holder", helperAddrEnv+"="+ts.Addr, helperNameEnv+"="+name, helperKeyEnv+"="+key)
 	child.Stderr = &logWriter{t: t, prefix: "holder: "}
 	stdin, err := child.StdinPipe()
