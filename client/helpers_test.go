@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // helperEnv selects a helper mode when the test binary re-executes itself
@@ -84,7 +84,7 @@ func (ts *testServer) Stop() error {
 // startServer starts a server that stops when the test ends.
 func startServer(t testing.TB) *testServer {
 	t.Helper()
-	ts, err := openServer(t.TempDir(), testLogger(t))
+	ts, err := openServer(t.TempDir(), servertest.Logger(t))
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}
@@ -178,33 +178,6 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// testLogger logs to t.Log until the test ends, then drops lines, so a
-// goroutine that logs while shutting down cannot fail the run.
-func testLogger(t testing.TB) *slog.Logger {
-	w := &tWriter{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type tWriter struct {
-	t    testing.TB
-	mu   sync.Mutex // protects following
-	done bool
-}
-
-func (w *tWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
 }
 
 // discardLogger is for examples, whose output is checked.

@@ -80,10 +80,11 @@ func (p *proc) kill() {
 	}
 }
 
-func startCluster(t *testing.T, n int) []*proc {
+// newProcs describes n nodes n1..nN on free 127.0.0.1 ports, each with a
+// data dir and a log file; none is started.
+func newProcs(t *testing.T, n int) []*proc {
 	t.Helper()
 	var procs []*proc
-	var boot []string
 	for i := range n {
 		p := &proc{id: fmt.Sprintf("n%d", i+1), api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), raft: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir()}
 		f, err := os.Create(filepath.Join(t.TempDir(), p.id+".log"))
@@ -92,6 +93,15 @@ func startCluster(t *testing.T, n int) []*proc {
 		}
 		p.log = f
 		procs = append(procs, p)
+	}
+	return procs
+}
+
+func startCluster(t *testing.T, n int) []*proc {
+	t.Helper()
+	procs := newProcs(t, n)
+	var boot []string
+	for _, p := range procs {
 		boot = append(boot, p.id+"="+p.raft)
 	}
 	for _, p := range procs {

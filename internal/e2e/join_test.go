@@ -3,10 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -60,16 +57,7 @@ func waitMembers(t *testing.T, endpoint string, n int) membersOut {
 // A cluster grown one node at a time with --join, shrunk with
 // `cluster remove`, and a leadership transfer.
 func TestJoinRemoveTransfer(t *testing.T) {
-	var procs []*proc
-	for i := range 3 {
-		p := &proc{id: fmt.Sprintf("n%d", i+1), api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), raft: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir()}
-		f, err := os.Create(filepath.Join(t.TempDir(), p.id+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.log = f
-		procs = append(procs, p)
-	}
+	procs := newProcs(t, 3)
 	t.Cleanup(func() {
 		for _, p := range procs {
 			p.kill()
