@@ -303,6 +303,17 @@ func TestClusterKillLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A session that holds a lock through the whole run: it must survive
+	// the leader's death (its keepalives move to the new leader).
+	survivorSession, err := c.NewSession(ctx, client.WithTTL(5*time.Second), client.WithOwner("survivor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := survivorSession.Acquire(ctx, "e2e-held")
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	h := &history{errors: map[api.Code]int{}, examples: map[api.Code]string{}}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var workers sync.WaitGroup
@@ -323,6 +334,17 @@ func TestClusterKillLeader(t *testing.T) {
 	waitHealthy(t, leader.api)
 	time.Sleep(2 * time.Second) // load after it rejoined
 	stopLoad()
+	select {
+	case <-held.Done():
+		t.Fatalf("the session holding e2e-held was lost across the leader's death: %v", context.Cause(held.Context()))
+	default:
+	}
+	if info, err := c.Status(ctx, "e2e-held"); err != nil || info.GetHolder().GetToken() != held.Token() {
+		t.Fatalf("e2e-held after the leader's death: %v, %v; want still held with token %d", info, err, held.Token())
+	}
+	if err := survivorSession.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	workers.Wait()
 
 	h.mu.Lock()
