@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/server"
@@ -25,12 +26,19 @@ in ./leasehold-data, fsync'd before any answer, API and metrics on 127.0.0.1:742
 
 A cluster: start every node with the same --bootstrap list and its own --node-id,
 --raft-addr and --listen; or add a node to a running cluster with --join API_ADDR.
-A node restarted with its data dir rejoins by itself.`,
+A node restarted with its data dir rejoins by itself.
+
+Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
+LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagsFromEnv(cmd); err != nil {
+				return err
+			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return usageErr("--log-level: %v", err)
@@ -97,4 +105,19 @@ func parsePeers(s string) ([]raftnode.Peer, error) {
 		peers = append(peers, raftnode.Peer{ID: id, RaftAddr: addr})
 	}
 	return peers, nil
+}
+
+// flagsFromEnv sets every flag of cmd that was not given on the command
+// line from LEASEHOLD_<FLAG> (upper case, dashes as underscores).
+func flagsFromEnv(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		env := "LEASEHOLD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok && !f.Changed && err == nil {
+			if serr := f.Value.Set(v); serr != nil {
+				err = usageErr("%s=%q: %v", env, v, serr)
+			}
+		}
+	})
+	return err
 }
