@@ -352,6 +352,10 @@ func TestClusterKillLeader(t *testing.T) {
 	if len(h.grants) < 20 {
 		t.Fatalf("only %d grants acknowledged (errors %v): the load did not run", len(h.grants), h.errors)
 	}
+	t.Logf("acknowledged: %d grants, %d fenced writes, %d releases; errors by code: %v", len(h.grants), len(h.puts), len(h.releases), h.errors)
+	for code, msg := range h.examples {
+		t.Logf("  first %s: %s", code, msg)
+	}
 	// Failover time: the first grant sent after the kill and acknowledged.
 	first := time.Duration(-1)
 	for _, g := range h.grants {
@@ -363,10 +367,6 @@ func TestClusterKillLeader(t *testing.T) {
 		t.Fatalf("no acquire succeeded after the leader was killed (errors %v)", h.errors)
 	}
 	t.Logf("time from SIGKILL of the leader to the first successful acquire: %s", first.Round(time.Millisecond))
-	t.Logf("acknowledged: %d grants, %d fenced writes, %d releases; errors by code: %v", len(h.grants), len(h.puts), len(h.releases), h.errors)
-	for code, msg := range h.examples {
-		t.Logf("  first %s: %s", code, msg)
-	}
 
 	// Tokens follow real-time order: a grant acknowledged before another was
 	// requested has the smaller token.
@@ -503,7 +503,7 @@ func worker(ctx context.Context, eps string, id, nnames int, h *history) {
 	}()
 	for i := 0; ctx.Err() == nil; i++ {
 		if s == nil || s.Err() != nil {
-			s, err = c.NewSession(ctx, client.WithTTL(3*time.Second), client.WithOwner(fmt.Sprintf("w%d", id)))
+			s, err = c.NewSession(ctx, client.WithTTL(5*time.Second), client.WithOwner(fmt.Sprintf("w%d", id)))
 			if err != nil {
 				h.errorf(err)
 				continue
@@ -538,8 +538,15 @@ func worker(ctx context.Context, eps string, id, nnames int, h *history) {
 			h.puts = append(h.puts, put{key: name, value: value, token: l.Token()})
 			h.mu.Unlock()
 		}
+		// Release, as a careful client does: after an unknown outcome, try
+		// again until released or not-holder (the first try applied), so a
+		// lock this worker no longer wants is not left held.
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err = l.Release(rctx)
+		for retries := 0; err != nil && errors.Is(err, client.ErrOutcomeUnknown) && retries < 5; retries++ {
+			h.errorf(err)
+			err = l.Release(rctx)
+		}
 		cancel()
 		if err != nil {
 			h.errorf(err)
