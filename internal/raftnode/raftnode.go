@@ -277,7 +277,12 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 func (n *Node) barrier() bool {
 	for n.raft.State() == raft.Leader {
 		term := n.raft.CurrentTerm()
-		err := n.raft.Barrier(10 * time.Second).Error()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := n.await(ctx, n.raft.Barrier(10*time.Second))
+		cancel()
+		if errors.Is(err, ErrShutdown) {
+			return false
+		}
 		if err == nil {
 			n.barrierTerm.Store(term)
 			return true
@@ -313,18 +318,12 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 		timeout = max(time.Until(dl), time.Millisecond)
 	}
 	f := n.raft.Apply(data, timeout)
-	done := make(chan struct{})
-	go func() {
-		_ = f.Error()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fsm.Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
-	}
-	if err := f.Error(); err != nil {
+	if err := n.await(ctx, f); err != nil {
 		switch {
+		case errors.Is(err, errCtxDone):
+			return fsm.Result{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		case errors.Is(err, ErrShutdown): // closed while the entry was in flight
+			return fsm.Result{}, fmt.Errorf("%w: the node closed while the command was in flight", ErrOutcomeUnknown)
 		case errors.Is(err, raft.ErrNotLeader):
 			return fsm.Result{}, ErrNotLeader
 		case errors.Is(err, raft.ErrEnqueueTimeout):
@@ -375,9 +374,12 @@ func (n *Node) ReadIndex(ctx context.Context) error {
 		}
 	}
 	commit := n.raft.CommitIndex()
-	if err := waitFuture(ctx, n.raft.VerifyLeader()); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
 			return ErrNotLeader
+		case errors.Is(err, errCtxDone):
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err
 	}
@@ -391,14 +393,24 @@ func (n *Node) ReadIndex(ctx context.Context) error {
 	return nil
 }
 
-func waitFuture(ctx context.Context, f raft.Future) error {
+// errCtxDone marks a wait that ended because ctx did.
+var errCtxDone = errors.New("raftnode: context done")
+
+// await waits for f until ctx ends or the node is closed. raft can drop a
+// future it already accepted when it shuts down (a committed entry on its
+// way to the FSM goroutine), leaving f.Error blocked for good; the
+// goroutine that waits on it then ends only with the process, and the
+// caller is released by Close.
+func (n *Node) await(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return fmt.Errorf("%w: %w", errCtxDone, ctx.Err())
+	case <-n.done:
+		return ErrShutdown
 	}
 }
 
