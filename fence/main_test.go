@@ -26,7 +26,7 @@ func serviceURL(t *testing.T, name string) string {
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
-	t.Skip(msg)
+	t.Skip(msg) // LEASEHOLD_TEST_* unset on a dev box; CI (CI=true) fails above instead
 	return ""
 }
 
