@@ -59,15 +59,6 @@ var codes = map[Code]codeInfo{
 	CodeNotFound:          {connect.CodeNotFound, 14},
 }
 
-// Codes returns every code in exit-status order.
-func Codes() []Code {
-	out := make([]Code, len(codes))
-	for c, info := range codes {
-		out[info.exit-1] = c
-	}
-	return out
-}
-
 // ExitCode is the CLI exit status for c (1 for an unknown code).
 func (c Code) ExitCode() int {
 	if info, ok := codes[c]; ok {

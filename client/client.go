@@ -100,7 +100,7 @@ func Dial(ctx context.Context, endpoints string, opts ...DialOption) (*Client, e
 	if len(c.eps) == 0 {
 		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "client: no endpoints"}
 	}
-	if _, _, err := c.List(ctx, "", ListStale(), ListLimit(1)); err != nil {
+	if _, _, err := c.List(ctx, "", Stale(), ListLimit(1)); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("client: dial %s: %w", endpoints, err)
 	}
@@ -212,12 +212,9 @@ type readOptions struct {
 	limit int32
 }
 
-// ListStale serves the read from the contacted node's applied state without
+// Stale serves a read (Status, List, KVGet) from the contacted node's applied state without
 // confirming leadership: faster, available without a quorum, possibly old.
-func ListStale() ReadOption { return func(o *readOptions) { o.stale = true } }
-
-// Stale is ListStale for Status and KVGet.
-func Stale() ReadOption { return ListStale() }
+func Stale() ReadOption { return func(o *readOptions) { o.stale = true } }
 
 // ListLimit caps the number of locks List returns (the server caps at 1000).
 func ListLimit(n int32) ReadOption { return func(o *readOptions) { o.limit = n } }
