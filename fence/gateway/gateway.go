@@ -14,8 +14,15 @@
 //     {"error":{"code":"stale-token","message":...,"key":K,"token":T,"last_token":L}}
 //     without contacting the upstream;
 //   - refuses a missing or malformed token or key with 400 {"error":{"code":"invalid-argument"}};
-//   - forwards everything else, and records the token — fsync'd to the bbolt file before the
-//     upstream's status is passed to the client — only when the upstream answered 2xx.
+//   - records the token of everything else — fsync'd to the bbolt file — and then forwards
+//     it. Recording before forwarding (admission = advance) keeps the fence ahead of every
+//     effect: an upstream that applied a request and then answered 5xx, timed out or dropped
+//     the connection cannot let an older token through afterwards. In strict mode this is
+//     "one effect per token": a retry with the same token is refused.
+//
+// Config.Record = RecordUnless4xx instead records after the upstream answers, unless it
+// answered 4xx: only for strict-mode upstreams whose 4xx is a definite refusal that applied
+// nothing. A 5xx, a timeout and a failed exchange record the token under both policies.
 //
 // GET, HEAD and OPTIONS pass without a token unless Config.FenceReads is set. The fencing
 // headers are forwarded to the upstream unchanged (it may log them, or learn to check them
@@ -44,6 +51,12 @@ import (
 	"github.com/leasehold/leasehold/fence"
 )
 
+// Record policies for Config.Record.
+const (
+	RecordBefore    = "before"     // fence.RecordBefore
+	RecordUnless4xx = "unless-4xx" // fence.RecordUnless4xx
+)
+
 // Key sources for Config.KeyFrom.
 const (
 	KeyFromHeader = "header" // the key is the value of Config.KeyHeader
@@ -69,6 +82,9 @@ type Config struct {
 	Strict bool
 	// FenceReads makes GET, HEAD and OPTIONS carry a token and pass the check too.
 	FenceReads bool
+	// Record is RecordBefore (record the token, then forward; the default) or
+	// RecordUnless4xx (see fence.RecordUnless4xx).
+	Record string
 	// LockTimeout bounds how long a request waits while another request for its key is in
 	// flight; then it gets 503 with Retry-After. At least 1 ms.
 	LockTimeout time.Duration
@@ -98,6 +114,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:          DefaultListen,
 		KeyFrom:         KeyFromHeader,
+		Record:          RecordBefore,
 		KeyHeader:       fence.DefaultKeyHeader,
 		TokenHeader:     fence.DefaultTokenHeader,
 		DataFile:        DefaultDataFile,
@@ -131,6 +148,9 @@ func (c Config) Validate() error {
 	case KeyFromPath:
 	default:
 		return bad("key-from %q: want %q or %q", c.KeyFrom, KeyFromHeader, KeyFromPath)
+	}
+	if c.Record != RecordBefore && c.Record != RecordUnless4xx {
+		return bad("record %q: want %q or %q", c.Record, RecordBefore, RecordUnless4xx)
 	}
 	if !validHeaderName(c.TokenHeader) {
 		return bad("token header %q is not a valid header name", c.TokenHeader)
@@ -237,6 +257,9 @@ func New(cfg Config) (*Gateway, error) {
 		fence.WithFenceReads(cfg.FenceReads),
 		fence.WithLockTimeout(cfg.LockTimeout),
 		fence.WithLogger(log),
+	}
+	if cfg.Record == RecordUnless4xx {
+		opts = append(opts, fence.WithRecordPolicy(fence.RecordUnless4xx))
 	}
 	if cfg.KeyFrom == KeyFromPath {
 		opts = append(opts, fence.WithKeyFromPath())
