@@ -25,6 +25,10 @@ var (
 	// ErrAdmissionDone means Commit was called on an Admission that was already released.
 	ErrAdmissionDone = errors.New("fence: admission already released")
 
+	// ErrNotDurable means a store's configuration cannot keep the fence across a restart or
+	// failover (CheckRedisDurable), so a checked guard refuses to run on it.
+	ErrNotDurable = errors.New("fence: store not durable enough to keep the fence")
+
 	// ErrClosed means the token store was closed.
 	ErrClosed = errors.New("fence: closed")
 

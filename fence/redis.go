@@ -74,6 +74,24 @@ return {1, ARGV[1]}
 // writes happen iff the token is accepted. In Redis Cluster, every key a script touches must
 // hash to one slot: give the fence prefix and your keys the same hash tag (WithKeyPrefix
 // ("{orders}:fence:") with keys "{orders}:..."). Redis does not roll back a script: see Do.
+//
+// Durability: the guard is only as durable as the Redis server. A key's fence must never go
+// back to an older token once a newer one was acknowledged, or a stale holder is admitted
+// again. Two things roll it back:
+//
+//   - A restart without an fsync'd append-only file. With RDB snapshots only (Redis's
+//     default), or AOF with appendfsync everysec (AOF's default), a crash loses the last
+//     acknowledged writes — back to the last snapshot, or about one second. Run the fence on a
+//     server with "appendonly yes" and "appendfsync always".
+//   - A failover to a replica that had not received the write. Redis replication is
+//     asynchronous: a Sentinel or Cluster failover can promote a replica that is behind.
+//     Run the fence's server without automatic failover, or accept that a failover can
+//     re-admit a stale token; WAIT after a write narrows the window but Redis does not
+//     promise that a WAITed write survives a failover.
+//
+// NewRedisDurable (or CheckRedisDurable) refuses a server whose configuration cannot keep the
+// fence across a restart. Where a stale write costs money, prefer the PostgreSQL guard on a
+// synchronously replicated database.
 type Redis struct {
 	rdb    redis.Cmdable
 	mode   Mode

@@ -2,7 +2,9 @@ package fence_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -161,4 +163,56 @@ func TestRedisEffectErrorKeepsToken(t *testing.T) {
 		t.Fatalf("Do = %#v, %v; want 5", res, err)
 	}
 	mustLast(t, g, "k", 3, "")
+}
+
+// TestRedisDurable: the checked constructor refuses the test server with Redis's default
+// persistence, and accepts it once AOF with appendfsync always is on (restored afterwards).
+func TestRedisDurable(t *testing.T) {
+	ctx := context.Background()
+	rdb := openRedisClient(t)
+	orig := map[string]string{}
+	for _, name := range []string{"appendonly", "appendfsync"} {
+		m, err := rdb.ConfigGet(ctx, name).Result()
+		if err != nil {
+			t.Fatalf("CONFIG GET %s: %v", name, err)
+		}
+		orig[name] = m[name]
+	}
+	t.Cleanup(func() {
+		for _, name := range []string{"appendfsync", "appendonly"} {
+			if err := rdb.ConfigSet(ctx, name, orig[name]).Err(); err != nil {
+				t.Errorf("restore %s %s: %v", name, orig[name], err)
+			}
+		}
+	})
+	set := func(name, value string) {
+		t.Helper()
+		if err := rdb.ConfigSet(ctx, name, value).Err(); err != nil {
+			t.Fatalf("CONFIG SET %s %s: %v", name, value, err)
+		}
+	}
+
+	set("appendonly", "no")
+	g, err := fence.NewRedisDurable(ctx, rdb)
+	if !errors.Is(err, fence.ErrNotDurable) || g != nil || !strings.Contains(err.Error(), "appendonly") {
+		t.Fatalf("appendonly no: %v, want ErrNotDurable naming appendonly", err)
+	}
+	set("appendonly", "yes")
+	set("appendfsync", "everysec")
+	if _, err := fence.NewRedisDurable(ctx, rdb); !errors.Is(err, fence.ErrNotDurable) || !strings.Contains(err.Error(), "appendfsync") {
+		t.Fatalf("appendfsync everysec: %v, want ErrNotDurable naming appendfsync", err)
+	}
+	set("appendfsync", "always")
+	prefix := unique("leasehold-test:") + ":"
+	cleanupPrefix(t, rdb, prefix)
+	g, err = fence.NewRedisDurable(ctx, rdb, fence.WithKeyPrefix(prefix))
+	if err != nil {
+		t.Fatalf("appendonly yes, appendfsync always: %v", err)
+	}
+	if err := g.Write(ctx, "k", 2, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Write(ctx, "k", 1, []byte("old")); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("stale write through the checked guard: %v", err)
+	}
 }
