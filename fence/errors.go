@@ -29,6 +29,11 @@ var (
 	// failover (CheckRedisDurable), so a checked guard refuses to run on it.
 	ErrNotDurable = errors.New("fence: store not durable enough to keep the fence")
 
+	// ErrTooManyKeys means a token store is at its bound on keys (BoltTokenStore.MaxKeys) and
+	// refused a new key. Nothing was recorded; known keys still work. Drop idle keys
+	// (BoltTokenStore.DropIdle) or raise the bound.
+	ErrTooManyKeys = errors.New("fence: too many keys")
+
 	// ErrClosed means the token store was closed.
 	ErrClosed = errors.New("fence: closed")
 

@@ -26,10 +26,11 @@ const (
 
 // Error codes of the JSON error body, the same strings as the rest of leasehold.
 const (
-	CodeStaleToken      = "stale-token"
-	CodeInvalidArgument = "invalid-argument"
-	CodeUnavailable     = "unavailable"
-	CodeInternal        = "internal"
+	CodeStaleToken        = "stale-token"
+	CodeInvalidArgument   = "invalid-argument"
+	CodeUnavailable       = "unavailable"
+	CodeResourceExhausted = "resource-exhausted"
+	CodeInternal          = "internal"
 )
 
 // HTTPError is the JSON error body written by Middleware and the gateway, wrapped as
@@ -182,6 +183,8 @@ func isRead(method string) bool {
 //     next is not called.
 //   - stale token: 409 {"error":{"code":"stale-token","key":K,"token":T,"last_token":L}} and
 //     the Fencing-Last-Token header; next is not called.
+//   - a new key while the token store is full (ErrTooManyKeys): 507
+//     {"error":{"code":"resource-exhausted"}}; next is not called.
 //   - otherwise the token is recorded (RecordBefore, the default) and then next runs while
 //     the Admitter holds the key's lock (requests for one key are serialized, the lock spans
 //     the whole of next). Recording first means the fence never falls behind an effect: an
@@ -261,10 +264,7 @@ func (h *admitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if h.o.record == RecordBefore {
 		if err := ad.Commit(r.Context()); err != nil {
-			h.o.logger.Error("fence: token not recorded; request not forwarded", "key", key, "token", token, "err", err)
-			WriteHTTPError(w, http.StatusInternalServerError, HTTPError{
-				Code: CodeInternal, Message: "fence: request not forwarded: " + err.Error(),
-			})
+			h.refuse(w, r, key, token, fmt.Errorf("fence: request not forwarded: %w", err))
 			return
 		}
 		h.next.ServeHTTP(w, r)
@@ -296,6 +296,9 @@ func (h *admitHandler) refuse(w http.ResponseWriter, r *http.Request, key string
 			Code: CodeStaleToken, Message: stale.Error(),
 			Key: key, Token: token, LastToken: stale.LastToken,
 		})
+	case errors.Is(err, ErrTooManyKeys):
+		h.o.logger.Warn("fence: token store full", "key", key, "token", token, "err", err)
+		WriteHTTPError(w, http.StatusInsufficientStorage, HTTPError{Code: CodeResourceExhausted, Message: err.Error()})
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		w.Header().Set("Retry-After", "1")
 		WriteHTTPError(w, http.StatusServiceUnavailable, HTTPError{
