@@ -72,6 +72,8 @@ the rest, so an upstream that applied a request and then failed never lets an ol
 	f.StringVar(&cfg.Record, "record", cfg.Record, `when to record a token: "before" forwarding, or after the answer "unless-4xx"`)
 	f.DurationVar(&cfg.LockTimeout, "lock-timeout", cfg.LockTimeout, "how long a request waits for its key (then 503)")
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "bound on one upstream exchange (0: none)")
+	f.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most keys kept in --data; a new key beyond it gets 507 resource-exhausted")
+	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, `address of /healthz, /metrics and POST /admin/drop-idle?older-than=DUR ("" for none)`)
 	if err := cmd.MarkFlagRequired("upstream"); err != nil {
 		panic(errors.Join(errors.New("gateway: mark --upstream required"), err)) // a programming error
 	}

@@ -91,6 +91,13 @@ type Config struct {
 	// UpstreamTimeout bounds one whole upstream exchange (headers and body); 0 means none.
 	// Since the key stays locked meanwhile, keep it finite.
 	UpstreamTimeout time.Duration
+	// MaxKeys bounds the keys in the token file; a request for a new key beyond it gets 507
+	// resource-exhausted (known keys keep working). Drop idle keys through the admin
+	// endpoint. At least 1.
+	MaxKeys int
+	// AdminListen is where ListenAndServe serves AdminHandler (/healthz, /metrics,
+	// /admin/drop-idle); "" serves no admin endpoint.
+	AdminListen string
 	// ShutdownTimeout bounds how long Serve waits for in-flight requests after its context
 	// ends.
 	ShutdownTimeout time.Duration
@@ -107,6 +114,8 @@ const (
 	DefaultLockTimeout     = 30 * time.Second
 	DefaultUpstreamTimeout = 60 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultAdminListen     = "127.0.0.1:7422"
+	DefaultMaxKeys         = fence.DefaultBoltMaxKeys
 )
 
 // DefaultConfig returns a Config with every field but Upstream set.
@@ -121,6 +130,8 @@ func DefaultConfig() Config {
 		LockTimeout:     DefaultLockTimeout,
 		UpstreamTimeout: DefaultUpstreamTimeout,
 		ShutdownTimeout: DefaultShutdownTimeout,
+		MaxKeys:         DefaultMaxKeys,
+		AdminListen:     DefaultAdminListen,
 	}
 }
 
@@ -167,6 +178,9 @@ func (c Config) Validate() error {
 	if c.UpstreamTimeout < 0 {
 		return bad("upstream timeout %v is negative", c.UpstreamTimeout)
 	}
+	if c.MaxKeys < 1 {
+		return bad("max keys %d is below 1", c.MaxKeys)
+	}
 	if c.ShutdownTimeout < 0 {
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
 	}
@@ -196,6 +210,7 @@ type Gateway struct {
 	store    *fence.BoltTokenStore
 	admitter *fence.Admitter
 	handler  http.Handler
+	counts   statusCounts
 
 	// mu is held shared by every request for its whole duration and exclusively by Close,
 	// so Close waits for in-flight requests before closing the token store.
@@ -228,7 +243,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Strict {
 		mode = fence.Strict
 	}
-	g := &Gateway{cfg: cfg, log: log, store: store, admitter: fence.NewAdmitter(store, fence.WithMode(mode))}
+	store.SetMaxKeys(cfg.MaxKeys)
+	g := &Gateway{cfg: cfg, log: log, store: store, admitter: fence.NewAdmitter(store, fence.WithMode(mode)),
+		counts: statusCounts{n: map[int]uint64{}}}
 
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -267,7 +284,7 @@ func New(cfg Config) (*Gateway, error) {
 		opts = append(opts, fence.WithKeyHeader(cfg.KeyHeader))
 	}
 	fenced := fence.Middleware(g.admitter, opts...)(upstreamHandler)
-	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.handler = g.counted(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.RLock()
 		defer g.mu.RUnlock()
 		if g.closed {
@@ -277,7 +294,7 @@ func New(cfg Config) (*Gateway, error) {
 			return
 		}
 		fenced.ServeHTTP(w, r)
-	})
+	}))
 	return g, nil
 }
 
@@ -298,14 +315,24 @@ func (g *Gateway) LastToken(ctx context.Context, key string) (uint64, error) {
 // ShutdownTimeout) and returns nil; it returns the server's error if serving fails first. It
 // does not Close the Gateway.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	g.log.Info("gateway: serving", "addr", ln.Addr().String(), "upstream", g.cfg.Upstream,
+		"key_from", g.cfg.KeyFrom, "strict", g.cfg.Strict, "fence_reads", g.cfg.FenceReads, "data", g.cfg.DataFile)
+	return g.serve(ctx, ln, g.handler)
+}
+
+// ServeAdmin answers AdminHandler on ln until ctx ends, like Serve.
+func (g *Gateway) ServeAdmin(ctx context.Context, ln net.Listener) error {
+	g.log.Info("gateway: serving admin endpoints", "addr", ln.Addr().String())
+	return g.serve(ctx, ln, g.AdminHandler())
+}
+
+func (g *Gateway) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           g.handler,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	g.log.Info("gateway: serving", "addr", ln.Addr().String(), "upstream", g.cfg.Upstream,
-		"key_from", g.cfg.KeyFrom, "strict", g.cfg.Strict, "fence_reads", g.cfg.FenceReads, "data", g.cfg.DataFile)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -326,14 +353,34 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// ListenAndServe listens on Config.Listen and calls Serve.
+// ListenAndServe listens on Config.Listen and calls Serve, and on Config.AdminListen (unless
+// empty) and calls ServeAdmin, until ctx ends or either fails.
 func (g *Gateway) ListenAndServe(ctx context.Context) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", g.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
-	return g.Serve(ctx, ln)
+	if g.cfg.AdminListen == "" {
+		return g.Serve(ctx, ln)
+	}
+	aln, err := lc.Listen(ctx, "tcp", g.cfg.AdminListen)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("gateway: listen (admin): %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var adminErr error
+	wg.Go(func() {
+		adminErr = g.ServeAdmin(ctx, aln)
+		cancel() // an admin failure stops the gateway too
+	})
+	err = g.Serve(ctx, ln)
+	cancel()
+	wg.Wait()
+	return errors.Join(err, adminErr)
 }
 
 // Close waits for in-flight requests, then closes the token file. It is idempotent; requests
