@@ -120,7 +120,12 @@ func Run(ctx context.Context, lease Lease, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %s: %w", ErrStart, cmd.Args[0], err)
 	}
 	s := &supervisor{cfg: cfg, log: log, lease: lease, pgid: cmd.Process.Pid, name: cfg.Argv[0]}
+	sentinel, err := startSentinel(s.pgid)
+	if err != nil { // the command's group is already gone, or no /bin/sh: Pdeathsig still covers the command
+		log.Debug("no sentinel in the command's group", "pgid", s.pgid, "err", err)
+	}
 	waitErr := s.watch(ctx, exited)
+	sentinel.stop()
 	res := s.res
 	res.ExitCode = exitCode(waitErr)
 	if err := s.reapGroup(); err != nil {
@@ -166,6 +171,45 @@ func start(cmd *exec.Cmd) (<-chan error, error) {
 		return nil, err
 	}
 	return exited, nil
+}
+
+// sentinel is a shell in the command's process group that SIGKILLs the whole group when the
+// pipe from this process reaches EOF, which happens when this process dies, however it dies:
+// the parent-death signal reaches only the command itself, the sentinel also its
+// descendants. It ignores the signals Run forwards.
+type sentinel struct {
+	cmd  *exec.Cmd
+	pipe *os.File // write end; closing it (or dying) fires the sentinel
+}
+
+const sentinelScript = `trap "" INT TERM HUP; read _; kill -9 0`
+
+func startSentinel(pgid int) (*sentinel, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("/bin/sh", "-c", sentinelScript)
+	cmd.Stdin = r
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+	err = cmd.Start()
+	_ = r.Close()
+	if err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return &sentinel{cmd: cmd, pipe: w}, nil
+}
+
+// stop kills the sentinel alone (the group is left as it is) and reaps it. A nil sentinel is
+// a no-op.
+func (s *sentinel) stop() {
+	if s == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	_ = s.pipe.Close()
 }
 
 // supervisor is the state of one Run; used by Run's goroutine only.

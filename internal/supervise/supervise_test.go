@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 func runHelper(dir string) {
 	lease := newFakeLease(time.Now().Add(time.Hour))
 	_, err := Run(context.Background(), lease, Config{
-		Argv: []string{"/bin/sh", "-c", `echo $$ > "$0/pid.tmp" && mv "$0/pid.tmp" "$0/pid" && exec sleep 60`, dir},
+		Argv: []string{"/bin/sh", "-c", `sleep 60 & echo $! > "$0/child"; echo $$ > "$0/pid.tmp" && mv "$0/pid.tmp" "$0/pid"; wait`, dir},
 	})
 	if err != nil {
 		os.Exit(3)
@@ -274,7 +274,8 @@ func TestRenewalPostponesTerm(t *testing.T) {
 	}
 }
 
-// TestSupervisorKilled: kill -9 of the supervising process kills the command.
+// TestSupervisorKilled: kill -9 of the supervising process kills the command and the
+// processes it started.
 func TestSupervisorKilled(t *testing.T) {
 	dir := t.TempDir()
 	helper := exec.Command(os.Args[0], "-test.run=^$")
@@ -304,6 +305,8 @@ func TestSupervisorKilled(t *testing.T) {
 	}
 	_ = helper.Wait()
 	waitFor(t, 10*time.Second, "the command to die with its supervisor", func() bool { return !alive(pid) })
+	child := readPids(t, dir, "child")[0]
+	waitFor(t, 10*time.Second, "the command's child to die with the supervisor", func() bool { return !alive(child) })
 }
 
 func TestStartAndShell(t *testing.T) {
