@@ -5,8 +5,8 @@ package supervise
 import "syscall"
 
 // sysProcAttr puts the command in a process group of its own. There is no parent-death
-// signal outside Linux: a killed supervisor leaves the command running until its lease's
-// loss is noticed by nobody — run it under a service manager there.
+// signal outside Linux; the sentinel (see startSentinel) kills the group when the
+// supervisor dies.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
