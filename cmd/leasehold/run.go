@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -155,23 +157,34 @@ type runLease struct {
 func (r runLease) Deadline() time.Time   { return r.s.Deadline() }
 func (r runLease) Done() <-chan struct{} { return r.l.Done() }
 
-// runLogger prints the supervisor's decisions as "leasehold run: ..." lines on stderr, with
-// the cause of a lost lease.
+// runLogger prints the supervisor's decisions as "leasehold run: MSG (CAUSE) key=value"
+// lines on stderr, CAUSE being why the lock's lease ended, once it has.
 func runLogger(cmd *cobra.Command, l *client.Lock) *slog.Logger {
-	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			switch {
-			case len(groups) > 0:
-			case a.Key == slog.TimeKey || a.Key == slog.LevelKey:
-				return slog.Attr{}
-			case a.Key == slog.MessageKey:
-				msg := "leasehold run: " + a.Value.String()
-				if cause := context.Cause(l.Context()); cause != nil {
-					msg += " (" + cause.Error() + ")"
-				}
-				return slog.String(a.Key, msg)
-			}
-			return a
-		},
-	}))
+	return slog.New(&lineHandler{w: cmd.ErrOrStderr(), lock: l})
 }
+
+// lineHandler is a slog.Handler writing one plain line per record at Info and above.
+type lineHandler struct {
+	w    io.Writer // written by Run's goroutine only
+	lock *client.Lock
+}
+
+func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString("leasehold run: " + r.Message)
+	if cause := context.Cause(h.lock.Context()); cause != nil {
+		b.WriteString(" (" + cause.Error() + ")")
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.String())
+		return true
+	})
+	b.WriteString("\n")
+	_, err := io.WriteString(h.w, b.String())
+	return err
+}
+
+func (h *lineHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *lineHandler) WithGroup(string) slog.Handler      { return h }
