@@ -57,9 +57,11 @@ to leasehold run are passed on to CMD's group.`,
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			defer func() { cancel(); wg.Wait() }()
+			interrupted := false // written by the goroutine, read after wg.Wait
 			wg.Go(func() {
 				select {
 				case <-sigs:
+					interrupted = true
 					cancel() // interrupted while waiting for the lock
 				case <-ctx.Done():
 				}
@@ -89,6 +91,10 @@ to leasehold run are passed on to CMD's group.`,
 			}
 			cancel() // stop the signal goroutine above; the command's group gets signals now
 			wg.Wait()
+			if interrupted { // a signal raced the grant: do not start the command
+				closeSession()
+				return fmt.Errorf("leasehold run: interrupted before %s started: %w", argv[0], context.Canceled)
+			}
 
 			// SIGTERM must only ever go to a command whose renewal is overdue: cap
 			// --kill-after by the lease's window and keepalive interval (the client's TTL/3).
