@@ -221,8 +221,8 @@ func (s *syncBuffer) String() string {
 // not KillAfter after the lease was reported lost.
 func TestKilledByDeadline(t *testing.T) {
 	dir := t.TempDir()
-	const killAfter = 400 * time.Millisecond
-	deadline := time.Now().Add(1500 * time.Millisecond)
+	const killAfter = time.Second
+	deadline := time.Now().Add(2500 * time.Millisecond)
 	lease := newFakeLease(deadline)
 	done := runAsync(context.Background(), lease, Config{
 		Argv:      []string{"/bin/sh", "-c", `trap "" TERM; ` + spawner, dir},
