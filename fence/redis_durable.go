@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -60,4 +61,41 @@ func NewRedisDurable(ctx context.Context, rdb redis.Cmdable, opts ...Option) (*R
 		return nil, err
 	}
 	return NewRedis(rdb, opts...), nil
+}
+
+// WithRedisWait makes the Redis guard, after every accepted Write or Do, send WAIT n timeout
+// on the same connection: the call succeeds only once n replicas acknowledged the write. If
+// fewer did within timeout, it returns an error wrapping ErrNotDurable — the write WAS applied
+// on the primary (the fence advanced there), but a failover now could lose it; treat the
+// outcome as unknown. It needs a *redis.Client (WAIT counts the writes of one connection);
+// with another client every write fails with ErrNotDurable. WAIT narrows the window in which
+// a failover rolls the fence back but does not close it. n ≤ 0 turns it off (the default).
+func WithRedisWait(n int, timeout time.Duration) Option {
+	return func(o *options) { o.waitN, o.waitTimeout = n, timeout }
+}
+
+// run runs script; with WithRedisWait, on one connection followed by WAIT when the script
+// accepted the token (its reply starts with 1).
+func (r *Redis) run(ctx context.Context, script *redis.Script, keys []string, args ...any) ([]any, error) {
+	if r.waitN <= 0 {
+		return script.Run(ctx, r.rdb, keys, args...).Slice()
+	}
+	c, ok := r.rdb.(*redis.Client)
+	if !ok {
+		return nil, fmt.Errorf("%w: WithRedisWait needs a *redis.Client, not %T (WAIT counts one connection's writes)", ErrNotDurable, r.rdb)
+	}
+	conn := c.Conn()
+	defer conn.Close()
+	res, err := script.Run(ctx, conn, keys, args...).Slice()
+	if err != nil || len(res) == 0 || res[0] != int64(1) {
+		return res, err
+	}
+	n, err := conn.Wait(ctx, r.waitN, r.waitTimeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("fence: redis WAIT after an accepted write (applied on the primary): %w", err)
+	}
+	if int(n) < r.waitN {
+		return nil, fmt.Errorf("%w: write applied on the primary but acknowledged by %d of %d replicas within %v", ErrNotDurable, n, r.waitN, r.waitTimeout)
+	}
+	return res, nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -214,5 +215,28 @@ func TestRedisDurable(t *testing.T) {
 	}
 	if err := g.Write(ctx, "k", 1, []byte("old")); !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("stale write through the checked guard: %v", err)
+	}
+}
+
+// TestRedisWait: with WithRedisWait an accepted write that not enough replicas acknowledged
+// fails with ErrNotDurable (the test server has no replica), although it was applied on the
+// primary; a refused write is not waited for.
+func TestRedisWait(t *testing.T) {
+	ctx := context.Background()
+	rdb := openRedisClient(t)
+	prefix := unique("leasehold-test:") + ":"
+	cleanupPrefix(t, rdb, prefix)
+	g := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithRedisWait(1, 50*time.Millisecond))
+	if err := g.Write(ctx, "k", 5, []byte("v")); !errors.Is(err, fence.ErrNotDurable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Fatalf("write without a replica: %v, want ErrNotDurable", err)
+	}
+	if tok, _, err := g.Last(ctx, "k"); err != nil || tok != 5 {
+		t.Fatalf("Last = %d, %v; want 5 (applied on the primary)", tok, err)
+	}
+	if err := g.Write(ctx, "k", 4, []byte("old")); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("stale write: %v, want ErrStaleToken", err)
+	}
+	if err := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithRedisWait(0, 0)).Write(ctx, "k", 6, nil); err != nil {
+		t.Fatalf("WAIT 0: %v", err)
 	}
 }
