@@ -26,7 +26,8 @@
 //
 // GET, HEAD and OPTIONS pass without a token unless Config.FenceReads is set. The fencing
 // headers are forwarded to the upstream unchanged (it may log them, or learn to check them
-// later). Connection upgrades (WebSocket) of fenced requests are refused.
+// later). Connection upgrades (WebSocket) of fenced requests are refused under RecordUnless4xx;
+// under RecordBefore the key stays locked for the whole upgraded connection.
 //
 // The guarantee holds only while every request that can change the upstream goes through ONE
 // gateway process: the upstream must not be reachable around it, and the bbolt file is
