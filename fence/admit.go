@@ -20,6 +20,13 @@ type TokenStore interface {
 	SetToken(ctx context.Context, key string, token uint64) error
 }
 
+// KeyLimiter is an optional interface of a TokenStore with a bound on its keys
+// (BoltTokenStore). When Full reports true, an Admitter refuses an admission for a key the
+// store does not know yet with ErrTooManyKeys before the effect runs.
+type KeyLimiter interface {
+	Full() bool
+}
+
 // Admitter admits effects that the resource cannot make atomic with a token check itself.
 // For each key it serializes admissions in this process: Begin takes the key's lock and checks
 // the token against the TokenStore, the caller runs its effect, Commit records the token, and
@@ -65,8 +72,9 @@ type Admission struct {
 // Begin waits for key's lock (bounded by ctx), then checks token against the key's last
 // token. On success the returned Admission holds the lock: the caller runs its effect, calls
 // Commit iff the effect succeeded, and always calls Release. When the token is stale Begin
-// returns a *StaleTokenError (matching ErrStaleToken) and holds nothing. ctx errors are
-// returned as is.
+// returns a *StaleTokenError (matching ErrStaleToken) and holds nothing; when key is new and
+// the store is full (KeyLimiter), an error wrapping ErrTooManyKeys. ctx errors are returned
+// as is.
 func (a *Admitter) Begin(ctx context.Context, key string, token uint64) (*Admission, error) {
 	if err := validate(key, token); err != nil {
 		return nil, err
@@ -83,6 +91,10 @@ func (a *Admitter) Begin(ctx context.Context, key string, token uint64) (*Admiss
 	if !a.mode.Admits(token, last) {
 		unlock()
 		return nil, &StaleTokenError{Key: key, Token: token, LastToken: last}
+	}
+	if kl, ok := a.store.(KeyLimiter); ok && last == 0 && kl.Full() {
+		unlock()
+		return nil, fmt.Errorf("%w: no room for new key %q", ErrTooManyKeys, key)
 	}
 	return &Admission{a: a, key: key, token: token, last: last, unlock: unlock}, nil
 }

@@ -30,9 +30,10 @@
 //	                             each also has a general form (Do) that runs YOUR statements inside the
 //	                             same atomic step as the check.
 //	  Admitter + TokenStore      for effects the store cannot make atomic with a check (a plain HTTP
-//	                             service): serialize per key in this process, run the effect, record t
-//	                             only when the effect succeeded. Used by [Middleware] and by the
-//	                             fence/gateway package; tokens persist in [BoltTokenStore].
+//	                             service): serialize per key in this process, record t, then run the
+//	                             effect, so the fence is never behind an effect whose answer was lost.
+//	                             Used by [Middleware] and by the fence/gateway package; tokens persist
+//	                             in [BoltTokenStore].
 //
 // An Admitter is a fence only while it is the sole path to the resource: every write must pass
 // through the same process (the gateway of seed 004). Two replicas of a service, each with its

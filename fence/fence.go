@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -73,9 +74,11 @@ type Guard interface {
 type Option func(*options)
 
 type options struct {
-	mode      Mode
-	table     string
-	keyPrefix string
+	mode        Mode
+	table       string
+	keyPrefix   string
+	waitN       int           // Redis: replicas to WAIT for after an accepted write
+	waitTimeout time.Duration // Redis: bound on that WAIT
 }
 
 func buildOptions(opts []Option) options {

@@ -26,10 +26,11 @@ const (
 
 // Error codes of the JSON error body, the same strings as the rest of leasehold.
 const (
-	CodeStaleToken      = "stale-token"
-	CodeInvalidArgument = "invalid-argument"
-	CodeUnavailable     = "unavailable"
-	CodeInternal        = "internal"
+	CodeStaleToken        = "stale-token"
+	CodeInvalidArgument   = "invalid-argument"
+	CodeUnavailable       = "unavailable"
+	CodeResourceExhausted = "resource-exhausted"
+	CodeInternal          = "internal"
 )
 
 // HTTPError is the JSON error body written by Middleware and the gateway, wrapped as
@@ -66,7 +67,39 @@ type httpOptions struct {
 	keyFunc     func(*http.Request) (string, error)
 	fenceReads  bool
 	lockTimeout time.Duration
+	record      RecordPolicy
 	logger      *slog.Logger
+}
+
+// RecordPolicy selects when Middleware records an admitted token as the key's last token.
+type RecordPolicy int
+
+const (
+	// RecordBefore records the token, durably, before the request reaches the handler:
+	// admission is advance. Whatever the handler then does — applies its effect and answers
+	// 5xx, times out, panics, or never answers — no older token is admitted afterwards. In
+	// Monotonic mode this costs nothing (the holder may reuse its token); in Strict mode it is
+	// "one effect per generation": a retry with the same token is refused even when the first
+	// attempt failed. This is the default.
+	RecordBefore RecordPolicy = iota
+	// RecordUnless4xx records the token after the handler answers, unless the answer is 4xx.
+	// Use it only when a 4xx from the handler is a definite refusal that applied no effect
+	// (for example a Strict-mode upstream that validates before it acts) and you want such a
+	// refusal not to use up the token's generation. A 2xx, 3xx or 5xx answer, a handler that
+	// answers nothing, and a panic all record the token.
+	RecordUnless4xx
+)
+
+// String returns "before" or "unless-4xx".
+func (p RecordPolicy) String() string {
+	switch p {
+	case RecordBefore:
+		return "before"
+	case RecordUnless4xx:
+		return "unless-4xx"
+	default:
+		return "RecordPolicy(" + strconv.Itoa(int(p)) + ")"
+	}
 }
 
 // WithTokenHeader sets the header that carries the token (default DefaultTokenHeader).
@@ -90,13 +123,16 @@ func WithKeyFunc(fn func(*http.Request) (string, error)) HTTPOption {
 }
 
 // WithFenceReads makes GET, HEAD and OPTIONS requests carry a token and pass the same check
-// as writes (a 2xx read then records its token too). By default they pass unchecked.
+// as writes (an admitted read then records its token too). By default they pass unchecked.
 func WithFenceReads(on bool) HTTPOption { return func(o *httpOptions) { o.fenceReads = on } }
 
 // WithLockTimeout bounds how long a request waits for its key while another request for the
 // same key is in flight (default: only the request's context bounds it). On timeout the
 // answer is 503 unavailable with Retry-After: 1.
 func WithLockTimeout(d time.Duration) HTTPOption { return func(o *httpOptions) { o.lockTimeout = d } }
+
+// WithRecordPolicy sets when an admitted token is recorded (default RecordBefore).
+func WithRecordPolicy(p RecordPolicy) HTTPOption { return func(o *httpOptions) { o.record = p } }
 
 // WithLogger sets the logger for rejections and failures (default: discard).
 func WithLogger(l *slog.Logger) HTTPOption { return func(o *httpOptions) { o.logger = l } }
@@ -147,16 +183,24 @@ func isRead(method string) bool {
 //     next is not called.
 //   - stale token: 409 {"error":{"code":"stale-token","key":K,"token":T,"last_token":L}} and
 //     the Fencing-Last-Token header; next is not called.
-//   - otherwise next runs while the Admitter holds the key's lock (requests for one key are
-//     serialized, the lock spans the whole of next), and the token is recorded at the moment
-//     next sends a 2xx status — before that status reaches the client. A non-2xx answer, a
-//     panic, or a failure before the header records nothing. If recording fails, the client
-//     gets 500 internal instead of the 2xx (the effect happened; its outcome is unknown to the
-//     client) and the rest of next's body is dropped.
+//   - a new key while the token store is full (ErrTooManyKeys): 507
+//     {"error":{"code":"resource-exhausted"}}; next is not called.
+//   - otherwise the token is recorded (RecordBefore, the default) and then next runs while
+//     the Admitter holds the key's lock (requests for one key are serialized, the lock spans
+//     the whole of next). Recording first means the fence never falls behind an effect: an
+//     effect applied by a handler that then answered 5xx, panicked or hung still advanced
+//     the key, so an older token is refused afterwards. If recording fails, the client gets
+//     500 internal and next is not called.
+//   - with WithRecordPolicy(RecordUnless4xx) next runs first and the token is recorded when
+//     next sends a non-4xx status (or panics, or answers nothing) — before that status
+//     reaches the client. If that recording fails, the client gets 500 internal instead (the
+//     effect happened; its outcome is unknown to the client) and the rest of next's body is
+//     dropped.
 //
 // This makes check, effect and record one step only if every request that can change the
 // resource passes through this one middleware instance (one process): see the package comment.
-// Connection hijacking (protocol upgrades) is refused for admitted requests.
+// Under RecordUnless4xx, connection hijacking (protocol upgrades) is refused for admitted
+// requests.
 func Middleware(a *Admitter, opts ...HTTPOption) func(http.Handler) http.Handler {
 	o := httpOptions{tokenHeader: DefaultTokenHeader, keyFunc: KeyFromHeader(DefaultKeyHeader)}
 	for _, opt := range opts {
@@ -218,7 +262,25 @@ func (h *admitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer ad.Release()
 
+	if h.o.record == RecordBefore {
+		if err := ad.Commit(r.Context()); err != nil {
+			h.refuse(w, r, key, token, fmt.Errorf("fence: request not forwarded: %w", err))
+			return
+		}
+		h.next.ServeHTTP(w, r)
+		return
+	}
 	aw := &admitWriter{ResponseWriter: w, ad: ad, ctx: r.Context(), log: h.o.logger}
+	defer func() {
+		if p := recover(); p != nil {
+			if !aw.decided { // the effect's outcome is unknown: keep the fence ahead of it
+				if err := ad.Commit(aw.ctx); err != nil {
+					h.o.logger.Error("fence: handler panicked and token not recorded", "key", key, "token", token, "err", err)
+				}
+			}
+			panic(p)
+		}
+	}()
 	h.next.ServeHTTP(aw, r)
 	aw.decide(http.StatusOK) // a handler that wrote nothing answered 200
 }
@@ -234,6 +296,9 @@ func (h *admitHandler) refuse(w http.ResponseWriter, r *http.Request, key string
 			Code: CodeStaleToken, Message: stale.Error(),
 			Key: key, Token: token, LastToken: stale.LastToken,
 		})
+	case errors.Is(err, ErrTooManyKeys):
+		h.o.logger.Warn("fence: token store full", "key", key, "token", token, "err", err)
+		WriteHTTPError(w, http.StatusInsufficientStorage, HTTPError{Code: CodeResourceExhausted, Message: err.Error()})
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		w.Header().Set("Retry-After", "1")
 		WriteHTTPError(w, http.StatusServiceUnavailable, HTTPError{
@@ -245,8 +310,8 @@ func (h *admitHandler) refuse(w http.ResponseWriter, r *http.Request, key string
 	}
 }
 
-// admitWriter records the admission's token when the handler sends a 2xx status, before the
-// status is passed on.
+// admitWriter records the admission's token when the handler sends a non-4xx status, before
+// the status is passed on (RecordUnless4xx).
 type admitWriter struct {
 	http.ResponseWriter
 	ad  *Admission
@@ -276,7 +341,7 @@ func (w *admitWriter) WriteHeader(code int) {
 		return
 	}
 	w.decided = true
-	if code >= 200 && code <= 299 {
+	if code < 400 || code > 499 {
 		if err := w.ad.Commit(w.ctx); err != nil {
 			w.failed = true
 			w.log.Error("fence: effect applied but token not recorded", "key", w.ad.Key(), "token", w.ad.Token(), "err", err)

@@ -105,7 +105,7 @@ func TestMiddleware(t *testing.T) {
 		{"leader A, token 17", req{headers: hdr("Fencing-Key", key, "Fencing-Token", "17")}, 200, "", true, 17},
 		{"leader B, token 18", req{headers: hdr("Fencing-Key", key, "Fencing-Token", "18")}, 200, "", true, 18},
 		{"stale leader A", req{headers: hdr("Fencing-Key", key, "Fencing-Token", "17")}, 409, "stale-token", false, 18},
-		{"upstream 500 does not record", req{headers: hdr("Fencing-Key", key, "Fencing-Token", "19", "X-Status", "500")}, 500, "", true, 18},
+		{"upstream 500 still records", req{headers: hdr("Fencing-Key", key, "Fencing-Token", "19", "X-Status", "500")}, 500, "", true, 19},
 		{"implicit 200 records", req{headers: hdr("Fencing-Key", key, "Fencing-Token", "19", "X-Status", "none")}, 200, "", true, 19},
 		{"201 records", req{headers: hdr("Fencing-Key", key, "Fencing-Token", "20", "X-Status", "201")}, 201, "", true, 20},
 		{"same token again", req{method: "PUT", headers: hdr("Fencing-Key", key, "Fencing-Token", "20")}, 200, "", true, 20},
@@ -205,19 +205,27 @@ func TestMiddlewareOptions(t *testing.T) {
 }
 
 // TestMiddlewareCommitFailure: when the token cannot be recorded the client must not see the
-// handler's 2xx.
+// handler's 2xx; by default the handler is not even called.
 func TestMiddlewareCommitFailure(t *testing.T) {
-	store := &failingStore{MemoryTokenStore: fence.NewMemoryTokenStore(), failing: true}
-	h := fence.Middleware(fence.NewAdmitter(store))(&recordingHandler{})
-	w := req{headers: hdr("Fencing-Key", "k", "Fencing-Token", "3")}.do(h)
-	if w.Code != 500 {
-		t.Fatalf("status %d, want 500", w.Code)
-	}
-	if e := decodeError(t, w); e.Code != "internal" || !strings.Contains(e.Message, "disk full") {
-		t.Fatalf("error %+v", e)
-	}
-	if strings.Contains(w.Body.String(), "done") {
-		t.Fatalf("the handler's body leaked into the error: %q", w.Body)
+	for _, p := range []fence.RecordPolicy{fence.RecordBefore, fence.RecordUnless4xx} {
+		t.Run(p.String(), func(t *testing.T) {
+			store := &failingStore{MemoryTokenStore: fence.NewMemoryTokenStore(), failing: true}
+			inner := &recordingHandler{}
+			h := fence.Middleware(fence.NewAdmitter(store), fence.WithRecordPolicy(p))(inner)
+			w := req{headers: hdr("Fencing-Key", "k", "Fencing-Token", "3")}.do(h)
+			if w.Code != 500 {
+				t.Fatalf("status %d, want 500", w.Code)
+			}
+			if e := decodeError(t, w); e.Code != "internal" || !strings.Contains(e.Message, "disk full") {
+				t.Fatalf("error %+v", e)
+			}
+			if strings.Contains(w.Body.String(), "done") {
+				t.Fatalf("the handler's body leaked into the error: %q", w.Body)
+			}
+			if reached, want := inner.calls.Load() > 0, p == fence.RecordUnless4xx; reached != want {
+				t.Fatalf("handler reached = %v, want %v", reached, want)
+			}
+		})
 	}
 }
 

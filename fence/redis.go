@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -74,20 +75,41 @@ return {1, ARGV[1]}
 // writes happen iff the token is accepted. In Redis Cluster, every key a script touches must
 // hash to one slot: give the fence prefix and your keys the same hash tag (WithKeyPrefix
 // ("{orders}:fence:") with keys "{orders}:..."). Redis does not roll back a script: see Do.
+//
+// Durability: the guard is only as durable as the Redis server. A key's fence must never go
+// back to an older token once a newer one was acknowledged, or a stale holder is admitted
+// again. Two things roll it back:
+//
+//   - A restart without an fsync'd append-only file. With RDB snapshots only (Redis's
+//     default), or AOF with appendfsync everysec (AOF's default), a crash loses the last
+//     acknowledged writes — back to the last snapshot, or about one second. Run the fence on a
+//     server with "appendonly yes" and "appendfsync always".
+//   - A failover to a replica that had not received the write. Redis replication is
+//     asynchronous: a Sentinel or Cluster failover can promote a replica that is behind.
+//     Run the fence's server without automatic failover, or accept that a failover can
+//     re-admit a stale token; WAIT after a write (WithRedisWait) narrows the window but
+//     Redis does not promise that a WAITed write survives a failover.
+//
+// NewRedisDurable (or CheckRedisDurable) refuses a server whose configuration cannot keep the
+// fence across a restart. Where a stale write costs money, prefer the PostgreSQL guard on a
+// synchronously replicated database.
 type Redis struct {
-	rdb    redis.Cmdable
-	mode   Mode
-	prefix string
-	write  *redis.Script
+	rdb         redis.Cmdable
+	mode        Mode
+	prefix      string
+	write       *redis.Script
+	waitN       int // see WithRedisWait
+	waitTimeout time.Duration
 }
 
 var _ Guard = (*Redis)(nil)
 
 // NewRedis returns a guard over rdb (a *redis.Client, *redis.ClusterClient or *redis.Ring).
-// WithMode and WithKeyPrefix apply.
+// WithMode, WithKeyPrefix and WithRedisWait apply.
 func NewRedis(rdb redis.Cmdable, opts ...Option) *Redis {
 	o := buildOptions(opts)
-	return &Redis{rdb: rdb, mode: o.mode, prefix: o.keyPrefix, write: redis.NewScript(redisWriteScript)}
+	return &Redis{rdb: rdb, mode: o.mode, prefix: o.keyPrefix, write: redis.NewScript(redisWriteScript),
+		waitN: o.waitN, waitTimeout: o.waitTimeout}
 }
 
 // FenceKey returns the name of key's fence hash.
@@ -105,7 +127,7 @@ func (r *Redis) Write(ctx context.Context, key string, token uint64, value []byt
 	if err := validate(key, token); err != nil {
 		return err
 	}
-	res, err := r.write.Run(ctx, r.rdb, []string{r.FenceKey(key)}, strconv.FormatUint(token, 10), r.modeArg(), value).Slice()
+	res, err := r.run(ctx, r.write, []string{r.FenceKey(key)}, strconv.FormatUint(token, 10), r.modeArg(), value)
 	if err != nil {
 		return fmt.Errorf("fence: redis write %q: %w", key, err)
 	}
@@ -202,7 +224,7 @@ func (r *Redis) Do(ctx context.Context, key string, token uint64, eff *RedisEffe
 	}
 	allKeys := append([]string{r.FenceKey(key)}, keys...)
 	allArgs := append([]any{strconv.FormatUint(token, 10), r.modeArg()}, args...)
-	res, err := eff.script.Run(ctx, r.rdb, allKeys, allArgs...).Slice()
+	res, err := r.run(ctx, eff.script, allKeys, allArgs...)
 	if err != nil {
 		return nil, fmt.Errorf("fence: redis do %q: %w", key, err)
 	}

@@ -2,8 +2,11 @@ package fence_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -161,4 +164,79 @@ func TestRedisEffectErrorKeepsToken(t *testing.T) {
 		t.Fatalf("Do = %#v, %v; want 5", res, err)
 	}
 	mustLast(t, g, "k", 3, "")
+}
+
+// TestRedisDurable: the checked constructor refuses the test server with Redis's default
+// persistence, and accepts it once AOF with appendfsync always is on (restored afterwards).
+func TestRedisDurable(t *testing.T) {
+	ctx := context.Background()
+	rdb := openRedisClient(t)
+	orig := map[string]string{}
+	for _, name := range []string{"appendonly", "appendfsync"} {
+		m, err := rdb.ConfigGet(ctx, name).Result()
+		if err != nil {
+			t.Fatalf("CONFIG GET %s: %v", name, err)
+		}
+		orig[name] = m[name]
+	}
+	t.Cleanup(func() {
+		for _, name := range []string{"appendfsync", "appendonly"} {
+			if err := rdb.ConfigSet(ctx, name, orig[name]).Err(); err != nil {
+				t.Errorf("restore %s %s: %v", name, orig[name], err)
+			}
+		}
+	})
+	set := func(name, value string) {
+		t.Helper()
+		if err := rdb.ConfigSet(ctx, name, value).Err(); err != nil {
+			t.Fatalf("CONFIG SET %s %s: %v", name, value, err)
+		}
+	}
+
+	set("appendonly", "no")
+	g, err := fence.NewRedisDurable(ctx, rdb)
+	if !errors.Is(err, fence.ErrNotDurable) || g != nil || !strings.Contains(err.Error(), "appendonly") {
+		t.Fatalf("appendonly no: %v, want ErrNotDurable naming appendonly", err)
+	}
+	set("appendonly", "yes")
+	set("appendfsync", "everysec")
+	if _, err := fence.NewRedisDurable(ctx, rdb); !errors.Is(err, fence.ErrNotDurable) || !strings.Contains(err.Error(), "appendfsync") {
+		t.Fatalf("appendfsync everysec: %v, want ErrNotDurable naming appendfsync", err)
+	}
+	set("appendfsync", "always")
+	prefix := unique("leasehold-test:") + ":"
+	cleanupPrefix(t, rdb, prefix)
+	g, err = fence.NewRedisDurable(ctx, rdb, fence.WithKeyPrefix(prefix))
+	if err != nil {
+		t.Fatalf("appendonly yes, appendfsync always: %v", err)
+	}
+	if err := g.Write(ctx, "k", 2, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Write(ctx, "k", 1, []byte("old")); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("stale write through the checked guard: %v", err)
+	}
+}
+
+// TestRedisWait: with WithRedisWait an accepted write that not enough replicas acknowledged
+// fails with ErrNotDurable (the test server has no replica), although it was applied on the
+// primary; a refused write is not waited for.
+func TestRedisWait(t *testing.T) {
+	ctx := context.Background()
+	rdb := openRedisClient(t)
+	prefix := unique("leasehold-test:") + ":"
+	cleanupPrefix(t, rdb, prefix)
+	g := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithRedisWait(1, 50*time.Millisecond))
+	if err := g.Write(ctx, "k", 5, []byte("v")); !errors.Is(err, fence.ErrNotDurable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Fatalf("write without a replica: %v, want ErrNotDurable", err)
+	}
+	if tok, _, err := g.Last(ctx, "k"); err != nil || tok != 5 {
+		t.Fatalf("Last = %d, %v; want 5 (applied on the primary)", tok, err)
+	}
+	if err := g.Write(ctx, "k", 4, []byte("old")); !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("stale write: %v, want ErrStaleToken", err)
+	}
+	if err := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithRedisWait(0, 0)).Write(ctx, "k", 6, nil); err != nil {
+		t.Fatalf("WAIT 0: %v", err)
+	}
 }

@@ -139,8 +139,8 @@ func TestCLIRunBusy(t *testing.T) {
 }
 
 // TestCLIRunLeaseLost freezes `leasehold run` (SIGSTOP) past its TTL; when
-// it resumes it finds the lease lost and sends SIGTERM to its command,
-// whose exit status it then returns.
+// it resumes it finds the lease lost and, the safe deadline being past,
+// kills its command at once, whose exit status it then returns.
 func TestCLIRunLeaseLost(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, t.TempDir())
@@ -182,11 +182,10 @@ exit 0`
 		t.Fatal(err)
 	}
 
-	if code := exitStatus(t, done, 15*time.Second, "leasehold run"); code != 7 {
-		t.Errorf("run exited %d, want the command's 7\nstderr: %s", code, stderr.String())
-	}
-	if got := readFile(t, marker); !strings.Contains(got, "term") {
-		t.Errorf("marker %q: the command's TERM trap did not run", got)
+	// Past the deadline SIGKILL follows SIGTERM at once; the TERM trap's
+	// exit 7 wins only if it runs in between.
+	if code := exitStatus(t, done, 15*time.Second, "leasehold run"); code != 137 && code != 7 {
+		t.Errorf("run exited %d, want 137 (SIGKILL) or the command's 7\nstderr: %s", code, stderr.String())
 	}
 	checkNoRace(t, "leasehold run", stderr.String())
 	if !strings.Contains(stderr.String(), "lease lost") {

@@ -27,8 +27,9 @@ cannot check fencing tokens itself.
 Each write request carries a Fencing-Token header (decimal, > 0) and a resource key (the
 Fencing-Key header, or the URL path with --key-from path). Per key, the gateway serializes
 requests, answers a stale token with 409 {"error":{"code":"stale-token",...,"last_token":N}}
-without contacting the upstream, forwards the rest, and records the token (fsync'd to --data)
-only when the upstream answered 2xx. GET, HEAD and OPTIONS pass without a token unless
+without contacting the upstream, and records the token (fsync'd to --data) before forwarding
+the rest, so an upstream that applied a request and then failed never lets an older token in
+(--record unless-4xx: record after the answer unless it is 4xx). GET, HEAD and OPTIONS pass without a token unless
 --fence-reads. The upstream must not be reachable except through this one gateway.`,
 		Example: `  leasehold gateway --listen 127.0.0.1:7421 --upstream http://127.0.0.1:8080
   curl -X POST -H 'Fencing-Key: payments:stream-1' -H 'Fencing-Token: 18' \
@@ -68,8 +69,11 @@ only when the upstream answered 2xx. GET, HEAD and OPTIONS pass without a token 
 	f.StringVar(&cfg.DataFile, "data", cfg.DataFile, "bbolt file keeping the last accepted token per key")
 	f.BoolVar(&cfg.Strict, "strict", false, "accept a token only if greater than the last (default: greater or equal)")
 	f.BoolVar(&cfg.FenceReads, "fence-reads", false, "require and check tokens on GET, HEAD and OPTIONS too")
+	f.StringVar(&cfg.Record, "record", cfg.Record, `when to record a token: "before" forwarding, or after the answer "unless-4xx"`)
 	f.DurationVar(&cfg.LockTimeout, "lock-timeout", cfg.LockTimeout, "how long a request waits for its key (then 503)")
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "bound on one upstream exchange (0: none)")
+	f.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most keys kept in --data; a new key beyond it gets 507 resource-exhausted")
+	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, `address of /healthz, /metrics and POST /admin/drop-idle?older-than=DUR ("" for none)`)
 	if err := cmd.MarkFlagRequired("upstream"); err != nil {
 		panic(errors.Join(errors.New("gateway: mark --upstream required"), err)) // a programming error
 	}

@@ -4,52 +4,68 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/supervise"
 )
 
 func newRunCmd(g *globals) *cobra.Command {
 	var (
 		ttl, wait, lockDelay, killAfter time.Duration
 		owner                           string
+		shell                           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME [flags] -- CMD [ARGS...]",
-		Short: "Hold a lock while a command runs; SIGTERM the command if the lease is lost",
+		Short: "Hold a lock while a command runs; stop the command before the lease may be lost",
 		Long: `Acquire NAME (waiting in the queue by default), keep the session alive, and run CMD with
-LEASEHOLD_NAME, LEASEHOLD_TOKEN and LEASEHOLD_LEASE_ID in its environment. If the lease may be
-lost (no renewal confirmed before the local safe deadline, or the server expired it), CMD gets
-SIGTERM, then SIGKILL after --kill-after. When CMD ends the lock is released. The exit status is
-CMD's; before CMD starts, failures exit with the error code's status (see the README).
-SIGINT and SIGTERM sent to leasehold run are passed on to CMD.`,
-		Example: `  leasehold run report:417:rebuild --ttl 10s -- ./rebuild.sh --report 417`,
-		Args:    cobra.MinimumNArgs(2),
+LEASEHOLD_NAME, LEASEHOLD_TOKEN and LEASEHOLD_LEASE_ID in its environment, in a process group
+of its own. If no renewal is confirmed in time, the group gets SIGTERM at --kill-after before
+the local safe deadline and SIGKILL at the deadline; if the server says the lease expired, it
+gets SIGTERM at once and SIGKILL --kill-after later (at the latest at the deadline). On Linux,
+CMD is killed if leasehold run itself is killed. When CMD exits, processes it left in its group
+get SIGTERM, then SIGKILL after --kill-after, and the lock is released only once the whole
+group is gone. The exit status is CMD's (128+N if signal N killed it); before CMD starts,
+failures exit with the error code's status (see the README). SIGINT, SIGTERM and SIGHUP sent
+to leasehold run are passed on to CMD's group.`,
+		Example: `  leasehold run report:417:rebuild --ttl 10s -- ./rebuild.sh --report 417
+  leasehold run report:417:rebuild --shell -- './rebuild.sh 417 && ./publish.sh 417'`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
 			if cmd.ArgsLenAtDash() != 1 {
 				return usageErr("usage: leasehold run NAME [flags] -- CMD [ARGS...]")
 			}
-			// Signals go to the child; leasehold run ends when it does.
+			if killAfter < 0 {
+				return usageErr("--kill-after %v is negative", killAfter)
+			}
+			// Signals go to the command's group; leasehold run ends when it does.
 			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer signal.Stop(sigs)
 			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() {
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			interrupted := false // written by the goroutine, read after wg.Wait
+			wg.Go(func() {
 				select {
 				case <-sigs:
+					interrupted = true
 					cancel() // interrupted while waiting for the lock
 				case <-ctx.Done():
 				}
-			}()
+			})
 
 			c, err := g.dial(ctx)
 			if err != nil {
@@ -57,6 +73,7 @@ SIGINT and SIGTERM sent to leasehold run are passed on to CMD.`,
 			}
 			defer c.Close()
 			cctx, ccancel := context.WithTimeout(ctx, g.timeout)
+			sent := time.Now()
 			s, err := c.NewSession(cctx, client.WithTTL(ttl), client.WithOwner(owner))
 			ccancel()
 			if err != nil {
@@ -72,53 +89,50 @@ SIGINT and SIGTERM sent to leasehold run are passed on to CMD.`,
 				closeSession()
 				return err
 			}
-			cancel() // stop the signal goroutine above; the child gets signals now
-
-			child := exec.Command(argv[0], argv[1:]...)
-			child.Stdin, child.Stdout, child.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
-			child.Env = append(os.Environ(),
-				"LEASEHOLD_NAME="+name,
-				"LEASEHOLD_TOKEN="+strconv.FormatUint(l.Token(), 10),
-				"LEASEHOLD_LEASE_ID="+l.LeaseID(),
-			)
-			if err := child.Start(); err != nil {
+			cancel() // stop the signal goroutine above; the command's group gets signals now
+			wg.Wait()
+			if interrupted { // a signal raced the grant: do not start the command
 				closeSession()
-				return usageErr("start %s: %v", argv[0], err)
+				return fmt.Errorf("leasehold run: interrupted before %s started: %w", argv[0], context.Canceled)
 			}
-			exited := make(chan error, 1)
-			go func() { exited <- child.Wait() }()
-			var waitErr error
-			killed := (<-chan time.Time)(nil)
-		loop:
-			for {
-				select {
-				case waitErr = <-exited:
-					break loop
-				case sig := <-sigs:
-					_ = child.Process.Signal(sig)
-				case <-l.Done():
-					if killed == nil {
-						fmt.Fprintf(cmd.ErrOrStderr(), "leasehold run: lease lost (%v): sending SIGTERM to %s\n", context.Cause(l.Context()), argv[0])
-						_ = child.Process.Signal(syscall.SIGTERM)
-						killed = time.After(killAfter)
-					}
-				case <-killed:
-					_ = child.Process.Kill()
+
+			// SIGTERM must only ever go to a command whose renewal is overdue: cap
+			// --kill-after by the lease's window and keepalive interval (the client's TTL/3).
+			maxKill := supervise.MaxKillAfter(s.Deadline().Sub(sent), s.TTL()/3)
+			if killAfter > maxKill {
+				if cmd.Flags().Changed("kill-after") {
+					fmt.Fprintf(cmd.ErrOrStderr(), "leasehold run: --kill-after %v lowered to %v: with a %v TTL a longer one would stop a healthy command\n",
+						killAfter, maxKill.Round(time.Millisecond), s.TTL())
 				}
+				killAfter = maxKill
+			}
+			res, err := supervise.Run(context.Background(), runLease{s, l}, supervise.Config{
+				Argv:  argv,
+				Shell: shell,
+				Env: append(os.Environ(),
+					"LEASEHOLD_NAME="+name,
+					"LEASEHOLD_TOKEN="+strconv.FormatUint(l.Token(), 10),
+					"LEASEHOLD_LEASE_ID="+l.LeaseID(),
+				),
+				Stdin: os.Stdin, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+				KillAfter: killAfter,
+				Signals:   sigs,
+				Logger:    runLogger(cmd, l),
+			})
+			switch {
+			case errors.Is(err, supervise.ErrStart):
+				closeSession()
+				return usageErr("%v", err)
+			case errors.Is(err, supervise.ErrGroupSurvived):
+				s.Orphan() // not released: the server expires it after the TTL
+				return fmt.Errorf("leasehold run: %w; the lock is not released and expires after the TTL", err)
+			case err != nil:
+				closeSession()
+				return err
 			}
 			closeSession()
-			var ee *exec.ExitError
-			if errors.As(waitErr, &ee) {
-				code := ee.ExitCode()
-				if code < 0 { // killed by a signal
-					if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-						code = 128 + int(ws.Signal())
-					}
-				}
-				return exitError{code}
-			}
-			if waitErr != nil {
-				return waitErr
+			if res.ExitCode != 0 {
+				return exitError{res.ExitCode}
 			}
 			return nil
 		},
@@ -128,7 +142,8 @@ SIGINT and SIGTERM sent to leasehold run are passed on to CMD.`,
 	f.StringVar(&owner, "owner", "", "owner label shown to operators (default: hostname:pid)")
 	f.DurationVar(&wait, "wait", -1, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
-	f.DurationVar(&killAfter, "kill-after", 10*time.Second, "SIGKILL the command this long after SIGTERM for a lost lease")
+	f.DurationVar(&killAfter, "kill-after", 3*time.Second, "SIGTERM the command this long before SIGKILL at the lease's safe deadline; capped at TTL·0.98 − 0.1s − TTL/3 − min(TTL/6, 1s) (5.4s for a 10s TTL)")
+	f.BoolVar(&shell, "shell", false, "run CMD ARGS... joined by spaces through /bin/sh -c")
 	cmd.PreRun = func(*cobra.Command, []string) {
 		if owner == "" {
 			host, _ := os.Hostname()
@@ -137,3 +152,45 @@ SIGINT and SIGTERM sent to leasehold run are passed on to CMD.`,
 	}
 	return cmd
 }
+
+// runLease is the lease a command runs under: the session's safe deadline, and the lock's
+// loss (which includes the session's).
+type runLease struct {
+	s *client.Session
+	l *client.Lock
+}
+
+func (r runLease) Deadline() time.Time   { return r.s.Deadline() }
+func (r runLease) Done() <-chan struct{} { return r.l.Done() }
+
+// runLogger prints the supervisor's decisions as "leasehold run: MSG (CAUSE) key=value"
+// lines on stderr, CAUSE being why the lock's lease ended, once it has.
+func runLogger(cmd *cobra.Command, l *client.Lock) *slog.Logger {
+	return slog.New(&lineHandler{w: cmd.ErrOrStderr(), lock: l})
+}
+
+// lineHandler is a slog.Handler writing one plain line per record at Info and above.
+type lineHandler struct {
+	w    io.Writer // written by Run's goroutine only
+	lock *client.Lock
+}
+
+func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString("leasehold run: " + r.Message)
+	if cause := context.Cause(h.lock.Context()); cause != nil {
+		b.WriteString(" (" + cause.Error() + ")")
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.String())
+		return true
+	})
+	b.WriteString("\n")
+	_, err := io.WriteString(h.w, b.String())
+	return err
+}
+
+func (h *lineHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *lineHandler) WithGroup(string) slog.Handler      { return h }

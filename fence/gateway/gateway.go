@@ -14,12 +14,20 @@
 //     {"error":{"code":"stale-token","message":...,"key":K,"token":T,"last_token":L}}
 //     without contacting the upstream;
 //   - refuses a missing or malformed token or key with 400 {"error":{"code":"invalid-argument"}};
-//   - forwards everything else, and records the token — fsync'd to the bbolt file before the
-//     upstream's status is passed to the client — only when the upstream answered 2xx.
+//   - records the token of everything else — fsync'd to the bbolt file — and then forwards
+//     it. Recording before forwarding (admission = advance) keeps the fence ahead of every
+//     effect: an upstream that applied a request and then answered 5xx, timed out or dropped
+//     the connection cannot let an older token through afterwards. In strict mode this is
+//     "one effect per token": a retry with the same token is refused.
+//
+// Config.Record = RecordUnless4xx instead records after the upstream answers, unless it
+// answered 4xx: only for strict-mode upstreams whose 4xx is a definite refusal that applied
+// nothing. A 5xx, a timeout and a failed exchange record the token under both policies.
 //
 // GET, HEAD and OPTIONS pass without a token unless Config.FenceReads is set. The fencing
 // headers are forwarded to the upstream unchanged (it may log them, or learn to check them
-// later). Connection upgrades (WebSocket) of fenced requests are refused.
+// later). Connection upgrades (WebSocket) of fenced requests are refused under RecordUnless4xx;
+// under RecordBefore the key stays locked for the whole upgraded connection.
 //
 // The guarantee holds only while every request that can change the upstream goes through ONE
 // gateway process: the upstream must not be reachable around it, and the bbolt file is
@@ -42,6 +50,12 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fence"
+)
+
+// Record policies for Config.Record.
+const (
+	RecordBefore    = "before"     // fence.RecordBefore
+	RecordUnless4xx = "unless-4xx" // fence.RecordUnless4xx
 )
 
 // Key sources for Config.KeyFrom.
@@ -69,12 +83,22 @@ type Config struct {
 	Strict bool
 	// FenceReads makes GET, HEAD and OPTIONS carry a token and pass the check too.
 	FenceReads bool
+	// Record is RecordBefore (record the token, then forward; the default) or
+	// RecordUnless4xx (see fence.RecordUnless4xx).
+	Record string
 	// LockTimeout bounds how long a request waits while another request for its key is in
 	// flight; then it gets 503 with Retry-After. At least 1 ms.
 	LockTimeout time.Duration
 	// UpstreamTimeout bounds one whole upstream exchange (headers and body); 0 means none.
 	// Since the key stays locked meanwhile, keep it finite.
 	UpstreamTimeout time.Duration
+	// MaxKeys bounds the keys in the token file; a request for a new key beyond it gets 507
+	// resource-exhausted (known keys keep working). Drop idle keys through the admin
+	// endpoint. At least 1.
+	MaxKeys int
+	// AdminListen is where ListenAndServe serves AdminHandler (/healthz, /metrics,
+	// /admin/drop-idle); "" serves no admin endpoint.
+	AdminListen string
 	// ShutdownTimeout bounds how long Serve waits for in-flight requests after its context
 	// ends.
 	ShutdownTimeout time.Duration
@@ -91,6 +115,8 @@ const (
 	DefaultLockTimeout     = 30 * time.Second
 	DefaultUpstreamTimeout = 60 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultAdminListen     = "127.0.0.1:7422"
+	DefaultMaxKeys         = fence.DefaultBoltMaxKeys
 )
 
 // DefaultConfig returns a Config with every field but Upstream set.
@@ -98,12 +124,15 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:          DefaultListen,
 		KeyFrom:         KeyFromHeader,
+		Record:          RecordBefore,
 		KeyHeader:       fence.DefaultKeyHeader,
 		TokenHeader:     fence.DefaultTokenHeader,
 		DataFile:        DefaultDataFile,
 		LockTimeout:     DefaultLockTimeout,
 		UpstreamTimeout: DefaultUpstreamTimeout,
 		ShutdownTimeout: DefaultShutdownTimeout,
+		MaxKeys:         DefaultMaxKeys,
+		AdminListen:     DefaultAdminListen,
 	}
 }
 
@@ -132,6 +161,9 @@ func (c Config) Validate() error {
 	default:
 		return bad("key-from %q: want %q or %q", c.KeyFrom, KeyFromHeader, KeyFromPath)
 	}
+	if c.Record != RecordBefore && c.Record != RecordUnless4xx {
+		return bad("record %q: want %q or %q", c.Record, RecordBefore, RecordUnless4xx)
+	}
 	if !validHeaderName(c.TokenHeader) {
 		return bad("token header %q is not a valid header name", c.TokenHeader)
 	}
@@ -146,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if c.UpstreamTimeout < 0 {
 		return bad("upstream timeout %v is negative", c.UpstreamTimeout)
+	}
+	if c.MaxKeys < 1 {
+		return bad("max keys %d is below 1", c.MaxKeys)
 	}
 	if c.ShutdownTimeout < 0 {
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
@@ -176,6 +211,7 @@ type Gateway struct {
 	store    *fence.BoltTokenStore
 	admitter *fence.Admitter
 	handler  http.Handler
+	counts   statusCounts
 
 	// mu is held shared by every request for its whole duration and exclusively by Close,
 	// so Close waits for in-flight requests before closing the token store.
@@ -208,7 +244,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Strict {
 		mode = fence.Strict
 	}
-	g := &Gateway{cfg: cfg, log: log, store: store, admitter: fence.NewAdmitter(store, fence.WithMode(mode))}
+	store.SetMaxKeys(cfg.MaxKeys)
+	g := &Gateway{cfg: cfg, log: log, store: store, admitter: fence.NewAdmitter(store, fence.WithMode(mode)),
+		counts: statusCounts{n: map[int]uint64{}}}
 
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -238,13 +276,16 @@ func New(cfg Config) (*Gateway, error) {
 		fence.WithLockTimeout(cfg.LockTimeout),
 		fence.WithLogger(log),
 	}
+	if cfg.Record == RecordUnless4xx {
+		opts = append(opts, fence.WithRecordPolicy(fence.RecordUnless4xx))
+	}
 	if cfg.KeyFrom == KeyFromPath {
 		opts = append(opts, fence.WithKeyFromPath())
 	} else {
 		opts = append(opts, fence.WithKeyHeader(cfg.KeyHeader))
 	}
 	fenced := fence.Middleware(g.admitter, opts...)(upstreamHandler)
-	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.handler = g.counted(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.RLock()
 		defer g.mu.RUnlock()
 		if g.closed {
@@ -254,7 +295,7 @@ func New(cfg Config) (*Gateway, error) {
 			return
 		}
 		fenced.ServeHTTP(w, r)
-	})
+	}))
 	return g, nil
 }
 
@@ -275,14 +316,24 @@ func (g *Gateway) LastToken(ctx context.Context, key string) (uint64, error) {
 // ShutdownTimeout) and returns nil; it returns the server's error if serving fails first. It
 // does not Close the Gateway.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	g.log.Info("gateway: serving", "addr", ln.Addr().String(), "upstream", g.cfg.Upstream,
+		"key_from", g.cfg.KeyFrom, "strict", g.cfg.Strict, "fence_reads", g.cfg.FenceReads, "data", g.cfg.DataFile)
+	return g.serve(ctx, ln, g.handler)
+}
+
+// ServeAdmin answers AdminHandler on ln until ctx ends, like Serve.
+func (g *Gateway) ServeAdmin(ctx context.Context, ln net.Listener) error {
+	g.log.Info("gateway: serving admin endpoints", "addr", ln.Addr().String())
+	return g.serve(ctx, ln, g.AdminHandler())
+}
+
+func (g *Gateway) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           g.handler,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	g.log.Info("gateway: serving", "addr", ln.Addr().String(), "upstream", g.cfg.Upstream,
-		"key_from", g.cfg.KeyFrom, "strict", g.cfg.Strict, "fence_reads", g.cfg.FenceReads, "data", g.cfg.DataFile)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -303,14 +354,34 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// ListenAndServe listens on Config.Listen and calls Serve.
+// ListenAndServe listens on Config.Listen and calls Serve, and on Config.AdminListen (unless
+// empty) and calls ServeAdmin, until ctx ends or either fails.
 func (g *Gateway) ListenAndServe(ctx context.Context) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", g.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
-	return g.Serve(ctx, ln)
+	if g.cfg.AdminListen == "" {
+		return g.Serve(ctx, ln)
+	}
+	aln, err := lc.Listen(ctx, "tcp", g.cfg.AdminListen)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("gateway: listen (admin): %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var adminErr error
+	wg.Go(func() {
+		adminErr = g.ServeAdmin(ctx, aln)
+		cancel() // an admin failure stops the gateway too
+	})
+	err = g.Serve(ctx, ln)
+	cancel()
+	wg.Wait()
+	return errors.Join(err, adminErr)
 }
 
 // Close waits for in-flight requests, then closes the token file. It is idempotent; requests
