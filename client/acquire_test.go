@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,4 +173,70 @@ func TestGrantAfterGiveUpIsNotKept(t *testing.T) {
 			t.Fatalf("C's TryAcquire after B gave up = %v; holder %v", err, info.GetHolder())
 		}
 	})
+}
+
+// Every Lock for one holding sees its end: re-entrant acquires share Done,
+// and Release closes Done before the release reaches the server, so the
+// critical section stops before the name can pass to another session.
+func TestLockViewsShareDone(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	var l1 *client.Lock
+	var doneAtRelease atomic.Int32 // 1: Done was closed when the Release arrived; 2: open
+	addr := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/Release") && l1 != nil {
+			if isClosed(l1.Done()) {
+				doneAtRelease.Store(1)
+			} else {
+				doneAtRelease.Store(2)
+			}
+		}
+		ts.srv.Handler().ServeHTTP(w, r)
+	}))
+	c := dial(t, addr)
+	s := newSession(t, c)
+	var err error
+	if l1, err = s.Acquire(ctx, "views"); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := s.Acquire(ctx, "views")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l3, err := s.TryAcquire(ctx, "views")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() != l1.Token() || l3.Token() != l1.Token() {
+		t.Fatalf("re-entrant acquires got tokens %d, %d, %d, want one holding", l1.Token(), l2.Token(), l3.Token())
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := doneAtRelease.Load(); got != 1 {
+		t.Errorf("Done of the released Lock was open when the Release reached the server (%d)", got)
+	}
+	for i, l := range []*client.Lock{l1, l2, l3} {
+		if !isClosed(l.Done()) || !errors.Is(context.Cause(l.Context()), client.ErrReleased) {
+			t.Errorf("view %d after Release: Done closed %v, cause %v; want closed with ErrReleased", i+1, isClosed(l.Done()), context.Cause(l.Context()))
+		}
+	}
+	// A new grant is a new holding with its own Done.
+	l4, err := s.Acquire(ctx, "views")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l4.Token() <= l1.Token() || isClosed(l4.Done()) {
+		t.Fatalf("acquire after release: token %d (old %d), Done closed %v", l4.Token(), l1.Token(), isClosed(l4.Done()))
+	}
+	l5, err := s.Acquire(ctx, "views")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(l4.Done()) || !isClosed(l5.Done()) {
+		t.Fatal("Done of a closed session's locks stayed open")
+	}
 }
