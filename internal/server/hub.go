@@ -17,9 +17,10 @@ import (
 //     between were never applied here) every watcher is ended with
 //     resync-required;
 //   - a waiter is not sent events: it gets a coalescing wake-up whenever
-//     something may have changed for its (name, lease, wait id), and reads
-//     the outcome from the applied state, which is the truth however many
-//     events happened in between.
+//     an event concerns its (name, lease) — its own grant or withdrawal, or
+//     another request of the same session that replaced it in the queue —
+//     and reads the outcome of its wait id from the applied state, which is
+//     the truth however many events happened in between.
 type hub struct {
 	mu       sync.Mutex // protects following
 	watchers map[*watcher]struct{}
@@ -34,10 +35,7 @@ type watcher struct {
 	err   error // written once before ended is closed
 }
 
-type waitKey struct {
-	name, leaseID string
-	waitID        uint64
-}
+type waitKey struct{ name, leaseID string }
 
 // waiter is woken when the outcome of one queued Acquire may be known.
 type waiter struct {
@@ -72,8 +70,8 @@ func (h *hub) endLocked(w *watcher, err error) {
 	close(w.ended)
 }
 
-func (h *hub) wait(name, leaseID string, waitID uint64) *waiter {
-	w := &waiter{key: waitKey{name, leaseID, waitID}, wake: make(chan struct{}, 1)}
+func (h *hub) wait(name, leaseID string) *waiter {
+	w := &waiter{key: waitKey{name, leaseID}, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.waiters[w.key] == nil {
 		h.waiters[w.key] = map[*waiter]struct{}{}
@@ -116,10 +114,8 @@ func (h *hub) publish(events []fsm.Event) {
 				h.endLocked(w, api.Errorf(api.CodeResourceExhausted, "watcher fell more than %d events behind; watch again", watchBuffer))
 			}
 		}
-		if ev.WaitID != 0 {
-			for w := range h.waiters[waitKey{ev.Name, ev.LeaseID, ev.WaitID}] {
-				w.signal()
-			}
+		for w := range h.waiters[waitKey{ev.Name, ev.LeaseID}] {
+			w.signal()
 		}
 	}
 }

@@ -185,7 +185,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	if r.waitID == 0 {
 		r.waitID = api.NewWaitID()
 	}
-	w := s.hub.wait(r.name, r.leaseID, r.waitID)
+	w := s.hub.wait(r.name, r.leaseID)
 	defer s.hub.unwait(w)
 	var heldBefore bool
 	s.node.Read(func(m *fsm.Machine) {
