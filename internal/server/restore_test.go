@@ -11,7 +11,6 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
-	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // A node whose state is replaced by a snapshot never applied the entries
@@ -21,11 +20,8 @@ import (
 // announced.
 func TestSnapshotRestoreEndsWatchesAndWakesWaiters(t *testing.T) {
 	t.Parallel()
-	c := servertest.Start(t, servertest.Options{})
+	c, a, b, ha := heldAndWanted(t, "restored")
 	ctx := ctxT(t)
-	a := newSession(t, c.Client, 60_000, "A")
-	b := newSession(t, c.Client, 60_000, "B")
-	ha := acquire(t, c.Client, "restored", a.GetLeaseId())
 
 	const waitID = 0x5eed
 	queued := async(func() error {

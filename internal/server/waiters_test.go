@@ -17,11 +17,8 @@ import (
 // event that was dropped or never meant for it.
 func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 	t.Parallel()
-	c := servertest.Start(t, servertest.Options{})
+	c, a, b, ha := heldAndWanted(t, "crowded")
 	ctx := ctxT(t)
-	a := newSession(t, c.Client, 60_000, "A")
-	b := newSession(t, c.Client, 60_000, "B")
-	ha := acquire(t, c.Client, "crowded", a.GetLeaseId())
 
 	const n = 6
 	type outcome struct {
@@ -68,4 +65,14 @@ func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 	if granted != 1 {
 		t.Fatalf("%d requests were told they hold the name, want 1", granted)
 	}
+}
+
+// heldAndWanted starts a server with two 60 s sessions, A holding name
+// (holding ha) and B free to want it.
+func heldAndWanted(t *testing.T, name string) (c *servertest.Cluster, a, b *pb.CreateSessionResponse, ha *pb.Holding) {
+	t.Helper()
+	c = servertest.Start(t, servertest.Options{})
+	a = newSession(t, c.Client, 60_000, "A")
+	b = newSession(t, c.Client, 60_000, "B")
+	return c, a, b, acquire(t, c.Client, name, a.GetLeaseId())
 }
