@@ -135,7 +135,7 @@ func retryable(code api.Code, req any) bool {
 // transit only means "ask again".
 func isRead(req any) bool {
 	switch req.(type) {
-	case *pb.StatusRequest, *pb.ListRequest, *pb.KVGetRequest, *pb.MembersRequest:
+	case *pb.StatusRequest, *pb.ListRequest, *pb.KVGetRequest, *pb.MembersRequest, *pb.WatchRequest:
 		return true
 	}
 	return false
@@ -322,20 +322,23 @@ func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([
 // server, and every event applied after that is delivered by the iterator,
 // until ctx ends or the stream fails (the last pair then carries the error).
 // A watcher that falls more than 1024 events behind is ended with
-// ErrResourceExhausted. The stream stays on one endpoint; after an error,
-// watch again (events in between are not replayed).
+// ErrResourceExhausted; a watcher whose node installs a snapshot (and so
+// skips the events in between) with ErrResyncRequired; a stream cut off
+// with ErrUnavailable. The stream stays on one endpoint; after an error,
+// read the state and watch again (events in between are not replayed).
 func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, error], error) {
 	c.mu.Lock()
 	ep := c.eps[c.cur]
 	c.mu.Unlock()
-	stream, err := ep.locks.Watch(ctx, connect.NewRequest(&pb.WatchRequest{Prefix: prefix}))
+	req := &pb.WatchRequest{Prefix: prefix}
+	stream, err := ep.locks.Watch(ctx, connect.NewRequest(req))
 	if err != nil {
-		return nil, opError("watch", api.FromError(err))
+		return nil, opError("watch", classify(ctx, err, req))
 	}
 	stream.ResponseHeader() // the server sends its headers once the watcher is registered
 	if err := stream.Err(); err != nil {
 		stream.Close()
-		return nil, opError("watch", api.FromError(err))
+		return nil, opError("watch", classify(ctx, err, req))
 	}
 	return func(yield func(*Event, error) bool) {
 		defer stream.Close()
@@ -345,7 +348,7 @@ func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, er
 			}
 		}
 		if err := stream.Err(); err != nil && ctx.Err() == nil {
-			yield(nil, opError("watch", api.FromError(err)))
+			yield(nil, opError("watch", classify(ctx, err, req)))
 		}
 	}, nil
 }
