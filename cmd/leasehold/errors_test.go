@@ -22,6 +22,8 @@ func TestCLIErrorMessages(t *testing.T) {
 	if r := srv.cli(t, "kv", "put", "k", "v", "--token", fmt.Sprint(b.Token)); r.code != 0 {
 		t.Fatal(r)
 	}
+	d := ok[holdingOut](t, srv.cli(t, "acquire", "delayed", "--ttl", "1s", "--lock-delay", "1m", "-o", "json"))
+	eventually(t, 10*time.Second, "the 1 s lease to expire", func() bool { return !srv.status(t, "delayed").Held })
 	for _, tc := range []struct {
 		args []string
 		exit int
@@ -31,6 +33,8 @@ func TestCLIErrorMessages(t *testing.T) {
 			fmt.Sprintf(`error: stale-token: kv put: stale token %d for key "k": the resource accepts only tokens >= %d`, a.Token, b.Token)},
 		{[]string{"acquire", "msg"}, 7,
 			fmt.Sprintf(`error: locked: try acquire msg: "msg" is held by "worker-A" (lease %s, token %d); --wait D queues for it`, a.LeaseID, a.Token)},
+		{[]string{"acquire", "delayed"}, 6,
+			fmt.Sprintf(`error: lock-delay: try acquire delayed: "delayed" is in a lock-delay of 1m0s after its holder (token %d) expired`, d.Token)},
 		{[]string{"release", "msg", "--lease", b.LeaseID, "--token", fmt.Sprint(b.Token)}, 3,
 			"error: not-holder: release: not the current holder"},
 	} {

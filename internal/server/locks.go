@@ -202,7 +202,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 		withdraw()
 		return nil, err
 	}
-	if errors.Is(err, fsm.ErrLocked) {
+	if errors.Is(err, fsm.ErrLocked) || errors.Is(err, fsm.ErrLockDelay) {
 		return nil, s.lockedErr(r.name)
 	}
 	if err != nil {
@@ -285,11 +285,14 @@ func (s *Server) waitOutcome(r acquireReq) (holding *fsmpb.Holding, done bool, e
 	return holding, done, err
 }
 
-// lockedErr is the refusal of a TryAcquire, naming who holds the lock.
+// lockedErr is the refusal of a TryAcquire, naming who holds the lock or
+// how long its lock-delay is.
 func (s *Server) lockedErr(name string) error {
 	var info fsm.LockInfo
 	s.node.Read(func(m *fsm.Machine) { info = m.Lock(name) })
 	switch {
+	case info.Holder == nil && info.Delayed:
+		return api.Errorf(api.CodeLockDelay, "%q is in a lock-delay of %s after its holder (token %d) expired", name, time.Duration(info.DelayMs)*time.Millisecond, info.DelayToken)
 	case info.Holder != nil && info.Owner != "":
 		return api.Errorf(api.CodeLocked, "%q is held by %q (lease %s, token %d)", name, info.Owner, info.Holder.GetLeaseId(), info.Holder.GetToken())
 	case info.Holder != nil:
