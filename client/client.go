@@ -166,6 +166,8 @@ func classify(ctx context.Context, err error, req any) *api.Error {
 	switch {
 	case api.IsServerError(err):
 		return e
+	case api.NotSent(err) && ctx.Err() != nil:
+		return &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()}
 	case api.NotSent(err):
 		if errors.Is(err, http.ErrSchemeMismatch) {
 			return &api.Error{Code: api.CodeUnavailable, Message: "the server speaks plain HTTP, not https: use http:// or host:port"}
