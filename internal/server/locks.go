@@ -219,11 +219,15 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 			var why error
 			select {
 			case <-w.wake:
-				var done bool
-				holding, done, why = s.waitOutcome(r)
+				h, done, err := s.waitOutcome(r)
 				if !done {
 					continue
 				}
+				if err != nil {
+					return nil, err // neither queued nor granted: nothing to withdraw
+				}
+				holding = h
+				continue
 			case <-timeout:
 				why = api.Errorf(api.CodeDeadlineExceeded, "waited %s for %q", r.wait, r.name)
 			case <-ctx.Done():
