@@ -1,0 +1,51 @@
+package raftnode
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+)
+
+// A follower that fell behind a compacted log catches up by installing a
+// snapshot: OnRestore tells its owner that the entries in between were
+// never applied (and never observed) there.
+func TestOnRestoreAtSnapshotInstall(t *testing.T) {
+	var restores [3]atomic.Int32
+	c := newCluster(t, 3, func(i int, cfg *Config) {
+		cfg.TrailingLogs = 0 // a snapshot compacts everything it covers
+		cfg.OnRestore = func() { restores[i].Add(1) }
+	})
+	leader := waitLeader(t, c.nodes...)
+	c.converge(leader)
+	f := 0
+	for c.nodes[f] == leader {
+		f++
+	}
+	before := restores[f].Load()
+	cut := func(connect bool) {
+		for j, tr := range c.trans {
+			if j == f {
+				continue
+			}
+			if connect {
+				tr.Connect(c.trans[f].LocalAddr(), c.trans[f])
+				c.trans[f].Connect(tr.LocalAddr(), tr)
+			} else {
+				tr.Disconnect(c.trans[f].LocalAddr())
+				c.trans[f].Disconnect(tr.LocalAddr())
+			}
+		}
+	}
+	cut(false)
+	for i := range 20 {
+		mustApply(t, leader, create(fmt.Sprint("while-cut-", i), 5000))
+	}
+	if err := leader.Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	cut(true)
+	c.converge(leader)
+	if restores[f].Load() == before {
+		t.Fatal("the follower caught up from a snapshot without OnRestore")
+	}
+}
