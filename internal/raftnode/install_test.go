@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"bytes"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,12 @@ func TestOnRestoreAtSnapshotInstall(t *testing.T) {
 	for c.nodes[f] == leader {
 		f++
 	}
+	var others []*Node
+	for j, n := range c.nodes {
+		if j != f {
+			others = append(others, n)
+		}
+	}
 	before := restores[f].Load()
 	cut := func(connect bool) {
 		for j, tr := range c.trans {
@@ -37,14 +44,27 @@ func TestOnRestoreAtSnapshotInstall(t *testing.T) {
 		}
 	}
 	cut(false)
-	for i := range 20 {
-		mustApply(t, leader, create(fmt.Sprint("while-cut-", i), 5000))
+	for i := 0; i < 20; {
+		// Under load a 50 ms leader lease can lapse: apply on whoever leads.
+		if _, err := waitLeader(t, others...).Apply(ctxT(t), create(fmt.Sprint("while-cut-", i), 5000)); err == nil {
+			i++
+		}
 	}
-	if err := leader.Raft().Snapshot().Error(); err != nil {
-		t.Fatal(err)
+	// Both others compact, so whichever leads after the heal (f's higher
+	// term may force an election) has only a snapshot to send.
+	leader = waitLeader(t, others...)
+	for _, n := range others {
+		want, _ := state(t, leader)
+		eventually(t, "node "+n.ID()+" to converge", func() bool {
+			got, _ := state(t, n)
+			return bytes.Equal(got, want)
+		})
+		if err := n.Raft().Snapshot().Error(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cut(true)
-	c.converge(leader)
+	c.converge(waitLeader(t, others...))
 	if restores[f].Load() == before {
 		t.Fatal("the follower caught up from a snapshot without OnRestore")
 	}
