@@ -568,7 +568,13 @@ type AcquireRequest struct {
 	WaitMs int64 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// lock_delay_ms: after this holding ends by expiry the name is not granted
 	// again for this long. 0 (the default) means none; capped at 60 s.
-	LockDelayMs   int64 `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	LockDelayMs int64 `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// wait_id names this request for CancelWait. A caller that may give up
+	// before it learns the outcome (deadline, lost reply) picks a random
+	// non-zero id, so that it can withdraw the request, or release the grant
+	// it never learned, with CancelWait(name, lease_id, wait_id). 0: the
+	// server picks one.
+	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +637,13 @@ func (x *AcquireRequest) GetLockDelayMs() int64 {
 	return 0
 }
 
+func (x *AcquireRequest) GetWaitId() uint64 {
+	if x != nil {
+		return x.WaitId
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Holding *Holding               `protobuf:"bytes,1,opt,name=holding,proto3" json:"holding,omitempty"`
@@ -686,10 +699,13 @@ func (x *AcquireResponse) GetTtlMs() int64 {
 }
 
 type TryAcquireRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	LockDelayMs   int64                  `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseId     string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	LockDelayMs int64                  `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// wait_id: as in AcquireRequest; CancelWait releases a grant whose answer
+	// was lost.
+	WaitId        uint64 `protobuf:"varint,4,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -741,6 +757,13 @@ func (x *TryAcquireRequest) GetLeaseId() string {
 func (x *TryAcquireRequest) GetLockDelayMs() int64 {
 	if x != nil {
 		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *TryAcquireRequest) GetWaitId() uint64 {
+	if x != nil {
+		return x.WaitId
 	}
 	return 0
 }
@@ -2441,19 +2464,21 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x03(\tR\breleased\"|\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\"\x95\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x17\n" +
 	"\await_ms\x18\x03 \x01(\x03R\x06waitMs\x12\"\n" +
-	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\"Y\n" +
+	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x17\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\"Y\n" +
 	"\x0fAcquireResponse\x12/\n" +
 	"\aholding\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\aholding\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"f\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\x7f\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\"\n" +
-	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\"\\\n" +
+	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x17\n" +
+	"\await_id\x18\x04 \x01(\x04R\x06waitId\"\\\n" +
 	"\x12TryAcquireResponse\x12/\n" +
 	"\aholding\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\aholding\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"U\n" +

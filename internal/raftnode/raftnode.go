@@ -61,6 +61,10 @@ type Config struct {
 	Limits fsm.Limits
 	// Observer is called after every applied entry (may be nil).
 	Observer func(index uint64, res *fsm.Result)
+	// OnRestore is called (on the goroutine that calls Observer) after the
+	// state was replaced by a snapshot: the entries it covers were never
+	// observed here. May be nil.
+	OnRestore func()
 	// OnLeadership is called (from one goroutine, in order) when this node
 	// becomes leader — after a barrier, so every earlier entry is applied —
 	// and when it stops being leader. May be nil.
@@ -161,7 +165,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer}}
+	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -326,7 +330,8 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 			return fsm.Result{}, fmt.Errorf("%w: the node closed while the command was in flight", ErrOutcomeUnknown)
 		case errors.Is(err, raft.ErrNotLeader):
 			return fsm.Result{}, ErrNotLeader
-		case errors.Is(err, raft.ErrEnqueueTimeout):
+		case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			// Refused before the entry was appended.
 			return fsm.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return fsm.Result{}, fmt.Errorf("%w: %w", ErrShutdown, err)
@@ -464,7 +469,8 @@ func closeTransport(t raft.Transport) {
 
 // raftFSM adapts fsm.Machine to raft.FSM.
 type raftFSM struct {
-	observer func(uint64, *fsm.Result)
+	observer  func(uint64, *fsm.Result)
+	onRestore func()
 
 	mu sync.RWMutex // protects following
 	m  *fsm.Machine
@@ -503,8 +509,12 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("raftnode: read snapshot: %w", err)
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.m.Restore(data)
+	err = f.m.Restore(data)
+	f.mu.Unlock()
+	if err == nil && f.onRestore != nil {
+		f.onRestore()
+	}
+	return err
 }
 
 type fsmSnapshot []byte
