@@ -138,6 +138,29 @@ func (sw *streamWriter) record(r *fsmpb.SnapshotRecord) {
 	sw.records++
 }
 
+// PeekHeader returns the grant clock in the header of the snapshot stream
+// br without consuming anything from br.
+func PeekHeader(br *bufio.Reader) (GrantClock, error) {
+	head, _ := br.Peek(len(streamMagic) + binary.MaxVarintLen64)
+	if !bytes.HasPrefix(head, streamMagic) {
+		return GrantClock{}, errors.New("fsm: decode snapshot: not a snapshot stream")
+	}
+	n, k := binary.Uvarint(head[len(streamMagic):])
+	if k <= 0 || n > 1<<10 {
+		return GrantClock{}, errors.New("fsm: decode snapshot: bad header record")
+	}
+	b, err := br.Peek(len(streamMagic) + k + int(n))
+	if err != nil {
+		return GrantClock{}, fmt.Errorf("fsm: decode snapshot: header: %w", err)
+	}
+	rec := &fsmpb.SnapshotRecord{}
+	if err := proto.Unmarshal(b[len(streamMagic)+k:], rec); err != nil || rec.GetHeader() == nil {
+		return GrantClock{}, errors.New("fsm: decode snapshot: the first record is not the header")
+	}
+	h := rec.GetHeader()
+	return GrantClock{Token: h.GetToken(), LastGrantUnixMs: h.GetLastGrantUnixMs(), PeakRate: h.GetPeakRate()}, nil
+}
+
 // Snapshot encodes the whole state, token counter included, as one
 // snapshot stream in memory (tests and small states; raftnode streams).
 func (m *Machine) Snapshot() ([]byte, error) {

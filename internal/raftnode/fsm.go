@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"sync"
@@ -36,31 +37,40 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 	return &res
 }
 
+// Snapshot captures a view of the state under the read lock: a pointer
+// per record, no encoding. Persist writes it as a stream without the lock.
 func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	data, err := f.m.Snapshot()
-	if err != nil {
-		return nil, err
-	}
-	return fsmSnapshot(data), nil
+	return fsmSnapshot{f.m.Capture()}, nil
 }
 
+// Restore reads the snapshot stream record by record into a new Machine,
+// without the lock, and swaps it in only when the whole stream was valid.
 func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	data, err := io.ReadAll(rc)
+	f.mu.RLock()
+	limits := f.m.Limits()
+	f.mu.RUnlock()
+	m, err := fsm.ReadSnapshot(limits, rc)
 	if err != nil {
-		return fmt.Errorf("raftnode: read snapshot: %w", err)
+		return err
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.m.Restore(data)
+	f.m = m
+	f.mu.Unlock()
+	return nil
 }
 
-type fsmSnapshot []byte
+type fsmSnapshot struct{ v *fsm.View }
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s); err != nil {
+	w := bufio.NewWriterSize(sink, 64<<10)
+	_, err := s.v.WriteTo(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
 		_ = sink.Cancel()
 		return err
 	}

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"log/slog"
 	"sync"
 	"testing"
@@ -137,6 +138,28 @@ func state(t *testing.T, n *Node) ([]byte, uint64) {
 		t.Fatal(err)
 	}
 	return data, token
+}
+
+// waitFloorRaised waits until n, leading after a restart, has raised its
+// token floor, and until every entry before is applied.
+func waitFloorRaised(t *testing.T, n *Node) {
+	t.Helper()
+	eventually(t, "the restart floor", func() bool { return !n.floorPending.Load() })
+	if err := n.ReadIndex(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withoutHeader drops the header record (token counter and grant clock)
+// of a snapshot stream, to compare the rest of two states.
+func withoutHeader(t *testing.T, snap []byte) []byte {
+	t.Helper()
+	const magic = len("LHSNAP1\n")
+	n, k := binary.Uvarint(snap[magic:])
+	if k <= 0 {
+		t.Fatal("snapshot without a header record")
+	}
+	return snap[magic+k+int(n):]
 }
 
 func create(lease string, ttlMs int64) *fsmpb.Command {

@@ -81,6 +81,9 @@ type Config struct {
 	TrailingLogs      uint64
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Now is the wall clock the token floor of a restart is computed from
+	// (see restore.go). Default time.Now.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults described on Config (DataDir unset).
@@ -139,6 +142,9 @@ type Node struct {
 	// its barrier: every entry of earlier terms is applied. ReadIndex waits
 	// for it to equal the current term.
 	barrierTerm atomic.Uint64
+	// floorPending is true while this node, started from existing state,
+	// has not yet raised the token floor as leader (see restore.go).
+	floorPending atomic.Bool
 
 	wg      sync.WaitGroup
 	done    chan struct{} // closed by Close: stops watchLeadership
@@ -221,6 +227,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: inspect state: %w", err)
 	}
+	n.floorPending.Store(existing)
 	if !existing && !cfg.Join {
 		peers := cfg.Bootstrap
 		if len(peers) == 0 {
@@ -259,7 +266,7 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 		if isLeader == leader {
 			continue
 		}
-		if isLeader && !n.barrier() {
+		if isLeader && (!n.barrier() || !n.raiseFloor()) {
 			continue // leadership is gone (a false notification follows) or closing
 		}
 		leader = isLeader
@@ -311,6 +318,9 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 		return fsm.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if err := n.leaderErr(); err != nil {
+		return fsm.Result{}, err
+	}
+	if err := n.waitFloor(ctx, cmd); err != nil {
 		return fsm.Result{}, err
 	}
 	timeout := 5 * time.Second
