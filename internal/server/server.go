@@ -137,6 +137,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Raft.Join = cfg.Join != ""
+	cfg.Raft.Now = cfg.Lessor.Clock.Now
 	cfg.Raft.Observer = s.observe
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
