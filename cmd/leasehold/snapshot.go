@@ -48,12 +48,12 @@ type backupFile struct {
 func openBackup(path string) (*backupFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, usageErr("%v", err)
 	}
 	b, err := readBackup(f)
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, usageErr("%s: %v", path, err)
 	}
 	return b, nil
 }
@@ -222,7 +222,7 @@ synced, so FILE is either absent or a whole backup. The cluster keeps serving me
 			defer b.f.Close()
 			st, err := scanBackup(b)
 			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+				return usageErr("%s: %v", args[0], err)
 			}
 			in := b.info
 			taken := time.UnixMilli(in.GetUnixMs()).UTC().Format(time.RFC3339)
@@ -274,6 +274,9 @@ and grow the cluster with --join.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dataDir == "" {
 				return usageErr("--data is required: the new data dir to build")
+			}
+			if ents, err := os.ReadDir(dataDir); err == nil && len(ents) > 0 {
+				return usageErr("--data %s is not empty: restore builds a new data dir and never overwrites one", dataDir)
 			}
 			limits := fsm.DefaultLimits()
 			q, err := parseBytes(quota)

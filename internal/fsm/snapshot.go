@@ -161,6 +161,20 @@ func PeekHeader(br *bufio.Reader) (GrantClock, error) {
 	return GrantClock{Token: h.GetToken(), LastGrantUnixMs: h.GetLastGrantUnixMs(), PeakRate: h.GetPeakRate()}, nil
 }
 
+// SnapshotBody returns the part of the snapshot stream snap after its
+// header record: two states that differ only in their token counter and
+// grant clock (a restart floor) have equal bodies.
+func SnapshotBody(snap []byte) ([]byte, error) {
+	if !bytes.HasPrefix(snap, streamMagic) {
+		return nil, errors.New("fsm: decode snapshot: not a snapshot stream")
+	}
+	n, k := binary.Uvarint(snap[len(streamMagic):])
+	if k <= 0 || uint64(len(snap)-len(streamMagic)-k) < n {
+		return nil, errors.New("fsm: decode snapshot: bad header record")
+	}
+	return snap[len(streamMagic)+k+int(n):], nil
+}
+
 // Snapshot encodes the whole state, token counter included, as one
 // snapshot stream in memory (tests and small states; raftnode streams).
 func (m *Machine) Snapshot() ([]byte, error) {
