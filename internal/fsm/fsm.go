@@ -27,6 +27,11 @@
 //     (t > last(k) when strict); check and write are one Apply.
 //  5. A released or expired lock passes to the head of its queue in the same
 //     Apply, so no other command can slip between them.
+//  6. The state's accounted size (quota.go) never grows past
+//     Limits.MaxStateBytes; commands that do not grow it are never refused
+//     for it.
+//  7. A deleted KV key keeps its last token as a tombstone, so the fence of
+//     invariant 4 survives the delete.
 //
 // A business refusal (not-holder, stale token, ...) is a value in
 // Result.Err. A command this package does not know is a bug: Apply panics.

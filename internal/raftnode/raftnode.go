@@ -5,8 +5,9 @@
 // A single node is a Raft group of one, on the same code path as a cluster.
 // Commands from concurrent callers are batched by raft into one log append
 // (one fsync for many commands). The state machine (fsm.Machine) is guarded
-// by one RWMutex: Apply, Snapshot and Restore take it for writing, Read for
-// reading. The Observer is called after each entry is applied, in log order,
+// by one RWMutex: Apply and the swap at the end of Restore take it for
+// writing; Read, and Snapshot while it captures a view, for reading (the
+// view is written to disk without the lock, see fsm.go). The Observer is called after each entry is applied, in log order,
 // without that lock held; it must not block.
 package raftnode
 
