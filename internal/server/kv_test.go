@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -84,8 +85,17 @@ func TestKVFloodEndsInQuota(t *testing.T) {
 	if used > quota || used < quota-2*int64(len(value)) {
 		t.Fatalf("accounted %d bytes with a quota of %d", used, quota)
 	}
+	resp, err := c.HTTP.Get(c.URL + "/metrics")
+	mustOK(t, "GET /metrics", err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{fmt.Sprintf("leasehold_state_bytes %d\n", used), "leasehold_state_quota_bytes 1.048576e+06\n"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 	last := c.Server().Node().Raft().LastIndex()
-	_, err := cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "again", Value: value, Token: tok}))
+	_, err = cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "again", Value: value, Token: tok}))
 	wantCode(t, "KVPut on a full state", err, api.CodeResourceExhausted)
 	if got := c.Server().Node().Raft().LastIndex(); got != last {
 		t.Fatalf("a refused write grew the log from %d to %d", last, got)

@@ -144,6 +144,11 @@ func Open(cfg Config) (*Server, error) {
 		s.lessor.Close()
 		return nil, err
 	}
+	if err := s.registerStateGauges(reg); err != nil {
+		s.lessor.Close()
+		_ = s.node.Close()
+		return nil, err
+	}
 	s.wg.Go(s.registerLoop)
 	return s, nil
 }
