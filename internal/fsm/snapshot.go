@@ -87,6 +87,11 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 	sort.Slice(v.locks, func(i, j int) bool { return v.locks[i].Name < v.locks[j].Name })
 	sort.Slice(v.kv, func(i, j int) bool { return v.kv[i].Key < v.kv[j].Key })
 	sort.Slice(v.nodes, func(i, j int) bool { return v.nodes[i].Id < v.nodes[j].Id })
+	return v.write(w)
+}
+
+// write writes the view's records in the order they are in.
+func (v *View) write(w io.Writer) (int64, error) {
 	sw := &streamWriter{w: w}
 	sw.write(streamMagic)
 	sw.record(&fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Header{Header: v.header}})
