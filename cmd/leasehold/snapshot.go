@@ -195,10 +195,14 @@ func newSnapshotCmd(g *globals) *cobra.Command {
 		Short: "Write a consistent snapshot of the running cluster to FILE (with a SHA-256 checksum)",
 		Long: `Ask the leader for a snapshot of the state — every acknowledged command included — and
 stream it into FILE. The file is written as FILE.part-* and renamed when complete and
-synced, so FILE is either absent or a whole backup. The cluster keeps serving meanwhile.`,
+synced, so FILE is either absent or a whole backup. The cluster keeps serving meanwhile.
+--timeout bounds the whole transfer; here it defaults to 1h.`,
 		Example: `  leasehold snapshot save /backups/leasehold-$(date +%F-%H%M).snap`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("timeout") {
+				g.timeout = time.Hour
+			}
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
 				info, size, err := saveBackup(ctx, c, args[0])
 				if err != nil {

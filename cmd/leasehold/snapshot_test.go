@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -123,5 +124,42 @@ func TestCLIKVDelete(t *testing.T) {
 	e := fails(t, srv.cli(t, "kv", "put", "k", "late", "--token", fmt.Sprint(a.Token), "-o", "json"), "stale-token", 4)
 	if e.Error.LastToken != b.Token {
 		t.Fatalf("stale-token after delete names last token %d, want %d", e.Error.LastToken, b.Token)
+	}
+}
+
+// TestCLIHandCopiedDataDir: an old copy of a data dir, started by hand after
+// the original server went on granting (and restarting) and was lost,
+// grants no token the original issued and no token a resource accepted:
+// its first leadership raises the counter before any grant.
+func TestCLIHandCopiedDataDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := startServe(t, dir)
+	a := ok[holdingOut](t, srv.cli(t, "acquire", "job", "--ttl", "30s", "-o", "json"))
+	ok[kvPutOut](t, srv.cli(t, "kv", "put", "k", "v1", "--token", fmt.Sprint(a.Token), "-o", "json"))
+	srv.Stop(t)
+	old := filepath.Join(t.TempDir(), "copy")
+	if err := os.CopyFS(old, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+
+	srv = startServeAt(t, dir, srv.Addr)
+	var newest uint64
+	for i := range 3 {
+		newest = ok[holdingOut](t, srv.cli(t, "acquire", fmt.Sprint("later-", i), "--ttl", "30s", "-o", "json")).Token
+	}
+	ok[kvPutOut](t, srv.cli(t, "kv", "put", "k", "v2", "--token", fmt.Sprint(newest), "-o", "json"))
+	srv.Kill(t) // lost
+
+	srv = startServe(t, old)
+	if got := ok[kvGetOut](t, srv.cli(t, "kv", "get", "k", "-o", "json")); got.Value != "v1" {
+		t.Fatalf("the copy's kv k = %+v, want the old v1", got)
+	}
+	b := ok[holdingOut](t, srv.cli(t, "acquire", "next", "--ttl", "30s", "-o", "json"))
+	if b.Token <= newest {
+		t.Fatalf("the old copy granted token %d; the lost original had issued (and a resource accepted) up to %d", b.Token, newest)
+	}
+	if !strings.Contains(srv.log.String(), "raised the token counter after a restart from existing state") {
+		t.Error("the copy's log does not say it raised the token counter")
 	}
 }
