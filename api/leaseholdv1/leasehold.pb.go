@@ -2002,13 +2002,17 @@ func (*SnapshotRequest) Descriptor() ([]byte, []int) {
 // SnapshotInfo describes a snapshot: the log position it was taken at and
 // the token counter with the grant clock a restore computes its floor from.
 type SnapshotInfo struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Index  uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Term   uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	Token  uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	NodeId string                 `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index and term are the Raft position the snapshot was taken at.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// token is the newest token issued in the snapshot's state.
+	Token  uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	NodeId string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// unix_ms is the serving leader's wall clock when the snapshot was taken.
-	UnixMs          int64  `protobuf:"varint,5,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	UnixMs int64 `protobuf:"varint,5,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	// last_grant_unix_ms and peak_rate are the state's grant clock: the
+	// newest grant stamp and the most grants stamped in one second.
 	LastGrantUnixMs int64  `protobuf:"varint,6,opt,name=last_grant_unix_ms,json=lastGrantUnixMs,proto3" json:"last_grant_unix_ms,omitempty"`
 	PeakRate        uint64 `protobuf:"varint,7,opt,name=peak_rate,json=peakRate,proto3" json:"peak_rate,omitempty"`
 	unknownFields   protoimpl.UnknownFields
