@@ -7,8 +7,10 @@
 // (one fsync for many commands). The state machine (fsm.Machine) is guarded
 // by one RWMutex: Apply and the swap at the end of Restore take it for
 // writing; Read, and Snapshot while it captures a view, for reading (the
-// view is written to disk without the lock, see fsm.go). The Observer is called after each entry is applied, in log order,
-// without that lock held; it must not block.
+// view is written to disk without the lock, see fsm.go). The Observer is
+// called after each entry is applied, in log order, without that lock
+// held; it must not block. A node that started from existing state raises
+// the token floor when it first leads (see restore.go).
 package raftnode
 
 import (
