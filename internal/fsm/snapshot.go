@@ -115,7 +115,8 @@ type streamWriter struct {
 	w       io.Writer
 	n       int64
 	records uint64
-	buf     []byte
+	buf     []byte // the length prefix
+	rec     []byte // the record, reused
 	err     error
 }
 
@@ -132,11 +133,12 @@ func (sw *streamWriter) record(r *fsmpb.SnapshotRecord) {
 	if sw.err != nil {
 		return
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(sw.rec[:0], r)
 	if err != nil {
 		sw.err = fmt.Errorf("fsm: encode snapshot record: %w", err)
 		return
 	}
+	sw.rec = b
 	sw.buf = binary.AppendUvarint(sw.buf[:0], uint64(len(b)))
 	sw.write(sw.buf)
 	sw.write(b)
