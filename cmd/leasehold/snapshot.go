@@ -317,7 +317,7 @@ and grow the cluster with --join.`,
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
 			defer cancel()
-			res, err := raftnode.Restore(ctx, cfg, b.stream, b.stream.Size(), floor)
+			res, err := raftnode.Restore(ctx, cfg, raftnode.Snapshot{Stream: b.stream, Size: b.stream.Size(), Index: b.info.GetIndex()}, floor)
 			if err != nil {
 				return err
 			}

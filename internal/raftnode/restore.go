@@ -128,22 +128,31 @@ type RestoreResult struct {
 	Index uint64
 }
 
+// Snapshot is a snapshot stream to restore.
+type Snapshot struct {
+	Stream io.ReadSeeker
+	Size   int64 // bytes of Stream
+	// Index is the log index the snapshot was taken at: the new cluster's
+	// log continues above it, so log indexes (Watch events carry them)
+	// never go back across a restore. 0 when unknown.
+	Index uint64
+}
+
 // Restore builds a new data dir, cfg.DataDir (absent or empty), for a new
-// single-node cluster of cfg.NodeID holding the state of the snapshot
-// stream (size bytes long). floor is given the snapshot's grant clock and
+// single-node cluster of cfg.NodeID holding the state of the snapshot. floor is given the snapshot's grant clock and
 // returns the token counter the new cluster must start from; Restore
 // applies it, and ends every session of the snapshot (their holders must
 // acquire again), before the node ever serves. The stream is read twice:
 // once to validate it (raft cannot refuse a snapshot it was handed), once
 // to restore it.
-func Restore(ctx context.Context, cfg Config, snapshot io.ReadSeeker, size int64, floor func(fsm.GrantClock) (uint64, error)) (RestoreResult, error) {
+func Restore(ctx context.Context, cfg Config, snap Snapshot, floor func(fsm.GrantClock) (uint64, error)) (RestoreResult, error) {
 	if ents, err := os.ReadDir(cfg.DataDir); err == nil && len(ents) > 0 {
 		return RestoreResult{}, fmt.Errorf("raftnode: restore builds a new data dir, and %s is not empty", cfg.DataDir)
 	}
-	if _, err := fsm.ReadSnapshot(cfg.Limits, io.LimitReader(snapshot, size)); err != nil {
+	if _, err := fsm.ReadSnapshot(cfg.Limits, io.LimitReader(snap.Stream, snap.Size)); err != nil {
 		return RestoreResult{}, fmt.Errorf("raftnode: restore: %w", err)
 	}
-	if _, err := snapshot.Seek(0, io.SeekStart); err != nil {
+	if _, err := snap.Stream.Seek(0, io.SeekStart); err != nil {
 		return RestoreResult{}, fmt.Errorf("raftnode: restore: %w", err)
 	}
 	addr := cfg.RaftAddr
@@ -167,8 +176,8 @@ func Restore(ctx context.Context, cfg Config, snapshot io.ReadSeeker, size int64
 	if err := n.ReadIndex(ctx); err != nil {
 		return RestoreResult{}, fmt.Errorf("raftnode: restore: %w", err)
 	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: size}
-	if err := n.raft.Restore(meta, io.LimitReader(snapshot, size), timeoutOf(ctx)); err != nil {
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: snap.Size, Index: snap.Index}
+	if err := n.raft.Restore(meta, io.LimitReader(snap.Stream, snap.Size), timeoutOf(ctx)); err != nil {
 		return RestoreResult{}, fmt.Errorf("raftnode: restore: %w", err)
 	}
 	var res RestoreResult

@@ -157,7 +157,7 @@ func TestBackupRestore(t *testing.T) {
 	rcfg := testConfig(t, filepath.Join(t.TempDir(), "restored"))
 	rcfg.Now = fixedNow(base + 2_000)
 	var clock fsm.GrantClock
-	res, err := Restore(ctxT(t), rcfg, bytes.NewReader(snap), int64(len(snap)), func(g fsm.GrantClock) (uint64, error) {
+	res, err := Restore(ctxT(t), rcfg, Snapshot{Stream: bytes.NewReader(snap), Size: int64(len(snap)), Index: meta.Index}, func(g fsm.GrantClock) (uint64, error) {
 		clock = g
 		return g.Floor(base + 2_000), nil
 	})
@@ -166,6 +166,9 @@ func TestBackupRestore(t *testing.T) {
 	}
 	if clock.Token != tok || clock.LastGrantUnixMs != base || res.Floor <= newest {
 		t.Fatalf("restore: clock %+v, floor %d; want the backup's clock and a floor above %d", clock, res.Floor, newest)
+	}
+	if res.Index <= meta.Index {
+		t.Fatalf("the restored log ends at index %d, not above the backup's %d", res.Index, meta.Index)
 	}
 	r := open(t, rcfg)
 	waitLeader(t, r)
@@ -196,19 +199,19 @@ func TestRestoreRefuses(t *testing.T) {
 	rc.Close()
 	auto := func(g fsm.GrantClock) (uint64, error) { return g.Floor(base), nil }
 	// A data dir in use is never overwritten.
-	if _, err := Restore(ctxT(t), testConfig(t, cfg.DataDir), bytes.NewReader(snap), meta.Size, auto); err == nil {
+	if _, err := Restore(ctxT(t), testConfig(t, cfg.DataDir), Snapshot{Stream: bytes.NewReader(snap), Size: meta.Size}, auto); err == nil {
 		t.Fatal("restore into a non-empty data dir succeeded")
 	}
 	// The floor function's refusal ends the restore.
 	errNoFloor := errors.New("no floor")
-	_, err = Restore(ctxT(t), testConfig(t, filepath.Join(t.TempDir(), "d")), bytes.NewReader(snap), meta.Size, func(fsm.GrantClock) (uint64, error) { return 0, errNoFloor })
+	_, err = Restore(ctxT(t), testConfig(t, filepath.Join(t.TempDir(), "d")), Snapshot{Stream: bytes.NewReader(snap), Size: meta.Size}, func(fsm.GrantClock) (uint64, error) { return 0, errNoFloor })
 	if !errors.Is(err, errNoFloor) {
 		t.Fatalf("restore without a floor: %v", err)
 	}
 	// A damaged stream is refused.
 	bad := bytes.Clone(snap)
 	bad[len(bad)-1] ^= 0xff
-	if _, err := Restore(ctxT(t), testConfig(t, filepath.Join(t.TempDir(), "e")), bytes.NewReader(bad), meta.Size, auto); err == nil {
+	if _, err := Restore(ctxT(t), testConfig(t, filepath.Join(t.TempDir(), "e")), Snapshot{Stream: bytes.NewReader(bad), Size: meta.Size}, auto); err == nil {
 		t.Fatal("restore of a damaged snapshot succeeded")
 	}
 }
