@@ -14,7 +14,9 @@ import (
 // it came from issued after it was copied. Tokens are issued only by
 // grants, and every grant is stamped with its leader's wall clock, so the
 // state keeps, deterministically from those stamps, the newest one and the
-// most grants stamped in any one second. The floor a restarted or
+// most grants stamped in any one second. A floor (BumpToken, TokenFloor)
+// also advances the newest stamp: every token issued before it is at most
+// the counter it leaves. The floor a restarted or
 // restored state resumes from (Floor) assumes that the lost cluster went
 // on granting at most at twice that peak, and at least at
 // MinFloorRate per second, until the moment of the restore:
@@ -85,21 +87,22 @@ func (m *Machine) noteGrant(ms int64) {
 	m.peakRate = max(m.peakRate, m.rateCount)
 }
 
-// raiseCounter raises the token counter to at least v.
-func (m *Machine) raiseCounter(v uint64) error {
+// raiseFloor raises the token counter to at least v, and the grant clock's
+// newest stamp to the command's (BumpToken, TokenFloor).
+func (m *Machine) raiseFloor(a *applyCtx, v uint64) error {
 	if v > maxBumpToken {
 		return fmt.Errorf("%w: cannot bump the token counter to %d (the maximum is %d)", ErrInvalidToken, v, uint64(maxBumpToken))
 	}
 	m.token = max(m.token, v)
+	m.lastGrantMs = max(m.lastGrantMs, a.unixMs)
 	return nil
 }
 
 func (m *Machine) tokenFloor(a *applyCtx, c *fsmpb.TokenFloor) {
-	if err := m.raiseCounter(c.GetMin()); err != nil {
+	if err := m.raiseFloor(a, c.GetMin()); err != nil {
 		a.res.Err = err
 		return
 	}
-	m.lastGrantMs = max(m.lastGrantMs, a.unixMs)
 	if c.GetDropSessions() {
 		for id := range m.sessions {
 			a.res.EndedSessions = append(a.res.EndedSessions, id)

@@ -84,4 +84,9 @@ func TestTokenFloor(t *testing.T) {
 	if res := r.apply(floor(math.MaxUint64, false)); !errors.Is(res.Err, ErrInvalidToken) {
 		t.Fatalf("floor past the cap: %v", res.Err)
 	}
+	// BumpToken is a floor too: it advances the newest stamp.
+	r.must(at(120_000, bump(1)))
+	if got := r.m.GrantClock(); got.LastGrantUnixMs != 120_000 || got.Token != 1001 {
+		t.Fatalf("GrantClock after BumpToken = %+v", got)
+	}
 }

@@ -211,7 +211,7 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 	case *fsmpb.Command_RegisterNode:
 		m.registerNode(op.RegisterNode)
 	case *fsmpb.Command_BumpToken:
-		res.Err = m.raiseCounter(op.BumpToken.GetMin())
+		res.Err = m.raiseFloor(a, op.BumpToken.GetMin())
 	case *fsmpb.Command_TokenFloor:
 		m.tokenFloor(a, op.TokenFloor)
 	default:

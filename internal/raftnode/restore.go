@@ -39,9 +39,11 @@ func (n *Node) now() time.Time {
 }
 
 // waitFloor holds a command of a leader until its floor is applied. It is
-// a no-op on a node that started empty, or once the floor is in.
+// a no-op on a node that started empty, or once the floor is in. Commands
+// that only raise the counter pass.
 func (n *Node) waitFloor(ctx context.Context, cmd *fsmpb.Command) error {
-	if _, ok := cmd.GetOp().(*fsmpb.Command_TokenFloor); ok {
+	switch cmd.GetOp().(type) {
+	case *fsmpb.Command_BumpToken, *fsmpb.Command_TokenFloor:
 		return nil
 	}
 	for n.floorPending.Load() {
@@ -69,7 +71,9 @@ func (n *Node) raiseFloor() bool {
 		now := n.now().UnixMilli()
 		floor := g.Floor(now)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		res, err := n.Apply(ctx, &fsmpb.Command{UnixMs: now, Op: &fsmpb.Command_TokenFloor{TokenFloor: &fsmpb.TokenFloor{Min: floor}}})
+		// BumpToken, which every leasehold version applies, so that a
+		// rolling upgrade's first restarted leader does not stop the others.
+		res, err := n.Apply(ctx, &fsmpb.Command{UnixMs: now, Op: &fsmpb.Command_BumpToken{BumpToken: &fsmpb.BumpToken{Min: floor}}})
 		cancel()
 		if err == nil {
 			err = res.Err
