@@ -809,8 +809,9 @@ func (x *KVDelete) GetStrict() bool {
 	return false
 }
 
-// TokenFloor raises the token counter to at least min before a restored or
-// restarted state serves a grant; drop_sessions also ends every session,
+// TokenFloor raises the token counter to at least min before a restored
+// state serves a grant (a restart uses BumpToken, which older versions
+// apply too); drop_sessions also ends every session,
 // holding, queue entry and lock-delay without events (a restore from backup:
 // the lost cluster's holders must acquire again).
 type TokenFloor struct {
