@@ -429,3 +429,12 @@ func (c *Client) TransferLeader(ctx context.Context, id string) (string, error) 
 	}
 	return res.GetLeaderId(), nil
 }
+
+// KVDelete removes key's value from the built-in fenced KV iff token is not
+// stale, by the rule of KVPut. The key keeps its fence as a token-only
+// tombstone: a later write with an older token fails with ErrStaleToken.
+// A key never written fails with ErrNotFound.
+func (c *Client) KVDelete(ctx context.Context, key string, token uint64, strict bool) error {
+	_, err := call(ctx, c, "client: kv delete", locks, lsc.KvDelete, &pb.KvDeleteRequest{Key: key, Token: token, Strict: strict})
+	return err
+}

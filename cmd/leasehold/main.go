@@ -101,7 +101,7 @@ func newRootCmd() (*cobra.Command, *globals) {
 		newServeCmd(),
 		newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
 		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
-		newKVCmd(g), newClusterCmd(g),
+		newKVCmd(g), newClusterCmd(g), newSnapshotCmd(g),
 		newDemoCmd(g), newGatewayCmd(),
 	)
 	root.SetErr(os.Stderr)

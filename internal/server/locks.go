@@ -517,6 +517,12 @@ func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRe
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KVPutRequest) (*pb.KVPutResponse, error) {
+		// A write that cannot fit is refused before it costs a log entry.
+		var full error
+		h.s.node.Read(func(fm *fsm.Machine) { full = fm.CheckKVPut(m.GetKey(), m.GetValue()) })
+		if full != nil {
+			return nil, full
+		}
 		_, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: m.GetKey(), Value: m.GetValue(), Token: m.GetToken(), Strict: m.GetStrict()}}})
 		if err != nil {
 			return nil, err
@@ -535,6 +541,26 @@ func (h *lockService) KVGet(ctx context.Context, req *connect.Request[pb.KVGetRe
 		if e == nil {
 			return nil, api.Errorf(api.CodeNotFound, "key %q has no value", m.GetKey())
 		}
+		if e.GetDeleted() {
+			return nil, api.Errorf(api.CodeNotFound, "key %q was deleted with token %d", m.GetKey(), e.GetToken())
+		}
 		return &pb.KVGetResponse{Key: e.GetKey(), Value: e.GetValue(), Token: e.GetToken()}, nil
 	}, client.KVGet)
+}
+
+func (h *lockService) KvDelete(ctx context.Context, req *connect.Request[pb.KvDeleteRequest]) (*connect.Response[pb.KvDeleteResponse], error) {
+	err := checkKey(req.Msg.GetKey())
+	if err == nil {
+		err = checkToken(req.Msg.GetToken())
+	}
+	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KvDeleteRequest) (*pb.KvDeleteResponse, error) {
+		_, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvDelete{KvDelete: &fsmpb.KVDelete{Key: m.GetKey(), Token: m.GetToken(), Strict: m.GetStrict()}}})
+		if err != nil {
+			return nil, err
+		}
+		return &pb.KvDeleteResponse{Key: m.GetKey(), Token: m.GetToken()}, nil
+	}, client.KvDelete)
 }

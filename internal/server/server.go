@@ -136,11 +136,17 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Raft.Join = cfg.Join != ""
+	cfg.Raft.Now = cfg.Lessor.Clock.Now
 	cfg.Raft.Observer = s.observe
 	cfg.Raft.OnRestore = s.hub.restored
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
 		s.lessor.Close()
+		return nil, err
+	}
+	if err := s.registerStateGauges(reg); err != nil {
+		s.lessor.Close()
+		_ = s.node.Close()
 		return nil, err
 	}
 	s.wg.Go(s.registerLoop)

@@ -154,6 +154,8 @@ func toAPI(err error) error {
 		{fsm.ErrTooManyWaiters, api.CodeResourceExhausted},
 		{fsm.ErrTooManyLocks, api.CodeResourceExhausted},
 		{fsm.ErrTooManyKeys, api.CodeResourceExhausted},
+		{fsm.ErrQuota, api.CodeResourceExhausted},
+		{fsm.ErrKeyNotFound, api.CodeNotFound},
 		{fsm.ErrInvalidToken, api.CodeInvalidArgument},
 		{raftnode.ErrNotLeader, api.CodeNotLeader},
 		{lessor.ErrNotLeader, api.CodeNotLeader},
