@@ -67,6 +67,7 @@ type httpOptions struct {
 	fenceReads  bool
 	lockTimeout time.Duration
 	logger      *slog.Logger
+	seq         *sequencerOptions // verifying mode (verify.go); nil: plain tokens
 }
 
 // WithTokenHeader sets the header that carries the token (default DefaultTokenHeader).
@@ -166,7 +167,7 @@ func Middleware(a *Admitter, opts ...HTTPOption) func(http.Handler) http.Handler
 		o.logger = slog.New(slog.DiscardHandler)
 	}
 	return func(next http.Handler) http.Handler {
-		return &admitHandler{a: a, o: o, next: next}
+		return o.withSequencers(&admitHandler{a: a, o: o, next: next})
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 // newGatewayCmd returns `leasehold gateway`: the fencing reverse proxy of fence/gateway.
 func newGatewayCmd() *cobra.Command {
 	cfg := gateway.DefaultConfig()
+	var seq sequencerFlags
 	cmd := &cobra.Command{
 		Use:   "gateway --listen ADDR --upstream URL",
 		Short: "Proxy to a service that cannot check fencing tokens, refusing stale ones",
@@ -29,7 +30,13 @@ Fencing-Key header, or the URL path with --key-from path). Per key, the gateway 
 requests, answers a stale token with 409 {"error":{"code":"stale-token",...,"last_token":N}}
 without contacting the upstream, forwards the rest, and records the token (fsync'd to --data)
 only when the upstream answered 2xx. GET, HEAD and OPTIONS pass without a token unless
---fence-reads. The upstream must not be reachable except through this one gateway.`,
+--fence-reads. The upstream must not be reachable except through this one gateway.
+
+Verifying mode (--keyset): each fenced request carries a signed sequencer in the
+Fencing-Sequencer header instead of a bare token. A forged or altered sequencer, one signed by
+a key not in the key set, one from another cluster, or one for another lock than the key's
+(--lock KEY=LOCK, --lock-is-key) is refused with 403 permission-denied before its token is
+compared or recorded; a malformed or missing one with 400 invalid-argument.`,
 		Example: `  leasehold gateway --listen 127.0.0.1:7421 --upstream http://127.0.0.1:8080
   curl -X POST -H 'Fencing-Key: payments:stream-1' -H 'Fencing-Token: 18' \
        http://127.0.0.1:7421/charge`,
@@ -38,10 +45,14 @@ only when the upstream answered 2xx. GET, HEAD and OPTIONS pass without a token 
 			if cfg.Logger == nil {
 				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			}
+			if err := seq.apply(&cfg); err != nil {
+				return err
+			}
 			g, err := gateway.New(cfg)
 			if err != nil {
 				return err
 			}
+			defer seq.reloadOnHUP(g, cfg.Logger)()
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -70,6 +81,7 @@ only when the upstream answered 2xx. GET, HEAD and OPTIONS pass without a token 
 	f.BoolVar(&cfg.FenceReads, "fence-reads", false, "require and check tokens on GET, HEAD and OPTIONS too")
 	f.DurationVar(&cfg.LockTimeout, "lock-timeout", cfg.LockTimeout, "how long a request waits for its key (then 503)")
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "bound on one upstream exchange (0: none)")
+	seq.add(f)
 	if err := cmd.MarkFlagRequired("upstream"); err != nil {
 		panic(errors.Join(errors.New("gateway: mark --upstream required"), err)) // a programming error
 	}

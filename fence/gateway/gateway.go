@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/sequencer"
 )
 
 // Key sources for Config.KeyFrom.
@@ -82,6 +83,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Transport makes the upstream requests. Nil uses a clone of http.DefaultTransport.
 	Transport http.RoundTripper
+	// Sequencers, when set, puts the gateway in verifying mode (verify.go).
+	Sequencers *SequencerConfig
 }
 
 // Defaults.
@@ -150,7 +153,7 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
 	}
-	return nil
+	return c.Sequencers.validate()
 }
 
 // validHeaderName reports whether s is a non-empty RFC 9110 token.
@@ -175,6 +178,7 @@ type Gateway struct {
 	log      *slog.Logger
 	store    *fence.BoltTokenStore
 	admitter *fence.Admitter
+	verifier *sequencer.Verifier // verifying mode; nil when off
 	handler  http.Handler
 
 	// mu is held shared by every request for its whole duration and exclusively by Close,
@@ -200,6 +204,10 @@ func New(cfg Config) (*Gateway, error) {
 	if transport == nil {
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
+	seqOpts, verifier, err := sequencerOptions(cfg.Sequencers)
+	if err != nil {
+		return nil, err
+	}
 	store, err := fence.OpenBoltTokenStore(cfg.DataFile, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -208,7 +216,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Strict {
 		mode = fence.Strict
 	}
-	g := &Gateway{cfg: cfg, log: log, store: store, admitter: fence.NewAdmitter(store, fence.WithMode(mode))}
+	g := &Gateway{cfg: cfg, log: log, store: store, admitter: fence.NewAdmitter(store, fence.WithMode(mode)), verifier: verifier}
 
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -243,6 +251,7 @@ func New(cfg Config) (*Gateway, error) {
 	} else {
 		opts = append(opts, fence.WithKeyHeader(cfg.KeyHeader))
 	}
+	opts = append(opts, seqOpts...)
 	fenced := fence.Middleware(g.admitter, opts...)(upstreamHandler)
 	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.RLock()

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/gateway"
+)
+
+// sequencerFlags are the gateway's verifying-mode flags.
+type sequencerFlags struct {
+	keySet    string
+	header    string
+	locks     []string
+	lockIsKey bool
+}
+
+func (s *sequencerFlags) add(f *pflag.FlagSet) {
+	f.StringVar(&s.keySet, "keyset", "", "verifying mode: pinned key set file (JSON) of the cluster whose signed sequencers are accepted; SIGHUP re-reads it")
+	f.StringVar(&s.header, "sequencer-header", fence.DefaultSequencerHeader, "verifying mode: header carrying the signed sequencer")
+	f.StringArrayVar(&s.locks, "lock", nil, "verifying mode: KEY=LOCK, the lock whose sequencers may write KEY (repeatable)")
+	f.BoolVar(&s.lockIsKey, "lock-is-key", false, "verifying mode: a key without --lock is protected by the lock of the same name")
+}
+
+// apply sets cfg.Sequencers when --keyset is given.
+func (s *sequencerFlags) apply(cfg *gateway.Config) error {
+	if s.keySet == "" {
+		if len(s.locks) > 0 || s.lockIsKey {
+			return usageErr("--lock and --lock-is-key need --keyset")
+		}
+		return nil
+	}
+	locks, err := gateway.ParseLocks(s.locks)
+	if err != nil {
+		return usageErr("--lock: %v", err)
+	}
+	cfg.Sequencers = &gateway.SequencerConfig{KeySetFile: s.keySet, Header: s.header, Locks: locks, LockIsKey: s.lockIsKey}
+	return nil
+}
+
+// reloadOnHUP re-reads the key set on SIGHUP while the gateway runs, in verifying mode; the
+// returned function stops it and waits.
+func (s *sequencerFlags) reloadOnHUP(g *gateway.Gateway, log *slog.Logger) (stop func()) {
+	if s.keySet == "" {
+		return func() {}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if err := g.ReloadKeySet(); err != nil {
+					log.Error("gateway: key set not reloaded; the old keys stay", "err", err)
+				}
+			}
+		}
+	})
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
+	}
+}
