@@ -102,7 +102,7 @@ func newRootCmd() (*cobra.Command, *globals) {
 		newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
 		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
 		newKVCmd(g), newClusterCmd(g),
-		newDemoCmd(g), newGatewayCmd(),
+		newDemoCmd(g), newGatewayCmd(), newCertsCmd(g),
 	)
 	root.SetErr(os.Stderr)
 	root.SetOut(os.Stdout)
