@@ -24,6 +24,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"iter"
@@ -60,6 +61,7 @@ type endpoint struct {
 
 type dialOptions struct {
 	retryTimeout time.Duration
+	tls          *tls.Config // WithTLS (tls.go); nil: cleartext unless an endpoint says https://
 }
 
 // DialOption configures Dial.
@@ -72,24 +74,23 @@ func WithRetryTimeout(d time.Duration) DialOption {
 	return func(o *dialOptions) { o.retryTimeout = d }
 }
 
-// Dial returns a Client for the comma-separated endpoints ("host:port" or
-// "http://host:port"). It checks that at least one endpoint answers.
+// Dial returns a Client for the comma-separated endpoints ("host:port",
+// "http://host:port" or "https://host:port"; see WithTLS). It checks that at
+// least one endpoint answers.
 func Dial(ctx context.Context, endpoints string, opts ...DialOption) (*Client, error) {
 	o := dialOptions{retryTimeout: 10 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	c := &Client{opts: o, httpc: &http.Client{Transport: &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 16}}}
+	c := &Client{opts: o, httpc: newHTTPClient(o)}
 	for _, ep := range strings.Split(endpoints, ",") {
 		ep = strings.TrimSpace(ep)
 		if ep == "" {
 			continue
 		}
-		base := ep
-		if !strings.Contains(base, "://") {
-			base = "http://" + base
+		base, err := o.baseURL(ep)
+		if err != nil {
+			return nil, err
 		}
 		c.eps = append(c.eps, endpoint{
 			addr:    ep,
@@ -102,7 +103,7 @@ func Dial(ctx context.Context, endpoints string, opts ...DialOption) (*Client, e
 	}
 	if _, _, err := c.List(ctx, "", Stale(), ListLimit(1)); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("client: dial %s: %w", endpoints, err)
+		return nil, fmt.Errorf("client: dial %s: %w", endpoints, o.dialHint(err))
 	}
 	return c, nil
 }

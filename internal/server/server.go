@@ -8,6 +8,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -56,6 +57,10 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, makes Serve speak TLS only (tls.go).
+	TLS *tls.Config
+	// PeerClientTLS, when set, is the TLS configuration of calls to other nodes (tls.go).
+	PeerClientTLS *tls.Config
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -124,7 +129,7 @@ func Open(cfg Config) (*Server, error) {
 		clock:   cfg.Lessor.Clock,
 		hub:     newHub(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
-		http:    h2cClient(),
+		http:    peerClient(cfg.PeerClientTLS),
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
@@ -240,7 +245,7 @@ func (s *Server) register(ctx context.Context) error {
 		}
 		addr = s.cfg.Join // not a member yet: ask the member we were told of
 	}
-	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	id, raftAddr := s.node.ID(), s.node.RaftAddr()
 	_, err = cc.AddMember(ctx, connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr}))
 	return err
@@ -291,7 +296,7 @@ func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, erro
 	defer s.mu.Unlock()
 	c, ok := s.clients[addr]
 	if !ok {
-		c = leaseholdv1connect.NewLeaseholdServiceClient(s.http, "http://"+addr, connect.WithGRPC(), connect.WithReadMaxBytes(MaxRequestSize*2))
+		c = leaseholdv1connect.NewLeaseholdServiceClient(s.http, s.peerURL(addr), connect.WithGRPC(), connect.WithReadMaxBytes(MaxRequestSize*2))
 		s.clients[addr] = c
 	}
 	return c, nil
@@ -390,7 +395,7 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := NewHTTPServer(s.Handler())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- s.serveOn(hs, ln) }()
 	select {
 	case err := <-errc:
 		return err
