@@ -57,14 +57,14 @@ func startServe(t *testing.T, dir string) *serverProc {
 // startServeAt is startServe on addr, or on a free port when addr is empty
 // or taken. Ports are found by listening on :0 and closing; another process
 // may take the port in between, so a failed bind is retried on a new one.
-func startServeAt(t *testing.T, dir, addr string) *serverProc {
+func startServeAt(t *testing.T, dir, addr string, extra ...string) *serverProc {
 	t.Helper()
 	var errs []error
 	for range 5 {
 		if addr == "" {
 			addr = freeAddr(t)
 		}
-		p, err := tryServe(t, dir, addr)
+		p, err := tryServe(t, dir, addr, extra...)
 		if err == nil {
 			return p
 		}
@@ -88,9 +88,15 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func tryServe(t *testing.T, dir, addr string) (*serverProc, error) {
+// tryServe starts serve with extra flags; with TLS flags (--cert) it waits for the node to
+// lead by its log instead of /healthz.
+func tryServe(t *testing.T, dir, addr string, extra ...string) (*serverProc, error) {
 	p := &serverProc{Addr: addr, Dir: dir, log: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(leaseholdBin, "serve", "--data", dir, "--listen", addr, "--log-level", "info")
+	p.cmd = exec.Command(leaseholdBin, append([]string{"serve", "--data", dir, "--listen", addr, "--log-level", "info"}, extra...)...)
+	ready := func() bool { return healthy(addr) }
+	if slices.Contains(extra, "--cert") {
+		ready = func() bool { return strings.Contains(p.log.String(), "leader=true") }
+	}
 	p.cmd.Env = binEnv()
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
@@ -111,7 +117,7 @@ func tryServe(t *testing.T, dir, addr string) (*serverProc, error) {
 	// The serving line is logged only after the bind succeeded, so the
 	// answers below come from this process and not one that won the port.
 	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(p.log.String(), "leasehold serving") || !healthy(addr) {
+	for !strings.Contains(p.log.String(), "leasehold serving") || !ready() {
 		select {
 		case <-p.exited:
 			return nil, fmt.Errorf("serve on %s exited (%v): %s", addr, p.err, p.log.String())
@@ -193,10 +199,16 @@ func (p *serverProc) cli(t *testing.T, args ...string) result {
 // status; it fails the test if the binary runs for more than 30 s.
 func cli(t *testing.T, args ...string) result {
 	t.Helper()
+	return cliEnv(t, nil, args...)
+}
+
+// cliEnv is cli with extra environment variables (NAME=value).
+func cliEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, leaseholdBin, args...)
-	cmd.Env = binEnv()
+	cmd.Env = binEnv(env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
