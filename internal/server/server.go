@@ -379,6 +379,7 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
+	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		id, _ := s.node.Leader()
 		if id == "" {
