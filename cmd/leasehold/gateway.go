@@ -16,7 +16,7 @@ import (
 )
 
 // newGatewayCmd returns `leasehold gateway`: the fencing reverse proxy of fence/gateway.
-func newGatewayCmd() *cobra.Command {
+func newGatewayCmd(gf *globals) *cobra.Command {
 	cfg := gateway.DefaultConfig()
 	var seq sequencerFlags
 	cmd := &cobra.Command{
@@ -36,7 +36,10 @@ Verifying mode (--keyset): each fenced request carries a signed sequencer in the
 Fencing-Sequencer header instead of a bare token. A forged or altered sequencer, one signed by
 a key not in the key set, one from another cluster, or one for another lock than the key's
 (--lock KEY=LOCK, --lock-is-key) is refused with 403 permission-denied before its token is
-compared or recorded; a malformed or missing one with 400 invalid-argument.`,
+compared or recorded; a malformed or missing one with 400 invalid-argument.
+
+Without signatures, --token-counter URL refuses a token above the newest token the cluster
+has issued (403 permission-denied; 503 unavailable while the cluster cannot be asked).`,
 		Example: `  leasehold gateway --listen 127.0.0.1:7421 --upstream http://127.0.0.1:8080
   curl -X POST -H 'Fencing-Key: payments:stream-1' -H 'Fencing-Token: 18' \
        http://127.0.0.1:7421/charge`,
@@ -45,7 +48,7 @@ compared or recorded; a malformed or missing one with 400 invalid-argument.`,
 			if cfg.Logger == nil {
 				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			}
-			if err := seq.apply(&cfg); err != nil {
+			if err := seq.apply(&cfg, gf.tls); err != nil {
 				return err
 			}
 			g, err := gateway.New(cfg)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -11,14 +12,17 @@ import (
 
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/fence/gateway"
+	"github.com/leasehold/leasehold/internal/certs"
 )
 
-// sequencerFlags are the gateway's verifying-mode flags.
+// sequencerFlags are the gateway's flags that refuse forged tokens: verifying mode and the
+// token counter.
 type sequencerFlags struct {
-	keySet    string
-	header    string
-	locks     []string
-	lockIsKey bool
+	keySet       string
+	header       string
+	locks        []string
+	lockIsKey    bool
+	tokenCounter string
 }
 
 func (s *sequencerFlags) add(f *pflag.FlagSet) {
@@ -26,10 +30,23 @@ func (s *sequencerFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&s.header, "sequencer-header", fence.DefaultSequencerHeader, "verifying mode: header carrying the signed sequencer")
 	f.StringArrayVar(&s.locks, "lock", nil, "verifying mode: KEY=LOCK, the lock whose sequencers may write KEY (repeatable)")
 	f.BoolVar(&s.lockIsKey, "lock-is-key", false, "verifying mode: a key without --lock is protected by the lock of the same name")
+	f.StringVar(&s.tokenCounter, "token-counter", "", "leasehold API URL (http[s]://host:port): refuse tokens above the cluster's issued counter (TLS: the global --cacert/--cert/--key)")
 }
 
-// apply sets cfg.Sequencers when --keyset is given.
-func (s *sequencerFlags) apply(cfg *gateway.Config) error {
+// apply sets cfg.Sequencers when --keyset is given and cfg.TokenCounter when --token-counter
+// is, its TLS from the global flags in tls.
+func (s *sequencerFlags) apply(cfg *gateway.Config, tls clientTLSFlags) error {
+	if s.tokenCounter != "" {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if tls != (clientTLSFlags{}) {
+			tc, err := certs.ClientConfig(tls.cacert, tls.cert, tls.key)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			tr.TLSClientConfig = tc
+		}
+		cfg.TokenCounter = &gateway.TokenCounterConfig{Endpoint: s.tokenCounter, Transport: tr}
+	}
 	if s.keySet == "" {
 		if len(s.locks) > 0 || s.lockIsKey {
 			return usageErr("--lock and --lock-is-key need --keyset")

@@ -104,7 +104,7 @@ func newRootCmd() (*cobra.Command, *globals) {
 		newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
 		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
 		newKVCmd(g), newClusterCmd(g),
-		newDemoCmd(g), newGatewayCmd(), newCertsCmd(g),
+		newDemoCmd(g), newGatewayCmd(g), newCertsCmd(g),
 	)
 	root.SetErr(os.Stderr)
 	root.SetOut(os.Stdout)

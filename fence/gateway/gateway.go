@@ -85,6 +85,8 @@ type Config struct {
 	Transport http.RoundTripper
 	// Sequencers, when set, puts the gateway in verifying mode (verify.go).
 	Sequencers *SequencerConfig
+	// TokenCounter, when set, refuses tokens above the cluster's issued counter (counter.go).
+	TokenCounter *TokenCounterConfig
 }
 
 // Defaults.
@@ -152,6 +154,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
+	}
+	if err := c.TokenCounter.validate(); err != nil {
+		return err
 	}
 	return c.Sequencers.validate()
 }
@@ -252,7 +257,7 @@ func New(cfg Config) (*Gateway, error) {
 		opts = append(opts, fence.WithKeyHeader(cfg.KeyHeader))
 	}
 	opts = append(opts, seqOpts...)
-	fenced := fence.Middleware(g.admitter, opts...)(upstreamHandler)
+	fenced := g.checkCounter(newCounter(cfg.TokenCounter), fence.Middleware(g.admitter, opts...)(upstreamHandler))
 	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.RLock()
 		defer g.mu.RUnlock()
