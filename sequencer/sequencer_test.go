@@ -287,3 +287,34 @@ func TestVerifyRefusesOversizedText(t *testing.T) {
 		t.Fatalf("1 MiB of text: %v", err)
 	}
 }
+
+func TestSignerFile(t *testing.T) {
+	s := newSigner(t, "c1", seededKey(t, "k1", 1), seededKey(t, "k2", 2))
+	data, err := s.MarshalPrivate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "signer.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	back, err := sequencer.ReadSignerFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.Sign(grant)
+	b, _ := back.Sign(grant)
+	if !bytes.Equal(a, b) {
+		t.Fatal("the signer read back signs differently")
+	}
+	for _, bad := range []string{
+		`{"cluster_id":"c1","keys":[]}`,
+		`{"cluster_id":"c1","keys":[{"id":"k1","algorithm":"ed25519","private_key":"AAAA","created":"2026-11-30T12:00:00Z"}]}`,
+		`{"cluster_id":"c1","keys":[{"id":"k1","algorithm":"rsa","private_key":"` + strings.Repeat("A", 43) + `","created":"2026-11-30T12:00:00Z"}]}`,
+		`{"cluster_id":"c1","extra":1}`,
+	} {
+		if _, err := sequencer.ParseSigner([]byte(bad)); !errors.Is(err, sequencer.ErrInvalidKeySet) {
+			t.Errorf("ParseSigner(%s) = %v", bad, err)
+		}
+	}
+}

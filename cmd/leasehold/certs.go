@@ -27,7 +27,11 @@ created with mode 0700):
   client.NAME.crt, client.NAME.key    create-client NAME                  (CN=NAME, client auth)
 
 Keys are ECDSA P-256 (default) or Ed25519 (--key-type), PKCS#8 PEM, mode 0600. Existing files
-are never replaced unless --overwrite is given; a refused command writes nothing.`,
+are never replaced unless --overwrite is given; a refused command writes nothing.
+
+create-sequencer-key writes the cluster's Ed25519 signing keys for signed sequencers
+(sequencer.key, 0600: give it to every node with serve --sequencer-key) and their public key set
+(sequencer-keys.json: what resources pin, e.g. gateway --keyset).`,
 		Example: `  leasehold certs create-ca
   leasehold certs create-node --host localhost --host 127.0.0.1
   leasehold certs create-client worker-A
@@ -67,6 +71,23 @@ are never replaced unless --overwrite is given; a refused command writes nothing
 		},
 	}
 	createNode.Flags().StringArrayVar(&hosts, "host", nil, "DNS name or IP address the node is reached at (repeatable, at least one)")
+	var clusterID, keyID string
+	var rotate bool
+	createSeqKey := &cobra.Command{
+		Use:   "create-sequencer-key --cluster-id ID [--key-id ID] [--rotate]",
+		Short: "Create the cluster's sequencer signing key (sequencer.key) and its public key set (sequencer-keys.json)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := certsErr(certs.CreateSequencerKey(o, clusterID, keyID, rotate)); err != nil {
+				return err
+			}
+			done(cmd, certs.SequencerKey, certs.SequencerKeySet)
+			return nil
+		},
+	}
+	createSeqKey.Flags().StringVar(&clusterID, "cluster-id", "", "the cluster's id, carried and checked in every sequencer (required unless --rotate)")
+	createSeqKey.Flags().StringVar(&keyID, "key-id", "k1", "id of the new key (a new one for each rotation)")
+	createSeqKey.Flags().BoolVar(&rotate, "rotate", false, "add the key to an existing sequencer.key and sign with it; the old keys stay in the key set")
 	cmd.AddCommand(
 		&cobra.Command{
 			Use:   "create-ca",
@@ -80,7 +101,7 @@ are never replaced unless --overwrite is given; a refused command writes nothing
 				return nil
 			},
 		},
-		createNode,
+		createNode, createSeqKey,
 		&cobra.Command{
 			Use:   "create-client NAME",
 			Short: "Create client.NAME.crt/key with CN=NAME, the principal NAME",

@@ -38,7 +38,10 @@ address unless --insecure is given. Raft peer traffic is not encrypted by these 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
 LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
-LEASEHOLD_INSECURE); a flag on the command line wins.`,
+LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY); a flag on the command line wins.
+
+Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
+with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -56,6 +59,10 @@ LEASEHOLD_INSECURE); a flag on the command line wins.`,
 			if err != nil {
 				return err
 			}
+			signer, err := tlsFlags.signer()
+			if err != nil {
+				return err
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
@@ -65,7 +72,7 @@ LEASEHOLD_INSECURE); a flag on the command line wins.`,
 			}
 			cfg := server.DefaultConfig(dataDir, advertise)
 			cfg.Logger = logger
-			cfg.TLS, cfg.PeerClientTLS = serverTLS, peerTLS
+			cfg.TLS, cfg.PeerClientTLS, cfg.Signer = serverTLS, peerTLS, signer
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Join = join

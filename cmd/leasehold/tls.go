@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/certs"
+	"github.com/leasehold/leasehold/sequencer"
 )
 
 // clientTLSFlags are the client commands' TLS flags (global).
@@ -39,6 +40,7 @@ func (f *clientTLSFlags) dialOptions() ([]client.DialOption, error) {
 type serveTLSFlags struct {
 	cert, key, clientCA string
 	insecure            bool
+	sequencerKey        string
 }
 
 func (f *serveTLSFlags) add(fs *pflag.FlagSet) {
@@ -46,6 +48,19 @@ func (f *serveTLSFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.key, "key", "", "key of --cert (PEM)")
 	fs.StringVar(&f.clientCA, "client-ca", "", "CA certificate (PEM): require every client (and node) to present a certificate it signed (mutual TLS)")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow serving plaintext on a non-loopback address")
+	fs.StringVar(&f.sequencerKey, "sequencer-key", "", "signer file (leasehold certs create-sequencer-key): sign the grants of sessions that ask for sequencers")
+}
+
+// signer loads --sequencer-key (nil without it).
+func (f *serveTLSFlags) signer() (*sequencer.Signer, error) {
+	if f.sequencerKey == "" {
+		return nil, nil
+	}
+	s, err := sequencer.ReadSignerFile(f.sequencerKey)
+	if err != nil {
+		return nil, usageErr("--sequencer-key: %v", err)
+	}
+	return s, nil
 }
 
 // config returns the server's TLS configuration and the configuration of its calls to other

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/certs"
+	"github.com/leasehold/leasehold/sequencer"
 )
 
 func readCert(t *testing.T, path string) *x509.Certificate {
@@ -273,5 +274,47 @@ func TestTLSConfigs(t *testing.T) {
 	}
 	if _, err := certs.ServerConfig(p(certs.NodeCert), p(certs.NodeKey), p(certs.NodeKey)); !errors.Is(err, certs.ErrInvalid) {
 		t.Fatalf("a key as client CA: %v", err)
+	}
+}
+
+func TestCreateSequencerKey(t *testing.T) {
+	dir := t.TempDir()
+	o := certs.Options{Dir: dir}
+	if err := certs.CreateSequencerKey(o, "c1", "k1", false); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(t, filepath.Join(dir, certs.SequencerKey)); m != 0o600 {
+		t.Fatalf("sequencer.key mode %o", m)
+	}
+	if err := certs.CreateSequencerKey(o, "c1", "k2", false); !errors.Is(err, certs.ErrExists) {
+		t.Fatalf("second create without --rotate: %v", err)
+	}
+	if err := certs.CreateSequencerKey(o, "c2", "k2", true); !errors.Is(err, certs.ErrInvalid) {
+		t.Fatalf("rotate with another cluster id: %v", err)
+	}
+	if err := certs.CreateSequencerKey(o, "", "k2", true); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sequencer.ReadSignerFile(filepath.Join(dir, certs.SequencerKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := sequencer.ReadKeySetFile(filepath.Join(dir, certs.SequencerKeySet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks.ClusterID != "c1" || len(ks.Keys) != 2 {
+		t.Fatalf("key set after rotation: %+v", ks)
+	}
+	b, err := s.Sign(sequencer.Sequencer{Name: "a", Token: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := sequencer.NewVerifier(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := v.Verify(b, "a"); err != nil || q.KeyID != "k2" {
+		t.Fatalf("signed after rotation: %+v %v", q, err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/sequencer"
 )
 
 // Peer is one voter of a cluster being bootstrapped.
@@ -61,6 +62,8 @@ type Config struct {
 	TLS *tls.Config
 	// PeerClientTLS, when set, is the TLS configuration of calls to other nodes (tls.go).
 	PeerClientTLS *tls.Config
+	// Signer, when set, signs the grants of sessions that ask for sequencers (sequencer.go).
+	Signer *sequencer.Signer
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -380,6 +383,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
+	mux.HandleFunc("GET "+KeysPath, s.serveKeys)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		id, _ := s.node.Leader()
 		if id == "" {
