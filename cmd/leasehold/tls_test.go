@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,5 +73,36 @@ func TestServeRefusesPlaintextOnNetwork(t *testing.T) {
 	r = cli(t, "serve", "--listen", "127.0.0.1:0", "--client-ca", "ca.crt", "--data", t.TempDir())
 	if r.code != 2 || !strings.Contains(r.stderr, "--client-ca needs --cert and --key") {
 		t.Fatalf("--client-ca alone: %v", r)
+	}
+}
+
+// TestSequencerKeyServe: certs create-sequencer-key writes the signer file and key set, and
+// serve --sequencer-key publishes that key set at GET /v1/keys.
+func TestSequencerKeyServe(t *testing.T) {
+	dir := t.TempDir()
+	ok[struct{}](t, cli(t, "certs", "create-sequencer-key", "--cluster-id", "prod-1", "--certs-dir", dir, "-o", "json"))
+	fails(t, cli(t, "certs", "create-sequencer-key", "--cluster-id", "prod-1", "--certs-dir", dir, "-o", "json"), "invalid-argument", 2)
+	ok[struct{}](t, cli(t, "certs", "create-sequencer-key", "--rotate", "--key-id", "k2", "--certs-dir", dir, "-o", "json"))
+	srv := startServeAt(t, t.TempDir(), "", "--sequencer-key", filepath.Join(dir, "sequencer.key"))
+	resp, err := http.Get("http://" + srv.Addr + "/v1/keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		ClusterID string `json:"cluster_id"`
+		Keys      []struct {
+			ID string `json:"id"`
+		} `json:"keys"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/keys: %d %v", resp.StatusCode, err)
+	}
+	if got.ClusterID != "prod-1" || len(got.Keys) != 2 || got.Keys[1].ID != "k2" {
+		t.Fatalf("key set %+v, want prod-1 with k1 and k2", got)
+	}
+	want, _ := os.ReadFile(filepath.Join(dir, "sequencer-keys.json"))
+	if !strings.Contains(string(want), `"cluster_id": "prod-1"`) {
+		t.Fatalf("sequencer-keys.json:\n%s", want)
 	}
 }

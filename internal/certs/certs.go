@@ -9,6 +9,8 @@
 //	node.crt, node.key             a node's certificate: server AND client auth (nodes call each
 //	                               other), SANs from --host (DNS names or IP addresses)
 //	client.NAME.crt, client.NAME.key  a client certificate with CN=NAME: the principal NAME
+//	sequencer.key, sequencer-keys.json  the cluster's sequencer signing keys (0600) and their
+//	                               public key set (CreateSequencerKey)
 //
 // Keys are ECDSA P-256 (default) or Ed25519, PKCS#8 PEM, mode 0600; certificates are PEM,
 // mode 0644. Nothing is overwritten unless Options.Overwrite is set, and a refused command
