@@ -20,12 +20,14 @@ func newRunCmd(g *globals) *cobra.Command {
 	var (
 		ttl, wait, lockDelay, killAfter time.Duration
 		owner                           string
+		seq                             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME [flags] -- CMD [ARGS...]",
 		Short: "Hold a lock while a command runs; SIGTERM the command if the lease is lost",
 		Long: `Acquire NAME (waiting in the queue by default), keep the session alive, and run CMD with
-LEASEHOLD_NAME, LEASEHOLD_TOKEN and LEASEHOLD_LEASE_ID in its environment. If the lease may be
+LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_LEASE_ID and LEASEHOLD_SEQUENCER (empty without
+--sequencer) in its environment. If the lease may be
 lost (no renewal confirmed before the local safe deadline, or the server expired it), CMD gets
 SIGTERM, then SIGKILL after --kill-after. When CMD ends the lock is released. The exit status is
 CMD's; before CMD starts, failures exit with the error code's status (see the README).
@@ -57,7 +59,7 @@ SIGINT and SIGTERM sent to leasehold run are passed on to CMD.`,
 			}
 			defer c.Close()
 			cctx, ccancel := context.WithTimeout(ctx, g.timeout)
-			s, err := c.NewSession(cctx, client.WithTTL(ttl), client.WithOwner(owner))
+			s, err := c.NewSession(cctx, sessionOptions(ttl, owner, seq)...)
 			ccancel()
 			if err != nil {
 				return err
@@ -80,6 +82,7 @@ SIGINT and SIGTERM sent to leasehold run are passed on to CMD.`,
 				"LEASEHOLD_NAME="+name,
 				"LEASEHOLD_TOKEN="+strconv.FormatUint(l.Token(), 10),
 				"LEASEHOLD_LEASE_ID="+l.LeaseID(),
+				"LEASEHOLD_SEQUENCER="+l.Sequencer(),
 			)
 			if err := child.Start(); err != nil {
 				closeSession()
@@ -128,6 +131,7 @@ SIGINT and SIGTERM sent to leasehold run are passed on to CMD.`,
 	f.StringVar(&owner, "owner", "", "owner label shown to operators (default: hostname:pid)")
 	f.DurationVar(&wait, "wait", -1, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
+	sequencerFlag(f, &seq)
 	f.DurationVar(&killAfter, "kill-after", 10*time.Second, "SIGKILL the command this long after SIGTERM for a lost lease")
 	cmd.PreRun = func(*cobra.Command, []string) {
 		if owner == "" {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/sequencer"
 )
 
 // TestCertsAndTLS: the CA helper makes the files, serve speaks mutual TLS with them, the CLI
@@ -101,8 +102,28 @@ func TestSequencerKeyServe(t *testing.T) {
 	if got.ClusterID != "prod-1" || len(got.Keys) != 2 || got.Keys[1].ID != "k2" {
 		t.Fatalf("key set %+v, want prod-1 with k1 and k2", got)
 	}
-	want, _ := os.ReadFile(filepath.Join(dir, "sequencer-keys.json"))
-	if !strings.Contains(string(want), `"cluster_id": "prod-1"`) {
-		t.Fatalf("sequencer-keys.json:\n%s", want)
+	ks, err := sequencer.ReadKeySetFile(filepath.Join(dir, "sequencer-keys.json"))
+	if err != nil || ks.ClusterID != "prod-1" {
+		t.Fatalf("sequencer-keys.json: %+v %v", ks, err)
+	}
+	v, err := sequencer.NewVerifier(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// acquire --sequencer prints a sequencer the pinned key set verifies; run exports it.
+	h := ok[struct {
+		Token     uint64 `json:"token"`
+		Sequencer string `json:"sequencer"`
+	}](t, srv.cli(t, "acquire", "seq:a", "--sequencer", "-o", "json"))
+	if q, err := v.VerifyString(h.Sequencer, "seq:a"); err != nil || q.Token != h.Token {
+		t.Fatalf("acquire --sequencer: %+v, %v", q, err)
+	}
+	r := srv.cli(t, "run", "seq:b", "--sequencer", "--", "sh", "-c", "printf %s \"$LEASEHOLD_SEQUENCER\"")
+	if _, err := v.VerifyString(r.stdout, "seq:b"); r.code != 0 || err != nil {
+		t.Fatalf("run --sequencer: LEASEHOLD_SEQUENCER=%q: %v (%v)", r.stdout, err, r)
+	}
+	if p := ok[holdingOut](t, srv.cli(t, "acquire", "seq:c", "-o", "json")); strings.Contains(srv.log.String(), "cannot sign") || p.Token == 0 {
+		t.Fatalf("plain acquire: %+v", p)
 	}
 }
