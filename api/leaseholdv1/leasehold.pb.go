@@ -158,7 +158,10 @@ type CreateSessionRequest struct {
 	// ttl_ms is the requested TTL; it must be > 0 and is clamped to [1s, 1h].
 	TtlMs int64 `protobuf:"varint,1,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// owner is a label for operators; never used for authorization.
-	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// sequencers asks for a signed sequencer with every grant of the session
+	// (Holding.sequencer); invalid-argument when the cluster has no signing key.
+	Sequencers    bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +208,13 @@ func (x *CreateSessionRequest) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *CreateSessionRequest) GetSequencers() bool {
+	if x != nil {
+		return x.Sequencers
+	}
+	return false
 }
 
 type CreateSessionResponse struct {
@@ -1031,8 +1041,12 @@ type Holding struct {
 	// acquired_unix_ms is the leader's wall clock at grant (for display only).
 	AcquiredUnixMs int64 `protobuf:"varint,5,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
 	LockDelayMs    int64 `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// sequencer is the grant signed by the cluster (package sequencer, binary
+	// form), set on Acquire/TryAcquire answers of sessions created with
+	// sequencers; empty otherwise.
+	Sequencer     []byte `protobuf:"bytes,20,opt,name=sequencer,proto3" json:"sequencer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Holding) Reset() {
@@ -1105,6 +1119,13 @@ func (x *Holding) GetLockDelayMs() int64 {
 		return x.LockDelayMs
 	}
 	return 0
+}
+
+func (x *Holding) GetSequencer() []byte {
+	if x != nil {
+		return x.Sequencer
+	}
+	return nil
 }
 
 type Waiter struct {
@@ -2743,10 +2764,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\x02 \x01(\x04R\tlastToken\x12&\n" +
-	"\x0fleader_api_addr\x18\x03 \x01(\tR\rleaderApiAddr\"C\n" +
+	"\x0fleader_api_addr\x18\x03 \x01(\tR\rleaderApiAddr\"c\n" +
 	"\x14CreateSessionRequest\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\"_\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
+	"\n" +
+	"sequencers\x18\x14 \x01(\bR\n" +
+	"sequencers\"_\n" +
 	"\x15CreateSessionResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
@@ -2794,14 +2818,15 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\await_id\x18\x03 \x01(\x04R\x06waitId\"\x14\n" +
 	"\x12CancelWaitResponse\"<\n" +
 	"\x0fReleaseResponse\x12)\n" +
-	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xb2\x01\n" +
+	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xd0\x01\n" +
 	"\aHolding\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12(\n" +
 	"\x10acquired_unix_ms\x18\x05 \x01(\x03R\x0eacquiredUnixMs\x12\"\n" +
-	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\"_\n" +
+	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12\x1c\n" +
+	"\tsequencer\x18\x14 \x01(\fR\tsequencer\"_\n" +
 	"\x06Waiter\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12$\n" +

@@ -14,10 +14,11 @@ import (
 	"github.com/leasehold/leasehold/internal/server"
 )
 
-func newServeCmd() *cobra.Command {
+func newServeCmd(g *globals) *cobra.Command {
 	var (
 		dataDir, listen, advertise, nodeID, raftAddr, bootstrap, join, logLevel string
 		quota                                                                   string
+		tlsFlags                                                                serveTLSFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -29,9 +30,19 @@ A cluster: start every node with the same --bootstrap list and its own --node-id
 --raft-addr and --listen; or add a node to a running cluster with --join API_ADDR.
 A node restarted with its data dir rejoins by itself.
 
+TLS: --cert and --key serve the API over TLS only (HTTP/2 and HTTP/1.1 on the one port);
+--client-ca also requires every client to present a certificate signed by that CA. Calls
+to other nodes then use https:// with this node's certificate, verifying theirs with the
+global --cacert (default: --client-ca). Without --cert, serve refuses a non-loopback --listen
+address unless --insecure is given. Raft peer traffic is not encrypted by these flags.
+
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
-LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the command line wins.`,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
+LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY); a flag on the command line wins.
+
+Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
+with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -49,6 +60,14 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 			if err != nil {
 				return usageErr("--quota-bytes: %v", err)
 			}
+			serverTLS, peerTLS, err := tlsFlags.config(listen, g.tls.cacert)
+			if err != nil {
+				return err
+			}
+			signer, err := tlsFlags.signer()
+			if err != nil {
+				return err
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
@@ -58,6 +77,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 			}
 			cfg := server.DefaultConfig(dataDir, advertise)
 			cfg.Logger = logger
+			cfg.TLS, cfg.PeerClientTLS, cfg.Signer = serverTLS, peerTLS, signer
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Raft.Limits.MaxStateBytes = quotaBytes
@@ -75,7 +95,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 				_ = ln.Close()
 				return err
 			}
-			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir)
+			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir, "tls", serverTLS != nil)
 			serveErr := s.Serve(cmd.Context(), ln)
 			closeErr := s.Close()
 			if serveErr != nil {
@@ -94,6 +114,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 	f.StringVar(&join, "join", "", "API address of a running member to join through")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
+	tlsFlags.add(f)
 	return cmd
 }
 

@@ -8,6 +8,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/sequencer"
 )
 
 // Peer is one voter of a cluster being bootstrapped.
@@ -55,6 +57,12 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, makes Serve speak TLS only (tls.go).
+	TLS *tls.Config
+	// PeerClientTLS, when set, is the TLS configuration of calls to other nodes (tls.go).
+	PeerClientTLS *tls.Config
+	// Signer, when set, signs the grants of sessions that ask for sequencers (sequencer.go).
+	Signer *sequencer.Signer
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -123,7 +131,7 @@ func Open(cfg Config) (*Server, error) {
 		clock:   cfg.Lessor.Clock,
 		hub:     newHub(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
-		http:    h2cClient(),
+		http:    peerClient(cfg.PeerClientTLS),
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
@@ -246,7 +254,7 @@ func (s *Server) register(ctx context.Context) error {
 		}
 		addr = s.cfg.Join // not a member yet: ask the member we were told of
 	}
-	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	id, raftAddr := s.node.ID(), s.node.RaftAddr()
 	_, err = cc.AddMember(ctx, connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr}))
 	return err
@@ -297,7 +305,7 @@ func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, erro
 	defer s.mu.Unlock()
 	c, ok := s.clients[addr]
 	if !ok {
-		c = leaseholdv1connect.NewLeaseholdServiceClient(s.http, "http://"+addr, connect.WithGRPC(), connect.WithReadMaxBytes(MaxRequestSize*2))
+		c = leaseholdv1connect.NewLeaseholdServiceClient(s.http, s.peerURL(addr), connect.WithGRPC(), connect.WithReadMaxBytes(MaxRequestSize*2))
 		s.clients[addr] = c
 	}
 	return c, nil
@@ -370,6 +378,8 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
+	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
+	mux.HandleFunc("GET "+KeysPath, s.serveKeys)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		id, _ := s.node.Leader()
 		if id == "" {
@@ -386,7 +396,7 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := NewHTTPServer(s.Handler())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- s.serveOn(hs, ln) }()
 	select {
 	case err := <-errc:
 		return err
