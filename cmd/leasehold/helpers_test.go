@@ -127,7 +127,7 @@ func tryServe(t *testing.T, dir, addr string) (*serverProc, error) {
 
 func healthy(addr string) bool {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + addr + "/healthz")
+	resp, err := c.Get("http://" + addr + "/readyz")
 	if err != nil {
 		return false
 	}

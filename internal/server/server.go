@@ -11,7 +11,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -365,7 +364,8 @@ func newWaitID() uint64 {
 	}
 }
 
-// Handler returns the HTTP handler for every service, /metrics and /healthz.
+// Handler returns the HTTP handler for every service, /metrics and the
+// probes (grpc.health.v1, reflection, /healthz, /readyz).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(s.met.interceptor())}
@@ -374,14 +374,7 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		id, _ := s.node.Leader()
-		if id == "" {
-			http.Error(w, "no leader", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "ok node=%s leader=%s\n", s.node.ID(), id)
-	})
+	s.mountProbes(mux)
 	return mux
 }
 
