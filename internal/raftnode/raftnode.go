@@ -81,6 +81,8 @@ type Config struct {
 	TrailingLogs      uint64
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics receives log-append and FSM-apply timings (may be nil).
+	Metrics Metrics
 }
 
 // DefaultConfig returns the defaults described on Config (DataDir unset).
@@ -161,7 +163,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer}}
+	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, metrics: cfg.Metrics}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -171,7 +173,7 @@ func Open(cfg Config) (*Node, error) {
 			}
 		}
 	}()
-	logs, err := raft.NewLogCache(512, store)
+	logs, err := raft.NewLogCache(512, withMetrics(store, cfg.Metrics))
 	if err != nil {
 		return nil, err
 	}
@@ -465,6 +467,7 @@ func closeTransport(t raft.Transport) {
 // raftFSM adapts fsm.Machine to raft.FSM.
 type raftFSM struct {
 	observer func(uint64, *fsm.Result)
+	metrics  Metrics // may be nil
 
 	mu sync.RWMutex // protects following
 	m  *fsm.Machine
@@ -477,9 +480,13 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 		// skip it and stay equal to the others.
 		panic(fmt.Sprintf("raftnode: undecodable log entry %d: %v", l.Index, err))
 	}
+	start := time.Now()
 	f.mu.Lock()
 	res := f.m.Apply(l.Index, &cmd)
 	f.mu.Unlock()
+	if f.metrics != nil {
+		f.metrics.FSMApply(time.Since(start))
+	}
 	if f.observer != nil {
 		f.observer(l.Index, &res)
 	}

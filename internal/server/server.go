@@ -127,7 +127,7 @@ func Open(cfg Config) (*Server, error) {
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
-	met, err := newMetrics(reg)
+	met, err := newMetrics(reg, s)
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +137,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	cfg.Raft.Join = cfg.Join != ""
 	cfg.Raft.Observer = s.observe
+	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
 		s.lessor.Close()
