@@ -203,7 +203,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descHeld, float64(held))
 	gauge(descWaiters, float64(waiters))
 	gauge(descDelayed, float64(delayed))
-	gauge(descWatchers, float64(s.hub.watcherCount()))
+	gauge(descWatchers, float64(s.hub.watcherCount()+s.feed.Subscribers()))
 	gauge(descTokenCounter, float64(token))
 	r := s.node.Raft()
 	term, _ := strconv.ParseUint(r.Stats()["term"], 10, 64)

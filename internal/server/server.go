@@ -28,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/internal/web"
 )
 
 // Peer is one voter of a cluster being bootstrapped.
@@ -75,6 +76,7 @@ type Server struct {
 	node   *raftnode.Node
 	lessor *lessor.Lessor
 	hub    *hub
+	feed   *web.Feed // the dashboard's event feed
 	met    *metrics
 	http   *http.Client // for forwarding to the leader
 
@@ -122,6 +124,7 @@ func Open(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		clock:   cfg.Lessor.Clock,
 		hub:     newHub(),
+		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
 		http:    h2cClient(),
 		stop:    make(chan struct{}),
@@ -185,10 +188,11 @@ func (s *Server) Close() error {
 func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
 
 // observe runs after every applied entry, on every node.
-func (s *Server) observe(_ uint64, res *fsm.Result) {
+func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
 	s.hub.publish(res.Events)
 	s.met.observe(res)
+	s.publishWeb(index, res)
 }
 
 func (s *Server) onLeadership(leader bool) {
@@ -376,6 +380,9 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
 	s.mountProbes(mux)
+	ui := web.Handler(webSource{s}, s.feed, s.drain)
+	mux.Handle("/ui/", ui)
+	mux.Handle("/ui", ui)
 	return mux
 }
 
