@@ -23,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -156,7 +155,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftnode: data dir: %w", err)
 	}
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
+	hlog := newHCLogger(cfg.Logger)
 	// bbolt locks the file: a second server on the same data dir fails
 	// after a second instead of waiting forever.
 	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"), BoltOptions: &bbolt.Options{Timeout: time.Second}})
@@ -525,21 +524,6 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (fsmSnapshot) Release() {}
-
-// slogWriter forwards hclog's lines to slog.
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.l.Warn(string(trimNewline(p)), "component", "raft")
-	return len(p), nil
-}
-
-func trimNewline(p []byte) []byte {
-	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
-		p = p[:len(p)-1]
-	}
-	return p
-}
 
 // RaftAddr returns the address peers reach this node's raft transport at.
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
