@@ -115,16 +115,17 @@ func (m *metrics) observe(res *fsm.Result) {
 
 func methodOf(procedure string) string { return procedure[strings.LastIndexByte(procedure, '/')+1:] }
 
-func (m *metrics) count(procedure string, err error) {
+func (m *metrics) count(ctx context.Context, procedure string, err error) {
 	code := "ok"
 	if err != nil {
 		code = string(api.CodeOf(err))
 	}
 	m.rpcs.WithLabelValues(methodOf(procedure), code).Inc()
+	noteCode(ctx, code)
 }
 
-// interceptor counts RPCs by method and code, times unary RPCs and counts
-// open keepalive streams.
+// interceptor counts RPCs by method and code, times unary RPCs, counts
+// open keepalive streams and gives the access log the code.
 func (m *metrics) interceptor() connect.Interceptor { return rpcCounter{m} }
 
 type rpcCounter struct{ m *metrics }
@@ -134,7 +135,7 @@ func (c rpcCounter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		start := time.Now()
 		res, err := next(ctx, req)
 		c.m.rpcSeconds.WithLabelValues(methodOf(req.Spec().Procedure)).Observe(time.Since(start).Seconds())
-		c.m.count(req.Spec().Procedure, err)
+		c.m.count(ctx, req.Spec().Procedure, err)
 		return res, err
 	}
 }
@@ -150,7 +151,7 @@ func (c rpcCounter) WrapStreamingHandler(next connect.StreamingHandlerFunc) conn
 			defer c.m.keepaliveStreams.Dec()
 		}
 		err := next(ctx, conn)
-		c.m.count(conn.Spec().Procedure, err)
+		c.m.count(ctx, conn.Spec().Procedure, err)
 		return err
 	}
 }

@@ -56,6 +56,8 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// AccessLog, when set, gets one line per HTTP request and RPC.
+	AccessLog *slog.Logger
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -369,8 +371,9 @@ func newWaitID() uint64 {
 	}
 }
 
-// Handler returns the HTTP handler for every service, /metrics and the
-// probes (grpc.health.v1, reflection, /healthz, /readyz).
+// Handler returns the HTTP handler for every service, /metrics, the
+// probes (grpc.health.v1, reflection, /healthz, /readyz) and the dashboard
+// (/ui), behind the access log when Config.AccessLog is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(s.met.interceptor())}
@@ -383,6 +386,9 @@ func (s *Server) Handler() http.Handler {
 	ui := web.Handler(webSource{s}, s.feed, s.drain)
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
+	if s.cfg.AccessLog != nil {
+		return accessLog(s.cfg.AccessLog, mux)
+	}
 	return mux
 }
 
