@@ -1,8 +1,9 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/leasehold/leasehold/internal/buildinfo"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/server"
 )
@@ -18,6 +20,8 @@ func newServeCmd() *cobra.Command {
 	var (
 		dataDir, listen, advertise, nodeID, raftAddr, bootstrap, join, logLevel string
 	)
+	var logFormat string
+	var accessLog bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a leasehold server (a single durable node with no flags)",
@@ -30,7 +34,8 @@ A node restarted with its data dir rejoins by itself.
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
-LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG); a flag on
+the command line wins.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -39,11 +44,10 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 			if err := flagsFromEnv(cmd); err != nil {
 				return err
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usageErr("--log-level: %v", err)
+			logger, err := newLogger(os.Stderr, logFormat, logLevel)
+			if err != nil {
+				return err
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
@@ -53,6 +57,9 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 			}
 			cfg := server.DefaultConfig(dataDir, advertise)
 			cfg.Logger = logger
+			if accessLog {
+				cfg.AccessLog = logger.With("log", "access")
+			}
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Join = join
@@ -69,9 +76,11 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 				_ = ln.Close()
 				return err
 			}
-			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir)
+			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir, "version", buildinfo.Get().Version)
 			serveErr := s.Serve(cmd.Context(), ln)
+			logger.Info("leasehold shutting down", "node", nodeID, "cause", context.Cause(cmd.Context()))
 			closeErr := s.Close()
+			logger.Info("leasehold stopped", "node", nodeID, "err", errors.Join(serveErr, closeErr))
 			if serveErr != nil {
 				return serveErr
 			}
@@ -86,7 +95,9 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 	f.StringVar(&raftAddr, "raft-addr", "", "Raft peer address host:port (required in a cluster; empty = single node, no Raft port)")
 	f.StringVar(&bootstrap, "bootstrap", "", "voters of a new cluster: id=raftaddr,... (the same on every node; used only on an empty data dir)")
 	f.StringVar(&join, "join", "", "API address of a running member to join through")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text or json (one object per line)")
+	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")
 	return cmd
 }
 

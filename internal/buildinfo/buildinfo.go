@@ -10,6 +10,12 @@ import (
 	"runtime/debug"
 )
 
+// Set with -ldflags "-X github.com/leasehold/leasehold/internal/buildinfo.version=v1.2.0
+// -X github.com/leasehold/leasehold/internal/buildinfo.commit=abc123" when the
+// build has no VCS information (a source tarball, a container build without
+// .git, GOFLAGS=-buildvcs=false); they win over what the toolchain recorded.
+var version, commit string
+
 // Info describes the running binary. Unknown fields are "unknown" (a test
 // binary, or a build outside a VCS checkout).
 type Info struct {
@@ -27,6 +33,17 @@ type Info struct {
 
 // Get reads the build information of the running binary.
 func Get() Info {
+	info := fromToolchain()
+	if version != "" {
+		info.Version = version
+	}
+	if commit != "" {
+		info.Commit = commit
+	}
+	return info
+}
+
+func fromToolchain() Info {
 	info := Info{Version: "unknown", Commit: "unknown", CommitTime: "unknown", GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
