@@ -42,23 +42,7 @@ func TestServeJSONLogs(t *testing.T) {
 	cmd := exec.Command(leaseholdBin, "serve", "--data", t.TempDir(), "--listen", addr, "--log-format", "json", "--access-log")
 	cmd.Env = binEnv()
 	cmd.Stderr, cmd.Stdout = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() {
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
-	defer func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	done := startGroup(t, cmd)
 	eventually(t, 20*time.Second, "serve ready", func() bool { return healthy(addr) })
 	if r := cli(t, "--endpoints", addr, "status", "ops:1"); r.code != 0 {
 		t.Fatalf("status: %v", r)
@@ -66,13 +50,8 @@ func TestServeJSONLogs(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-		if waitErr != nil {
-			t.Fatalf("serve exited with %v:\n%s", waitErr, log.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("serve did not stop on SIGTERM:\n%s", log.String())
+	if code := exitStatus(t, done, 15*time.Second, "leasehold serve after SIGTERM"); code != 0 {
+		t.Fatalf("serve exited %d after SIGTERM:\n%s", code, log.String())
 	}
 	checkNoRace(t, "leasehold serve", log.String())
 	seen := map[string]bool{}
