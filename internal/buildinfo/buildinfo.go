@@ -20,8 +20,9 @@ var version, commit string
 // binary, or a build outside a VCS checkout).
 type Info struct {
 	// Version is the main module's version: a release tag such as v1.2.0
-	// for `go install ...@v1.2.0`, "(devel)" for a build in a checkout
-	// whose commit is untagged.
+	// (`go install ...@v1.2.0`, or a build of a tagged checkout), a
+	// pseudo-version for an untagged checkout, "(devel)" for a build
+	// without VCS information (-buildvcs=false).
 	Version string `json:"version"`
 	// Commit is the VCS revision, with "-dirty" when the tree had changes.
 	Commit string `json:"commit"`
