@@ -44,7 +44,17 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Unwrap lets http.ResponseController reach Flush and deadlines (streams).
+// Flush is needed by streaming RPCs (connect requires an http.Flusher).
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		if w.status == 0 {
+			w.status = http.StatusOK
+		}
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach deadlines and the rest.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // accessLog logs one INFO line per finished request to l: method, path,

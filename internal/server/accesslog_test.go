@@ -45,6 +45,16 @@ func TestAccessLog(t *testing.T) {
 	if err == nil {
 		t.Fatal("a write with a never-issued token was accepted")
 	}
+	// A bidirectional stream works through the access log.
+	ks := c.Client.KeepAliveStream(ctxT(t))
+	mustOK(t, "KeepAliveStream send", ks.Send(&pb.KeepAliveStreamRequest{LeaseId: a.GetLeaseId()}))
+	kr, err := ks.Receive()
+	mustOK(t, "KeepAliveStream receive", err)
+	if kr.GetLeaseId() != a.GetLeaseId() {
+		t.Fatalf("KeepAliveStream answered %v", kr)
+	}
+	mustOK(t, "close requests", ks.CloseRequest())
+	mustOK(t, "close responses", ks.CloseResponse())
 	if code, _ := httpGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz = %d", code)
 	}
@@ -55,6 +65,7 @@ func TestAccessLog(t *testing.T) {
 		`path=/leasehold.v1.LeaseholdService/KVPut status=400`,
 		`code=invalid-argument`,
 		`path=/readyz status=200`,
+		`path=/leasehold.v1.LeaseholdService/KeepAliveStream status=200`,
 	} {
 		if !strings.Contains(log, want) {
 			t.Errorf("access log lacks %q:\n%s", want, log)
