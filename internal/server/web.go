@@ -2,7 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -35,15 +40,39 @@ func (s *Server) publishWeb(index uint64, res *fsm.Result) {
 // webSource serves the dashboard's view of this node.
 type webSource struct{ s *Server }
 
-func (w webSource) State(ctx context.Context) (web.State, error) {
+func (w webSource) Raft() web.Raft {
 	s := w.s
 	self := s.selfMember()
-	st := web.State{
-		Node: s.node.ID(), NowMs: s.clock.Now().UnixMilli(),
-		Raft: web.Raft{Role: self.GetRole(), Term: self.GetTerm(), CommitIndex: self.GetCommitIndex(), AppliedIndex: self.GetAppliedIndex()},
+	return web.Raft{
+		Role: self.GetRole(), Term: self.GetTerm(), CommitIndex: self.GetCommitIndex(), AppliedIndex: self.GetAppliedIndex(),
+		LastContactMs: int64(lastContactSeconds(s) * 1000),
 	}
+}
+
+// memberRaft asks the member at apiAddr for its Raft progress.
+func (w webSource) memberRaft(ctx context.Context, apiAddr string) (web.Raft, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+"/ui/api/raft", nil)
+	if err != nil {
+		return web.Raft{}, err
+	}
+	resp, err := w.s.http.Do(req)
+	if err != nil {
+		return web.Raft{}, err
+	}
+	defer resp.Body.Close()
+	var r web.Raft
+	if resp.StatusCode != http.StatusOK {
+		return r, fmt.Errorf("%s: HTTP %d", apiAddr, resp.StatusCode)
+	}
+	return r, json.NewDecoder(resp.Body).Decode(&r)
+}
+
+func (w webSource) State(ctx context.Context) (web.State, error) {
+	s := w.s
+	st := web.State{Node: s.node.ID(), NowMs: s.clock.Now().UnixMilli(), Raft: w.Raft()}
 	st.LeaderID, _ = s.node.Leader()
-	st.Raft.LastContactMs = int64(lastContactSeconds(s) * 1000)
 	remaining := func(leaseID string) int64 {
 		if d, ok := s.lessor.Remaining(leaseID); ok {
 			return d.Milliseconds()
@@ -88,11 +117,25 @@ func (w webSource) State(ctx context.Context) (web.State, error) {
 	if err != nil {
 		return st, err
 	}
-	for _, m := range members.Msg.GetMembers() {
-		st.Members = append(st.Members, web.Member{
+	st.Members = make([]web.Member, len(members.Msg.GetMembers()))
+	var wg sync.WaitGroup
+	for i, m := range members.Msg.GetMembers() {
+		wm := &st.Members[i]
+		*wm = web.Member{
 			ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr(), Role: m.GetRole(), Suffrage: m.GetSuffrage(),
-			Term: m.GetTerm(), CommitIndex: m.GetCommitIndex(), AppliedIndex: m.GetAppliedIndex(),
-		})
+			Term: m.GetTerm(), CommitIndex: m.GetCommitIndex(), AppliedIndex: m.GetAppliedIndex(), LastContactMs: -2,
+		}
+		switch {
+		case m.GetId() == s.node.ID():
+			wm.LastContactMs = st.Raft.LastContactMs
+		case m.GetApiAddr() != "":
+			wg.Go(func() {
+				if r, err := w.memberRaft(ctx, m.GetApiAddr()); err == nil {
+					wm.LastContactMs = r.LastContactMs
+				}
+			})
+		}
 	}
+	wg.Wait()
 	return st, nil
 }

@@ -186,7 +186,8 @@ func TestDashboardSeedScenario(t *testing.T) {
 }
 
 // TestDashboardThreeNodes: the dashboard of any node of a three-node
-// cluster lists three members, exactly one of them the leader.
+// cluster lists three members, exactly one of them the leader, and each
+// follower's last contact with it.
 func TestDashboardThreeNodes(t *testing.T) {
 	bctx := browser(t)
 	urls := startCluster(t, 3)
@@ -194,7 +195,8 @@ func TestDashboardThreeNodes(t *testing.T) {
 		chromedp.Navigate(urls[2]+"/ui/"),
 		chromedp.Poll[chromedp.Void](`document.querySelectorAll("#members tbody tr").length === 3 &&
 			document.querySelectorAll('#members tbody tr[data-role="leader"]').length === 1 &&
-			document.querySelectorAll('#members tbody tr[data-role="follower"]').length === 2`))
+			document.querySelectorAll('#members tbody tr[data-role="follower"]').length === 2 &&
+			[...document.querySelectorAll('#members tbody tr[data-role="follower"] td.contact')].every((td) => td.textContent.endsWith(" ago"))`))
 }
 
 // startCluster runs n nodes on connected in-memory raft transports, each

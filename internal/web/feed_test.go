@@ -13,6 +13,7 @@ import (
 type noSource struct{}
 
 func (noSource) State(context.Context) (State, error) { return State{Node: "n1"}, nil }
+func (noSource) Raft() Raft                           { return Raft{Role: "leader", Term: 3} }
 
 // readEvents reads n events from an event stream.
 func readEvents(t *testing.T, sc *bufio.Scanner, n int) []Event {
@@ -122,6 +123,16 @@ func TestStateAndPage(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || st.Node != "n1" {
 		t.Fatalf("state = %+v, %v", st, err)
+	}
+	resp, err = http.Get(srv.URL + "/ui/api/raft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Raft
+	err = json.NewDecoder(resp.Body).Decode(&r)
+	resp.Body.Close()
+	if err != nil || r.Role != "leader" || r.Term != 3 {
+		t.Fatalf("raft = %+v, %v", r, err)
 	}
 	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/style.css"} {
 		resp, err := http.Get(srv.URL + path)

@@ -4,6 +4,8 @@
 //
 //	GET /ui/              the page (index.html, app.js, style.css)
 //	GET /ui/api/state     State as JSON: locks, sessions, cluster
+//	GET /ui/api/raft      this node's Raft progress alone (what a node's
+//	                      State asks the other members for)
 //	GET /ui/api/events    text/event-stream of Event, the last Backlog
 //	                      events first; resumes after Last-Event-ID
 //
@@ -93,6 +95,9 @@ type Member struct {
 	Term         uint64 `json:"term"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
+	// LastContactMs is the member's own Raft.LastContactMs; -2 when the
+	// member did not answer.
+	LastContactMs int64 `json:"last_contact_ms"`
 }
 
 // Event is one entry of the live feed.
@@ -113,9 +118,12 @@ type Event struct {
 	UnixMs int64  `json:"unix_ms"` // the leader's wall clock (display only)
 }
 
-// Source is what the dashboard shows. State must be safe for concurrent use.
+// Source is what the dashboard shows. Its methods must be safe for
+// concurrent use.
 type Source interface {
 	State(ctx context.Context) (State, error)
+	// Raft is this node's Raft progress.
+	Raft() Raft
 }
 
 // Backlog is how many events a Feed keeps for new subscribers.
@@ -202,6 +210,11 @@ func Handler(src Source, feed *Feed, done <-chan struct{}) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		_ = json.NewEncoder(w).Encode(st)
+	})
+	mux.HandleFunc("GET /ui/api/raft", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(src.Raft())
 	})
 	mux.HandleFunc("GET /ui/api/events", func(w http.ResponseWriter, r *http.Request) {
 		serveEvents(w, r, feed, done)

@@ -58,6 +58,14 @@ function left(remainingMs) {
   return Math.max(0, remainingMs - (performance.now() - state.fetchedAt));
 }
 
+// contact describes a node's last contact with the leader.
+function contact(role, ms) {
+  if (role === "leader") return "(leader)";
+  if (ms === -2) return "unreachable";
+  if (ms < 0) return "never";
+  return fmtMs(ms) + " ago";
+}
+
 function render() {
   const v = state.view;
   $("#node-id").textContent = v.node;
@@ -65,7 +73,7 @@ function render() {
   $("#node-leader").textContent = v.leader_id || "none";
   $("#node-term").textContent = v.raft.term;
   $("#node-index").textContent = v.raft.commit_index + " / " + v.raft.applied_index;
-  $("#node-contact").textContent = v.raft.last_contact_ms < 0 ? "never" : v.raft.role === "leader" ? "leader" : fmtMs(v.raft.last_contact_ms) + " ago";
+  $("#node-contact").textContent = contact(v.raft.role, v.raft.last_contact_ms);
   $("#node-token").textContent = v.token;
 
   const lb = $("#locks tbody");
@@ -88,7 +96,7 @@ function render() {
     el("tr", { "data-member": m.id, "data-role": m.role },
       el("td", {}, m.id + (m.id === v.node ? " (this node)" : "")), el("td", { class: "role role-" + m.role }, m.role),
       el("td", {}, m.suffrage), el("td", {}, m.term), el("td", {}, m.commit_index), el("td", {}, m.applied_index),
-      el("td", {}, m.raft_addr), el("td", {}, m.api_addr))));
+      el("td", { class: "contact" }, contact(m.role, m.last_contact_ms)), el("td", {}, m.raft_addr), el("td", {}, m.api_addr))));
   tick();
 }
 
@@ -179,7 +187,7 @@ function drawTimeline() {
   for (const t of times) {
     if (x(t) - lastTick < 56) continue;
     lastTick = x(t);
-    kids.push(svg("text", { class: "tick", x: x(t) - 14, y: H - B + 16 }, t === t1 && t !== t0 ? "now" : "+" + ((t - t0) / 1000).toFixed(1) + "s"));
+    kids.push(svg("text", { class: "tick", x: x(t) - 14, y: H - B + 16 }, t === t1 && t !== t0 ? "now" : "+" + ((t - t0) / 1000).toFixed(t - t0 < 10000 ? 2 : 1) + "s"));
   }
   kids.push(svg("text", { class: "tick", x: 4, y: T + 4 }, "token"));
   for (const tok of tokens) {
