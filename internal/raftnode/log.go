@@ -72,8 +72,20 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	attrs := make([]any, 0, 2+len(a.implied)+len(args))
 	attrs = append(attrs, "component", a.name)
 	attrs = append(attrs, a.implied...)
-	attrs = append(attrs, args...)
+	for _, v := range args {
+		attrs = append(attrs, hclogValue(v))
+	}
 	a.l.Log(ctx, lvl, msg, attrs...)
+}
+
+// hclogValue renders hclog's formatting wrappers (hclog.Fmt) as hclog would.
+func hclogValue(v any) any {
+	if f, ok := v.(hclog.Format); ok && len(f) > 0 {
+		if format, ok := f[0].(string); ok {
+			return fmt.Sprintf(format, f[1:]...)
+		}
+	}
+	return v
 }
 
 // normalStart reports a warning that every node logs on a normal start:

@@ -86,6 +86,10 @@ func TestHCLogLevels(t *testing.T) {
 	if l.IsTrace() || !l.IsDebug() {
 		t.Errorf("IsTrace %v IsDebug %v with a DEBUG handler", l.IsTrace(), l.IsDebug())
 	}
+	l.Info("initial configuration", "servers", hclog.Fmt("%+v", []int{1, 2}))
+	if s, _ := attr(rec.records()[len(rec.records())-1], "servers"); s != "[1 2]" {
+		t.Errorf("hclog.Fmt value = %q, want [1 2]", s)
+	}
 	named := l.Named("snapshot").With("id", 7)
 	named.Info("persisted")
 	last := rec.records()[len(rec.records())-1]
