@@ -134,7 +134,7 @@ func tryServe(t *testing.T, dir, addr string, extra ...string) (*serverProc, err
 
 func healthy(addr string) bool {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + addr + "/healthz")
+	resp, err := c.Get("http://" + addr + "/readyz")
 	if err != nil {
 		return false
 	}

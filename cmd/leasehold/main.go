@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/buildinfo"
 )
 
 func main() {
@@ -104,8 +105,10 @@ func newRootCmd() (*cobra.Command, *globals) {
 		newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
 		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
 		newKVCmd(g), newClusterCmd(g), newSnapshotCmd(g),
-		newDemoCmd(g), newGatewayCmd(g), newCertsCmd(g),
+		newDemoCmd(g), newGatewayCmd(g), newCertsCmd(g), newVersionCmd(g),
 	)
+	root.Version = buildinfo.Get().String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetErr(os.Stderr)
 	root.SetOut(os.Stdout)
 	wrapErrors(root, g)

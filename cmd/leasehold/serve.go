@@ -1,8 +1,9 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/leasehold/leasehold/internal/buildinfo"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/server"
 )
@@ -20,6 +22,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		quota                                                                   string
 		tlsFlags                                                                serveTLSFlags
 	)
+	var logFormat string
+	var accessLog bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a leasehold server (a single durable node with no flags)",
@@ -38,7 +42,8 @@ address unless --insecure is given. Raft peer traffic is not encrypted by these 
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
-LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
+LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
 LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY); a flag on the command line wins.
 
 Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
@@ -51,11 +56,10 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 			if err := flagsFromEnv(cmd); err != nil {
 				return err
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usageErr("--log-level: %v", err)
+			logger, err := newLogger(os.Stderr, logFormat, logLevel)
+			if err != nil {
+				return err
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			quotaBytes, err := parseBytes(quota)
 			if err != nil {
 				return usageErr("--quota-bytes: %v", err)
@@ -78,6 +82,9 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 			cfg := server.DefaultConfig(dataDir, advertise)
 			cfg.Logger = logger
 			cfg.TLS, cfg.PeerClientTLS, cfg.Signer = serverTLS, peerTLS, signer
+			if accessLog {
+				cfg.AccessLog = logger.With("log", "access")
+			}
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Raft.Limits.MaxStateBytes = quotaBytes
@@ -95,9 +102,11 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 				_ = ln.Close()
 				return err
 			}
-			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir, "tls", serverTLS != nil)
+			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir, "tls", serverTLS != nil, "version", buildinfo.Get().Version)
 			serveErr := s.Serve(cmd.Context(), ln)
+			logger.Info("leasehold shutting down", "node", nodeID, "cause", context.Cause(cmd.Context()))
 			closeErr := s.Close()
+			logger.Info("leasehold stopped", "node", nodeID, "err", errors.Join(serveErr, closeErr))
 			if serveErr != nil {
 				return serveErr
 			}
@@ -112,7 +121,9 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 	f.StringVar(&raftAddr, "raft-addr", "", "Raft peer address host:port (required in a cluster; empty = single node, no Raft port)")
 	f.StringVar(&bootstrap, "bootstrap", "", "voters of a new cluster: id=raftaddr,... (the same on every node; used only on an empty data dir)")
 	f.StringVar(&join, "join", "", "API address of a running member to join through")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text or json (one object per line)")
+	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
 	tlsFlags.add(f)
 	return cmd

@@ -163,7 +163,7 @@ func waitHealthyURL(t *testing.T, hc *http.Client, base string) {
 	addr := base
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := hc.Get(base + "/healthz")
+		resp, err := hc.Get(base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

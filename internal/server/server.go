@@ -11,7 +11,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/internal/web"
 	"github.com/leasehold/leasehold/sequencer"
 )
 
@@ -63,6 +63,8 @@ type Config struct {
 	PeerClientTLS *tls.Config
 	// Signer, when set, signs the grants of sessions that ask for sequencers (sequencer.go).
 	Signer *sequencer.Signer
+	// AccessLog, when set, gets one line per HTTP request and RPC.
+	AccessLog *slog.Logger
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -83,6 +85,7 @@ type Server struct {
 	node   *raftnode.Node
 	lessor *lessor.Lessor
 	hub    *hub
+	feed   *web.Feed // the dashboard's event feed
 	met    *metrics
 	http   *http.Client // for forwarding to the leader
 
@@ -130,12 +133,13 @@ func Open(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		clock:   cfg.Lessor.Clock,
 		hub:     newHub(),
+		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
 		http:    peerClient(cfg.PeerClientTLS),
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
-	met, err := newMetrics(reg)
+	met, err := newMetrics(reg, s)
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +151,7 @@ func Open(cfg Config) (*Server, error) {
 	cfg.Raft.Now = cfg.Lessor.Clock.Now
 	cfg.Raft.Observer = s.observe
 	cfg.Raft.OnRestore = s.hub.restored
+	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
 		s.lessor.Close()
@@ -199,10 +204,11 @@ func (s *Server) Close() error {
 func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
 
 // observe runs after every applied entry, on every node.
-func (s *Server) observe(_ uint64, res *fsm.Result) {
+func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
 	s.hub.publish(res.Events)
 	s.met.observe(res)
+	s.publishWeb(index, res)
 }
 
 func (s *Server) onLeadership(leader bool) {
@@ -369,7 +375,9 @@ func newLeaseID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Handler returns the HTTP handler for every service, /metrics and /healthz.
+// Handler returns the HTTP handler for every service, /metrics, the
+// probes (grpc.health.v1, reflection, /healthz, /readyz) and the dashboard
+// (/ui), behind the access log when Config.AccessLog is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(s.met.interceptor())}
@@ -380,14 +388,13 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
 	mux.HandleFunc("GET "+KeysPath, s.serveKeys)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		id, _ := s.node.Leader()
-		if id == "" {
-			http.Error(w, "no leader", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "ok node=%s leader=%s\n", s.node.ID(), id)
-	})
+	s.mountProbes(mux)
+	ui := web.Handler(webSource{s}, s.feed, s.drain)
+	mux.Handle("/ui/", ui)
+	mux.Handle("/ui", ui)
+	if s.cfg.AccessLog != nil {
+		return accessLog(s.cfg.AccessLog, mux)
+	}
 	return mux
 }
 
