@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +18,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		dataDir, listen, advertise, nodeID, raftAddr, bootstrap, join, logLevel string
+		forceNewCluster                                                         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -24,13 +26,21 @@ func newServeCmd() *cobra.Command {
 		Long: `Run a leasehold node. With no flags it is a single-node cluster: data (Raft log, snapshots)
 in ./leasehold-data, fsync'd before any answer, API and metrics on 127.0.0.1:7420.
 
-A cluster: start every node with the same --bootstrap list and its own --node-id,
---raft-addr and --listen; or add a node to a running cluster with --join API_ADDR.
-A node restarted with its data dir rejoins by itself.
+A cluster: start every node of a new cluster with the same --bootstrap list and its own
+--node-id, --raft-addr and --listen; add a node to a running cluster with --join API_ADDR
+(it joins as a non-voter and becomes a voter once it has caught up). A node restarted with
+its data dir rejoins by itself. A node with a --raft-addr and an empty data dir starts only
+with --bootstrap or --join: if its data was lost, remove it (leasehold cluster remove ID)
+and start it with --join.
+
+--force-new-cluster is for a permanent loss of quorum: it keeps this node's data and token
+counter, makes it the only voter of a cluster with a new id, and the others are refused
+from then on. Run it on one survivor only, then grow the cluster again with --join.
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
-LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_FORCE_NEW_CLUSTER); a flag on the command
+line wins.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -56,6 +66,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Join = join
+			cfg.Raft.ForceNewCluster = forceNewCluster
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
 				if err != nil {
@@ -65,6 +76,9 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 				cfg.Raft.Bootstrap = peers
 			}
 			s, err := server.Open(cfg)
+			if errors.Is(err, raftnode.ErrNoState) && !forceNewCluster {
+				err = fmt.Errorf("no state in %s; if this node's data was lost, remove it from the cluster with `leasehold cluster remove %s` and start it with --join ADDR (the API address of a running member); to start a brand-new cluster, give every first node the same --bootstrap list", dataDir, nodeID)
+			}
 			if err != nil {
 				_ = ln.Close()
 				return err
@@ -87,6 +101,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 	f.StringVar(&bootstrap, "bootstrap", "", "voters of a new cluster: id=raftaddr,... (the same on every node; used only on an empty data dir)")
 	f.StringVar(&join, "join", "", "API address of a running member to join through")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	return cmd
 }
 

@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // clusterIDFile holds the cluster id in the data dir, one line of hex.
@@ -137,4 +140,23 @@ func (c Config) identity(existing bool, stored string) (id string, bootstrap boo
 		return newClusterID(), true, nil
 	}
 	return "", false, fmt.Errorf("%w %s: start a new cluster with a bootstrap list, or join a running one", ErrNoState, c.DataDir)
+}
+
+// HasState reports whether dir holds Raft state (a log, a term or a
+// snapshot) from an earlier start.
+func HasState(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, "raft.db")); errors.Is(err, fs.ErrNotExist) {
+		snaps, _ := os.ReadDir(filepath.Join(dir, "snapshots"))
+		return len(snaps) > 0, nil
+	}
+	store, err := openStore(dir)
+	if err != nil {
+		return false, err
+	}
+	defer store.Close()
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hclog.NewNullLogger())
+	if err != nil {
+		return false, fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	return raft.HasExistingState(store, store, snaps)
 }

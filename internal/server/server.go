@@ -137,6 +137,10 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Raft.Join = cfg.Join != ""
+	if err := prepareJoin(&cfg); err != nil {
+		s.lessor.Close()
+		return nil, err
+	}
 	cfg.Raft.Observer = s.observe
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
@@ -144,6 +148,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.wg.Go(s.registerLoop)
+	s.wg.Go(s.promoteLoop)
 	return s, nil
 }
 
@@ -331,6 +336,7 @@ func onLeader[Req, Res any](
 	}
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
+	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
 	s.met.forwarded.Inc()
 	res, err := remote(c, ctx, fwd)
 	return res, forwardErr(err)
@@ -368,7 +374,7 @@ func newWaitID() uint64 {
 // Handler returns the HTTP handler for every service, /metrics and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(s.met.interceptor())}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor())}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	if s.cfg.Gatherer != nil {

@@ -508,7 +508,8 @@ func (UnimplementedLeaseholdServiceHandler) KVGet(context.Context, *connect.Requ
 type ClusterServiceClient interface {
 	// Members lists the voters and their state as this node sees it.
 	Members(context.Context, *connect.Request[leaseholdv1.MembersRequest]) (*connect.Response[leaseholdv1.MembersResponse], error)
-	// AddMember adds a voter (served by the leader; forwarded by followers).
+	// AddMember adds a non-voter, promoted to voter by the leader once it has
+	// caught up (served by the leader; forwarded by followers).
 	AddMember(context.Context, *connect.Request[leaseholdv1.AddMemberRequest]) (*connect.Response[leaseholdv1.AddMemberResponse], error)
 	// RemoveMember removes a voter.
 	RemoveMember(context.Context, *connect.Request[leaseholdv1.RemoveMemberRequest]) (*connect.Response[leaseholdv1.RemoveMemberResponse], error)
@@ -602,7 +603,8 @@ func (c *clusterServiceClient) BumpToken(ctx context.Context, req *connect.Reque
 type ClusterServiceHandler interface {
 	// Members lists the voters and their state as this node sees it.
 	Members(context.Context, *connect.Request[leaseholdv1.MembersRequest]) (*connect.Response[leaseholdv1.MembersResponse], error)
-	// AddMember adds a voter (served by the leader; forwarded by followers).
+	// AddMember adds a non-voter, promoted to voter by the leader once it has
+	// caught up (served by the leader; forwarded by followers).
 	AddMember(context.Context, *connect.Request[leaseholdv1.AddMemberRequest]) (*connect.Response[leaseholdv1.AddMemberResponse], error)
 	// RemoveMember removes a voter.
 	RemoveMember(context.Context, *connect.Request[leaseholdv1.RemoveMemberRequest]) (*connect.Response[leaseholdv1.RemoveMemberResponse], error)
