@@ -11,9 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/leasehold/leasehold/internal/fsm"
 )
 
 // clusterIDFile holds the cluster id in the data dir, one line of hex.
@@ -159,4 +162,35 @@ func HasState(dir string) (bool, error) {
 		return false, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
 	return raft.HasExistingState(store, store, snaps)
+}
+
+// served reports whether node id served in this cluster: it registered
+// its API address in the replicated state.
+func (n *Node) served(id string) bool {
+	var ok bool
+	n.Read(func(m *fsm.Machine) { ok = m.NodeAPIAddr(id) != "" })
+	return ok
+}
+
+// probeTimeout bounds each peer's answer to a bootstrap probe.
+const probeTimeout = 2 * time.Second
+
+// refuseRebootstrap asks the other voters of a bootstrap list whether this
+// node served in their cluster before; if one says so, this node's data
+// dir was lost and bootstrapping again would give it back a vote without
+// the log it acknowledged. Peers that do not answer cannot tell, and do
+// not stop a first start.
+func refuseRebootstrap(cfg Config, sl *streamLayer) error {
+	if len(cfg.Bootstrap) < 2 {
+		return nil
+	}
+	for _, p := range cfg.Bootstrap {
+		if p.ID == cfg.NodeID {
+			continue
+		}
+		if known, _ := sl.probe(p.RaftAddr, probeTimeout); known {
+			return fmt.Errorf("%w %s, yet member %s knows node %s from before: its data was lost; it cannot bootstrap again", ErrNoState, cfg.DataDir, p.ID, cfg.NodeID)
+		}
+	}
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
 
 // reconnect replaces node i's transport with a fresh one at the same
@@ -343,4 +345,52 @@ func TestForceNewCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustApply(t, n, create("s10", 5000))
+}
+
+func register(id string) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_RegisterNode{RegisterNode: &fsmpb.RegisterNode{Id: id, ApiAddr: "127.0.0.1:1"}}}
+}
+
+// TestWipedMemberCannotRebootstrap: over TCP, a member of a cluster
+// bootstrapped from a list, whose data dir was lost and which is started
+// again with the same --bootstrap list, is refused (its peers know it
+// served before); a member that starts for the first time after the
+// others still bootstraps.
+func TestWipedMemberCannotRebootstrap(t *testing.T) {
+	var cfgs []Config
+	var peers []Peer
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c := tcpConfig(t, id)
+		cfgs = append(cfgs, c)
+		peers = append(peers, Peer{ID: id, RaftAddr: c.RaftAddr})
+	}
+	for i := range cfgs {
+		cfgs[i].Bootstrap = peers
+	}
+	n1, n2 := open(t, cfgs[0]), open(t, cfgs[1])
+	leader := waitLeader(t, n1, n2)
+	mustApply(t, leader, register("n1"))
+	mustApply(t, leader, register("n2"))
+
+	n3, err := Open(cfgs[2]) // late first start: must still bootstrap
+	if err != nil {
+		t.Fatalf("first start of n3 after the others: %v", err)
+	}
+	mustApply(t, leader, register("n3"))
+	want, _ := state(t, leader)
+	eventually(t, "n3 to catch up", func() bool { got, _ := state(t, n3); return bytes.Equal(got, want) })
+	if err := n3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(cfgs[2].DataDir); err != nil {
+		t.Fatal(err)
+	}
+	n3, err = Open(cfgs[2])
+	if err == nil {
+		_ = n3.Close()
+		t.Fatal("the wiped n3 bootstrapped again")
+	}
+	if !errors.Is(err, ErrNoState) || !strings.Contains(err.Error(), "n3") {
+		t.Fatalf("restart of the wiped n3 with the bootstrap list: %v, want ErrNoState naming n3", err)
+	}
 }

@@ -245,6 +245,13 @@ func Open(cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
+		sl.known = n.served
+		if bootstrap {
+			if err := refuseRebootstrap(cfg, sl); err != nil {
+				_ = sl.Close()
+				return nil, err
+			}
+		}
 		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: sl, MaxPool: 8, Timeout: 5 * time.Second, Logger: hlog})
 	}
 

@@ -24,7 +24,14 @@ import (
 //	acceptor -> dialer   : hello{status ok | refused, cluster id, node id}
 //
 // A hello is the 4-byte magic "LHR1", a status byte, and the cluster id and
-// the node id, each preceded by its length in one byte. With a TLS config
+// the node id, each preceded by its length in one byte.
+//
+// A node about to bootstrap from a list of several voters first probes its
+// peers (status probe): a peer of the same cluster answers known when the
+// prober has served in it before (it registered its API address), which
+// means the prober's data dir was lost and it must not bootstrap again
+// (etcd refuses a member that was already bootstrapped the same way). A
+// probe connection is closed after the answer. With a TLS config
 // the handshake runs inside TLS (both ends present certificates when the
 // config asks for client certificates).
 
@@ -33,7 +40,12 @@ const helloMagic = "LHR1"
 const (
 	helloOK      byte = 0
 	helloRefused byte = 1
+	helloProbe   byte = 2 // dialer: have I served in this cluster before?
+	helloKnown   byte = 3 // acceptor: yes
 )
+
+// errProbed ends a probe connection on the accepting side.
+var errProbed = errors.New("raftnode: bootstrap probe answered")
 
 // handshakeTimeout bounds the handshake on an accepted connection.
 const handshakeTimeout = 5 * time.Second
@@ -85,6 +97,9 @@ type streamLayer struct {
 	tls    *tls.Config // nil: plain TCP
 	self   hello
 	logger *slog.Logger
+	// known reports whether a node served in this cluster before; nil
+	// answers no.
+	known func(nodeID string) bool
 
 	mu       sync.Mutex // protects following
 	accepted map[*acceptedConn]struct{}
@@ -157,14 +172,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	if s.tls != nil {
-		conf := s.tls
-		if conf.ServerName == "" && !conf.InsecureSkipVerify {
-			conf = conf.Clone()
-			conf.ServerName, _, _ = net.SplitHostPort(string(address))
-		}
-		c = tls.Client(c, conf)
-	}
+	c = s.clientConn(c, string(address))
 	peer, err := s.dialHandshake(c)
 	if err != nil {
 		_ = c.Close()
@@ -173,6 +181,41 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// clientConn wraps an outgoing connection in TLS when configured; the
+// server name defaults to the host dialed.
+func (s *streamLayer) clientConn(c net.Conn, address string) net.Conn {
+	if s.tls == nil {
+		return c
+	}
+	conf := s.tls
+	if conf.ServerName == "" && !conf.InsecureSkipVerify {
+		conf = conf.Clone()
+		conf.ServerName, _, _ = net.SplitHostPort(address)
+	}
+	return tls.Client(c, conf)
+}
+
+// probe asks the peer at address whether node self.nodeID served in this
+// cluster before. It reports false when the peer is unreachable or in
+// another cluster: only a peer of this cluster can tell.
+func (s *streamLayer) probe(address string, timeout time.Duration) (known bool, peer hello) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial("tcp", address)
+	if err != nil {
+		return false, hello{}
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	c = s.clientConn(c, address)
+	q := s.self
+	q.status = helloProbe
+	if _, err := c.Write(q.encode()); err != nil {
+		return false, hello{}
+	}
+	peer, err = readHello(c)
+	return err == nil && peer.status == helloKnown && peer.clusterID == s.self.clusterID, peer
 }
 
 func (s *streamLayer) dialHandshake(c net.Conn) (hello, error) {
@@ -206,6 +249,15 @@ func (c *acceptedConn) handshake() error {
 			c.err = fmt.Errorf("raftnode: handshake: %w", err)
 		} else {
 			reply := c.s.self
+			if peer.status == helloProbe && peer.clusterID == c.s.self.clusterID {
+				if c.s.known != nil && c.s.known(peer.nodeID) {
+					reply.status = helloKnown
+				}
+				c.err = errProbed
+				_, _ = c.Conn.Write(reply.encode())
+				_ = c.Conn.Close()
+				return
+			}
 			if peer.clusterID != c.s.self.clusterID {
 				reply.status = helloRefused
 				c.err = fmt.Errorf("%w: peer %q is in cluster %q, this node %q is in %q", ErrClusterMismatch, peer.nodeID, peer.clusterID, c.s.self.nodeID, c.s.self.clusterID)
