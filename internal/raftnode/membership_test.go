@@ -394,3 +394,36 @@ func TestWipedMemberCannotRebootstrap(t *testing.T) {
 		t.Fatalf("restart of the wiped n3 with the bootstrap list: %v, want ErrNoState naming n3", err)
 	}
 }
+
+// TestPeerTLS: with Config.PeerTLS the Raft connections run inside mutual
+// TLS: a member with the cluster's certificate joins and catches up; a
+// node of the same cluster id without TLS gets nothing.
+func TestPeerTLS(t *testing.T) {
+	conf := testTLS(t)
+	c1 := tcpConfig(t, "n1")
+	c1.PeerTLS = conf
+	c1.Bootstrap = []Peer{{ID: "n1", RaftAddr: c1.RaftAddr}}
+	n1 := open(t, c1)
+	waitLeader(t, n1)
+	populate(t, n1)
+
+	c2 := tcpConfig(t, "n2")
+	c2.PeerTLS, c2.Join, c2.ClusterID = conf, true, n1.ClusterID()
+	n2 := open(t, c2)
+	if _, err := n1.AddMember(ctxT(t), "n2", c2.RaftAddr, true); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := state(t, n1)
+	eventually(t, "n2 to catch up over TLS", func() bool { got, _ := state(t, n2); return bytes.Equal(got, want) })
+
+	c3 := tcpConfig(t, "n3")
+	c3.Join, c3.ClusterID = true, n1.ClusterID() // no TLS
+	n3 := open(t, c3)
+	if _, err := n1.AddMember(ctxT(t), "n3", c3.RaftAddr, true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the leader to find the plain-TCP node unreachable", func() bool { return !n1.Reachable("n3") })
+	if n3.raft.LastIndex() != 0 {
+		t.Fatalf("the node without TLS stored %d entries", n3.raft.LastIndex())
+	}
+}

@@ -2,6 +2,14 @@
 // bbolt log and stable store (raft-boltdb, fsync'd on every append batch),
 // file snapshots, bootstrap and membership, and Apply with a context.
 //
+// Membership cannot fork the cluster: a node never bootstraps implicitly
+// (an empty data dir needs Bootstrap or Join, see Config.Bootstrap); the
+// cluster id created at bootstrap is stored in the data dir and checked by
+// a handshake on every Raft connection (stream.go); new members join as
+// non-voters and a change of the voter set that would leave no quorum of
+// reachable voters is refused (membership.go); ForceNewCluster recovers
+// from a permanent loss of quorum under a new id (recover.go).
+//
 // A single node is a Raft group of one, on the same code path as a cluster.
 // Commands from concurrent callers are batched by raft into one log append
 // (one fsync for many commands). The state machine (fsm.Machine) is guarded
