@@ -50,7 +50,9 @@ func (n *Node) ClusterID() string { return n.clusterID }
 // member at raftAddr it does nothing, unless fresh is set: a member that
 // starts over with an empty data dir has lost its log and its votes, so
 // it is removed (under the quorum check) and added back as a non-voter,
-// to be promoted once it has caught up again. A member at another address
+// to be promoted once it has caught up again; that is refused with
+// ErrUnavailable while the old member still answers heartbeats (this
+// node's own id included). A member at another address
 // keeps its suffrage and takes the new address. It reports whether the
 // configuration changed. Leader only.
 func (n *Node) AddMember(ctx context.Context, id, raftAddr string, fresh bool) (bool, error) {
@@ -67,6 +69,10 @@ func (n *Node) AddMember(ctx context.Context, id, raftAddr string, fresh bool) (
 			continue
 		}
 		switch {
+		case fresh && n.Reachable(id):
+			// Its old self still answers heartbeats: either it is about to be
+			// noticed as gone (retry), or two nodes use one id.
+			return false, fmt.Errorf("%w: member %s at %s still answers; a node that starts over with an empty data dir is added only once its old self is gone (are two nodes using id %s?)", ErrUnavailable, id, m.RaftAddr, id)
 		case fresh:
 			if m.Voter {
 				if err := n.RemoveMember(ctx, id); err != nil {

@@ -427,3 +427,47 @@ func TestPeerTLS(t *testing.T) {
 		t.Fatalf("the node without TLS stored %d entries", n3.raft.LastIndex())
 	}
 }
+
+// TestFreshRejoinOfVoter: a voter that starts over with an empty data dir
+// and joins without being removed first is taken out of the voters and
+// added back as a non-voter (it lost its log and its votes), then
+// promoted once caught up; a fresh join under the id of a member that
+// still answers is refused.
+func TestFreshRejoinOfVoter(t *testing.T) {
+	c := newCluster(t, 3)
+	leader := waitLeader(t, c.nodes...)
+	populate(t, leader)
+	c.converge(leader)
+	var alive []int
+	for i, n := range c.nodes {
+		if n != leader {
+			alive = append(alive, i)
+		}
+	}
+	w, other := alive[0], c.nodes[alive[1]]
+	if _, err := leader.AddMember(ctxT(t), other.ID(), string(c.trans[alive[1]].LocalAddr()), true); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("fresh join under the id of a running member: %v, want ErrUnavailable", err)
+	}
+	if m, _ := memberOf(t, leader, other.ID()); !m.Voter {
+		t.Fatal("the refused fresh join changed the running member")
+	}
+
+	id := c.nodes[w].ID()
+	c.wipe(w)
+	eventually(t, "the leader to find "+id+" gone", func() bool { return !leader.Reachable(id) })
+	if _, err := leader.AddMember(ctxT(t), id, string(c.trans[w].LocalAddr()), true); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := memberOf(t, leader, id); !ok || m.Voter {
+		t.Fatalf("after a fresh join the member is %+v (present %v), want a non-voter", m, ok)
+	}
+	cfg := testConfig(t, c.dirs[w])
+	cfg.NodeID, cfg.Transport, cfg.Join, cfg.ClusterID = id, c.reconnect(w), true, leader.ClusterID()
+	n := open(t, cfg)
+	want, _ := state(t, leader)
+	eventually(t, id+" to catch up", func() bool { got, _ := state(t, n); return bytes.Equal(got, want) })
+	if err := leader.Promote(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, leader, create("after-rejoin", 5000))
+}
