@@ -56,6 +56,7 @@ func (c *clusterService) Members(ctx context.Context, req *connect.Request[pb.Me
 			cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+m.ApiAddr, connect.WithGRPC())
 			lr := connect.NewRequest(&pb.MembersRequest{})
 			lr.Header().Set(localHeader, "1")
+			lr.Header().Set(clusterIDHeader, s.node.ClusterID())
 			resp, err := cc.Members(ctx, lr)
 			if err != nil || len(resp.Msg.GetMembers()) != 1 {
 				return

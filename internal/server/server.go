@@ -247,7 +247,9 @@ func (s *Server) register(ctx context.Context) error {
 	}
 	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
 	id, raftAddr := s.node.ID(), s.node.RaftAddr()
-	_, err = cc.AddMember(ctx, connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr}))
+	req := connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr})
+	req.Header().Set(clusterIDHeader, s.node.ClusterID())
+	_, err = cc.AddMember(ctx, req)
 	return err
 }
 
