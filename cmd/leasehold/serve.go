@@ -77,7 +77,7 @@ line wins.`,
 			}
 			s, err := server.Open(cfg)
 			if errors.Is(err, raftnode.ErrNoState) && !forceNewCluster {
-				err = fmt.Errorf("no state in %s; if this node's data was lost, remove it from the cluster with `leasehold cluster remove %s` and start it with --join ADDR (the API address of a running member); to start a brand-new cluster, give every first node the same --bootstrap list", dataDir, nodeID)
+				err = usageErr("no state in %s; if this node's data was lost, remove it from the cluster with `leasehold cluster remove %s` and start it with --join ADDR (the API address of a running member); to start a brand-new cluster, give every first node the same --bootstrap list", dataDir, nodeID)
 			}
 			if err != nil {
 				_ = ln.Close()
