@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -176,7 +177,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	peer, err := s.dialHandshake(c)
 	if err != nil {
 		_ = c.Close()
-		s.logger.Warn("raft connection refused", "peer_addr", address, "peer_node", peer.nodeID, "peer_cluster", peer.clusterID, "cluster", s.self.clusterID, "err", err)
+		s.logger.Log(context.Background(), refusalLevel(err), "raft connection refused", "peer_addr", address, "peer_node", peer.nodeID, "peer_cluster", peer.clusterID, "cluster", s.self.clusterID, "err", err)
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Time{})
@@ -232,6 +233,15 @@ func (s *streamLayer) dialHandshake(c net.Conn) (hello, error) {
 	return peer, nil
 }
 
+// refusalLevel is WARN for a handshake that was refused or made no sense,
+// DEBUG for a connection that merely closed (a peer or this node stopping).
+func refusalLevel(err error) slog.Level {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}
+
 // acceptedConn is an accepted connection whose handshake runs once, on
 // first use; a refused handshake fails every Read and Write.
 type acceptedConn struct {
@@ -267,7 +277,7 @@ func (c *acceptedConn) handshake() error {
 			}
 		}
 		if c.err != nil {
-			c.s.logger.Warn("raft connection refused", "peer_addr", c.Conn.RemoteAddr().String(), "peer_node", peer.nodeID, "peer_cluster", peer.clusterID, "cluster", c.s.self.clusterID, "err", c.err)
+			c.s.logger.Log(context.Background(), refusalLevel(c.err), "raft connection refused", "peer_addr", c.Conn.RemoteAddr().String(), "peer_node", peer.nodeID, "peer_cluster", peer.clusterID, "cluster", c.s.self.clusterID, "err", c.err)
 			_ = c.Conn.Close()
 			return
 		}
