@@ -17,6 +17,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		dataDir, listen, advertise, nodeID, raftAddr, bootstrap, join, logLevel string
+		pprofOn                                                                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -30,7 +31,7 @@ A node restarted with its data dir rejoins by itself.
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
-LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_PPROF); a flag on the command line wins.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -56,6 +57,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Join = join
+			cfg.Pprof = pprofOn
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
 				if err != nil {
@@ -87,6 +89,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 	f.StringVar(&bootstrap, "bootstrap", "", "voters of a new cluster: id=raftaddr,... (the same on every node; used only on an empty data dir)")
 	f.StringVar(&join, "join", "", "API address of a running member to join through")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&pprofOn, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the API address")
 	return cmd
 }
 

@@ -56,6 +56,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Pprof serves net/http/pprof under /debug/pprof/ on the API address.
+	// Default off: profiles expose internals and cost CPU while they run.
+	Pprof bool
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -373,6 +376,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	if s.cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if s.cfg.Pprof {
+		mountPprof(mux)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		id, _ := s.node.Leader()
