@@ -1,6 +1,6 @@
 // Package raftnode runs leasehold's state machine on hashicorp/raft: a
-// bbolt log and stable store (raft-boltdb, fsync'd on every append batch),
-// file snapshots, bootstrap and membership, and Apply with a context.
+// log and stable store fsync'd on every append batch (raft-wal; raft-boltdb
+// for a data dir created before it, see openStore), file snapshots, bootstrap and membership, and Apply with a context.
 //
 // A single node is a Raft group of one, on the same code path as a cluster.
 // Commands from concurrent callers are batched by raft into one log append
@@ -18,15 +18,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/internal/fsm"
@@ -43,7 +40,8 @@ type Peer struct {
 type Config struct {
 	// NodeID names this node in the cluster. Default "n1".
 	NodeID string
-	// DataDir holds raft.db (log and stable store) and snapshots/. Required.
+	// DataDir holds wal/ (log and stable store; raft.db in a data dir
+	// created before raft-wal) and snapshots/. Required.
 	DataDir string
 	// RaftAddr is the host:port raft listens on for peers. Empty runs a
 	// single node on an in-memory transport (no port); a cluster needs it.
@@ -131,7 +129,7 @@ func (c Config) Validate() error {
 type Node struct {
 	cfg   Config
 	raft  *raft.Raft
-	store *raftboltdb.BoltStore
+	store logStore
 	trans raft.Transport
 	fsm   *raftFSM
 
@@ -157,7 +155,7 @@ func Open(cfg Config) (*Node, error) {
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
 	// bbolt locks the file: a second server on the same data dir fails
 	// after a second instead of waiting forever.
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"), BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	store, err := openStore(cfg.DataDir, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", cfg.DataDir, err)
 	}
