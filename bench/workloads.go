@@ -170,6 +170,7 @@ func uncontended(ctx context.Context, sys system, c conn, p params, conc int) ([
 		return nil, err
 	}
 	prof := p.profile(ctx, sys, fmt.Sprintf("uncontended-c%d", conc), p.Dur)
+	fsyncs := startFsyncCount(sys.PID())
 	m := startCPU(sys.PID())
 	end := time.Now().Add(p.Dur)
 	err = parallel(conc, conc, func(i int) error {
@@ -183,6 +184,7 @@ func uncontended(ctx context.Context, sys system, c conn, p params, conc int) ([
 		return nil
 	})
 	elapsed := m.stop()
+	nsync := fsyncs.stop()
 	prof()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", wl, err)
@@ -190,13 +192,17 @@ func uncontended(ctx context.Context, sys system, c conn, p params, conc int) ([
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	n := pairs.Load()
-	return []metric{
+	ms := []metric{
 		{wl, "pairs/s", true, float64(n) / elapsed.Seconds()},
 		{wl, "acquire p50 ms", false, quantile(all, 0.50)},
 		{wl, "acquire p99 ms", false, quantile(all, 0.99)},
 		{wl, "CPU µs/pair (server+client)", false, perOp(m.serverCPU+m.clientC, n)},
 		{wl, "server CPU µs/pair", false, perOp(m.serverCPU, n)},
-	}, nil
+	}
+	if nsync >= 0 && n > 0 {
+		ms = append(ms, metric{wl, "server fsyncs/pair", false, float64(nsync) / float64(n)})
+	}
+	return ms, nil
 }
 
 // pair acquires and releases name, appending the acquire's latency to lat.
