@@ -135,8 +135,8 @@ func (r *results) write(dir string) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# leasehold beside etcd and Redis\n\n")
-	fmt.Fprintf(&b, "- Command: `%s` (from the repository root)\n", r.Command)
-	fmt.Fprintf(&b, "- Machine: %s\n- Date: %s\n- leasehold commit: %s\n", r.Machine, r.Date, r.Commit)
+	fmt.Fprintf(&b, "- Command: `%s`\n", r.Command)
+	fmt.Fprintf(&b, "- Machine: %s; load average at the start %s\n- Date: %s\n- leasehold commit: %s\n", r.Machine, loadavg(), r.Date, r.Commit)
 	fmt.Fprintf(&b, "- Rounds: %d, the systems in turn (%s) in every round; a cell is the median of the rounds (range in brackets). ↑: higher is better, ↓: lower is better.\n",
 		r.Rounds, strings.Join(r.Systems, ", "))
 	for _, s := range r.Skipped {
@@ -150,6 +150,8 @@ func (r *results) write(dir string) error {
 - Server CPU is read from /proc/PID/stat of the server process; client CPU is the harness's own
   rusage; keepalive renewals are counted as sessions × window / (TTL/3). Client bytes/session is
   the harness's live heap and stacks after GC, per session.
+- Server fsyncs/pair: fsync and fdatasync calls of the server process over the run, counted
+  with perf's syscall tracepoints (the row is left out where perf cannot attach).
 - Holder crash: the holder stops renewing right after its acquire; the figure is how long past
   its TTL, counted from the crash, the queued waiter got the lock.
 
@@ -252,6 +254,15 @@ func machine() string {
 		kernel = strings.TrimSpace(string(b))
 	}
 	return fmt.Sprintf("%s, %d cores, Linux %s, %s", model, runtime.NumCPU(), kernel, runtime.Version())
+}
+
+// loadavg is the 1-minute load average (other work on the machine).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
 }
 
 func commit(src string) string {
