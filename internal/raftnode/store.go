@@ -70,6 +70,20 @@ type walStore struct {
 	lock *os.File
 }
 
+// GetLog reports raft.ErrLogNotFound below FirstIndex: raft-wal still
+// serves entries that DeleteRange removed while they sit in its tail
+// segment, and raft must send a follower that far behind a snapshot.
+func (s *walStore) GetLog(index uint64, log *raft.Log) error {
+	first, err := s.WAL.FirstIndex()
+	if err != nil {
+		return err
+	}
+	if index < first {
+		return raft.ErrLogNotFound
+	}
+	return s.WAL.GetLog(index, log)
+}
+
 func (s *walStore) Close() error {
 	return errors.Join(s.WAL.Close(), s.meta.Close(), s.lock.Close())
 }

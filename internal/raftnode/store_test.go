@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
@@ -113,5 +114,34 @@ func TestStoreOpenedTwiceFails(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestStoreDeletedLogsNotFound: entries removed by DeleteRange (log
+// compaction after a snapshot) are not found, so raft sends a snapshot.
+func TestStoreDeletedLogsNotFound(t *testing.T) {
+	s, err := openStore(t.TempDir(), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var logs []*raft.Log
+	for i := uint64(1); i <= 10; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+	}
+	if err := s.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRange(1, 6); err != nil {
+		t.Fatal(err)
+	}
+	var l raft.Log
+	for i := uint64(1); i <= 6; i++ {
+		if err := s.GetLog(i, &l); err != raft.ErrLogNotFound {
+			t.Errorf("GetLog(%d) after DeleteRange(1, 6) = %v, want ErrLogNotFound", i, err)
+		}
+	}
+	if err := s.GetLog(7, &l); err != nil || l.Index != 7 {
+		t.Errorf("GetLog(7) = %v, index %d", err, l.Index)
 	}
 }
