@@ -65,6 +65,9 @@ type Config struct {
 	Signer *sequencer.Signer
 	// AccessLog, when set, gets one line per HTTP request and RPC.
 	AccessLog *slog.Logger
+	// Pprof serves net/http/pprof under /debug/pprof/ on the API address.
+	// Default off: profiles expose internals and cost CPU while they run.
+	Pprof bool
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -388,7 +391,8 @@ func newLeaseID() string {
 // (/ui), behind the access log when Config.AccessLog is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor())}
+	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor()), connect.WithCompressMinBytes(1024)}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	if s.cfg.Gatherer != nil {
@@ -400,6 +404,9 @@ func (s *Server) Handler() http.Handler {
 	ui := web.Handler(webSource{s}, s.feed, s.drain)
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
+	if s.cfg.Pprof {
+		mountPprof(mux)
+	}
 	if s.cfg.AccessLog != nil {
 		return accessLog(s.cfg.AccessLog, mux)
 	}
