@@ -552,6 +552,5 @@ func closeTransport(t raft.Transport) {
 	}
 }
 
-
 // RaftAddr returns the address peers reach this node's raft transport at.
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }

@@ -34,7 +34,6 @@ func reopenPopulated(t *testing.T, dir string) {
 	}
 }
 
-
 // TestNewDataDirUsesWAL: a new data dir keeps its log in raft-wal (wal/),
 // and it survives a restart.
 func TestNewDataDirUsesWAL(t *testing.T) {
