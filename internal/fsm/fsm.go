@@ -195,6 +195,8 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		} else {
 			m.token = max(m.token, v)
 		}
+	case *fsmpb.Command_Checkpoint:
+		m.checkpoint(op.Checkpoint)
 	default:
 		panic(fmt.Sprintf("fsm: unknown command %T at index %d", op, index))
 	}

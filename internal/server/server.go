@@ -249,8 +249,14 @@ func (s *Server) register(ctx context.Context) error {
 // proposer adapts the server to lessor.Proposer.
 type proposer struct{ s *Server }
 
+// Propose marks the errors after which the command certainly did not
+// apply (lessor.ErrNotApplied); any other error leaves the outcome unknown.
 func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	return p.s.node.Apply(ctx, cmd)
+	res, err := p.s.node.Apply(ctx, cmd)
+	if errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, raftnode.ErrUnavailable) {
+		err = fmt.Errorf("%w: %w", lessor.ErrNotApplied, err)
+	}
+	return res, err
 }
 
 // apply stamps cmd with the leader's wall clock (display only), proposes it
