@@ -293,6 +293,14 @@ func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, erro
 	if err != nil {
 		return nil, err
 	}
+	// A follower that has not heard from the leader for longer than the
+	// heartbeat timeout (an election is about to start) does not forward:
+	// the leader is paused, partitioned or gone, and a request sent there
+	// would wait out the caller's deadline. Nothing was sent, so the answer
+	// is `unavailable` at once and the client tries another node.
+	if since := time.Since(s.node.Raft().LastContact()); since > s.cfg.Raft.HeartbeatTimeout {
+		return nil, api.Errorf(api.CodeUnavailable, "node %s has not heard from the leader for %v", s.node.ID(), since.Round(time.Millisecond))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.clients[addr]
