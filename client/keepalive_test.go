@@ -3,10 +3,8 @@ package client_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/netfault"
 )
 
 // runServer is the helper process of the memory measurements: a server in
@@ -180,119 +179,17 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 	closeAll(sessions)
 }
 
-// stallProxy forwards TCP connections to target until stalled: then every
-// connection stays open and nothing passes either way, as with a server
-// process that was stopped (SIGSTOP). Closed when the test ends.
-type stallProxy struct {
-	ln     net.Listener
-	target string
-
-	mu      sync.Mutex // protects following
-	stalled bool
-	resume  chan struct{} // closed when the stall ends
-	conns   []net.Conn
-	closed  bool
-	wg      sync.WaitGroup
-}
-
-func newStallProxy(t testing.TB, target string) *stallProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallProxy{ln: ln, target: target, resume: make(chan struct{})}
-	close(p.resume)
-	p.wg.Go(p.accept)
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *stallProxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *stallProxy) accept() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			in.Close()
-			out.Close()
-			return
-		}
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(out, in) })
-		p.wg.Go(func() { p.pipe(in, out) })
-	}
-}
-
-// pipe copies src to dst, holding each chunk while the proxy is stalled.
-func (p *stallProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			resume := p.resume
-			p.mu.Unlock()
-			<-resume
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				if tc, ok := dst.(*net.TCPConn); ok {
-					_ = tc.CloseWrite()
-				}
-			}
-			return
-		}
-	}
-}
-
-// Stall stops all traffic (connections stay open).
-func (p *stallProxy) Stall() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.stalled {
-		p.stalled = true
-		p.resume = make(chan struct{})
-	}
-}
-
-func (p *stallProxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	if p.stalled {
-		p.stalled = false
-		close(p.resume)
-	}
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	_ = p.ln.Close()
-	for _, c := range conns {
-		_ = c.Close()
-	}
-	p.wg.Wait()
-}
-
 // TestKeepAliveMovesOffStalledEndpoint: when the endpoint the keepalive
 // stream uses stops answering (connections open, nothing comes back), the
 // renewal attempt ends after its short deadline and the stream moves to the
 // next endpoint, so the session and its lock survive with Done open.
 func TestKeepAliveMovesOffStalledEndpoint(t *testing.T) {
 	ts := startServer(t)
-	proxy := newStallProxy(t, ts.Addr)
+	proxy, err := netfault.New(ts.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
 	c := dial(t, proxy.Addr()+","+ts.Addr)
 	const ttl = time.Second
 	s := newSession(t, c, client.WithTTL(ttl))
@@ -300,7 +197,7 @@ func TestKeepAliveMovesOffStalledEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(proxy.close) // before the session's cleanup: Close fails over at once
+	t.Cleanup(proxy.Close) // before the session's cleanup: Close fails over at once
 	proxy.Stall()
 	stop := time.After(3 * ttl)
 	for done := false; !done; {
