@@ -4,11 +4,15 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 )
 
 // Keepalives of a Client
@@ -353,7 +357,14 @@ type kaReply struct {
 func (c *Client) openKeepAlive(ep int) *kaStream {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &kaStream{cancel: cancel, out: make(chan *pb.KeepAliveStreamRequest, 16), in: make(chan kaReply, 16)}
-	bs := c.eps[ep].locks.KeepAliveStream(ctx)
+	// Renewal answers are small and frequent: compressing them costs more
+	// CPU than it saves on the wire, so this stream does not accept gzip.
+	base := c.eps[ep].addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	lc := leaseholdv1connect.NewLeaseholdServiceClient(c.httpc, base, connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil))
+	bs := lc.KeepAliveStream(ctx)
 	report := func(r kaReply) {
 		select {
 		case st.in <- r:

@@ -42,8 +42,9 @@ func runServer() int {
 }
 
 // startServerProcess runs runServer in a child process, stopped (by closing
-// its stdin, then by its PID) when the test ends.
-func startServerProcess(t testing.TB) string {
+// its stdin, then by its PID) when the test ends. It returns the server's
+// address and PID.
+func startServerProcess(t testing.TB) (string, int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=server")
@@ -85,7 +86,7 @@ func startServerProcess(t testing.TB) string {
 	if !ok {
 		t.Fatalf("server process said %q", line)
 	}
-	return addr
+	return addr, cmd.Process.Pid
 }
 
 // createSessions opens n sessions with ttl on c, 8 at a time.
@@ -152,7 +153,7 @@ func closeAll(sessions []*client.Session) {
 // no goroutine: all sessions of a Client renew over one stream, driven by
 // one goroutine. The server runs in another process.
 func TestIdleSessionCost(t *testing.T) {
-	addr := startServerProcess(t)
+	addr, _ := startServerProcess(t)
 	c := dial(t, addr)
 	perSession, goroutines, sessions := sessionCost(t, c, 100, 1000)
 	defer closeAll(sessions)
@@ -169,7 +170,7 @@ func TestIdleSessionCost(t *testing.T) {
 // (bytes of heap and stacks per session) with b.N sessions on one Client;
 // the server runs in another process.
 func BenchmarkIdleSessionMemory(b *testing.B) {
-	addr := startServerProcess(b)
+	addr, _ := startServerProcess(b)
 	c := dial(b, addr)
 	b.ResetTimer()
 	perSession, goroutines, sessions := sessionCost(b, c, 100, b.N)
