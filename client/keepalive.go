@@ -36,6 +36,7 @@ const (
 	maxKeepAliveAttempt = time.Second
 	maxKeepAliveBatch   = 1000                  // lease ids per message (the server takes 10,000)
 	keepAliveRetry      = 50 * time.Millisecond // a refused renewal is sent again after this
+	keepAliveCoalesce   = 50 * time.Millisecond // renewals due this soon join the current message
 )
 
 type keeper struct {
@@ -259,7 +260,11 @@ func (k *keeper) collect(now time.Time, paused bool) (due, lost []*Session, wake
 		k.running = false
 		return nil, nil, time.Time{}, true
 	}
-	for len(k.queue) > 0 && !k.queue[0].ka.at.After(now) {
+	// Renewals due within the coalescing window go now, with the ones due
+	// already: sessions fall into step and share messages.
+	soon := now.Add(keepAliveCoalesce)
+	var popped []*Session
+	for len(k.queue) > 0 && !k.queue[0].ka.at.After(soon) {
 		s := heap.Pop(&k.queue).(*Session)
 		deadline := s.Deadline()
 		if !now.Before(deadline) {
@@ -267,7 +272,7 @@ func (k *keeper) collect(now time.Time, paused bool) (due, lost []*Session, wake
 			lost = append(lost, s)
 			continue
 		}
-		if !s.ka.inflight && !now.Before(s.ka.next) {
+		if !s.ka.inflight && !soon.Before(s.ka.next) {
 			if paused {
 				s.ka.next = now.Add(keepAliveRetry)
 			} else {
@@ -275,11 +280,17 @@ func (k *keeper) collect(now time.Time, paused bool) (due, lost []*Session, wake
 				due = append(due, s)
 			}
 		}
-		k.scheduleLocked(s, deadline)
+		popped = append(popped, s)
+	}
+	for _, s := range popped {
+		k.scheduleLocked(s, s.Deadline())
 	}
 	wakeAt = now.Add(time.Hour)
 	if len(k.queue) > 0 {
 		wakeAt = k.queue[0].ka.at
+		if floor := now.Add(time.Millisecond); wakeAt.Before(floor) {
+			wakeAt = floor // a session about to be lost while its renewal is in flight
+		}
 	}
 	return due, lost, wakeAt, false
 }

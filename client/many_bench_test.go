@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -48,7 +49,8 @@ func BenchmarkSessionsHoldingLocks(b *testing.B) {
 	sessions := make([]*client.Session, n)
 	locks := make([]*client.Lock, n)
 	client0, server0 := liveBytes(), rss(b, pid)
-	ctx := testCtx(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
 	start := time.Now()
 	b.ResetTimer()
 	var wg sync.WaitGroup
