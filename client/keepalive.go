@@ -24,10 +24,12 @@ import (
 //	           into one KeepAliveStreamRequest{lease_ids} ─► one response, results in order
 //
 // Each batch is one attempt with a short deadline: min(TTL/6, 1 s) of its
-// sessions. A batch not answered in time, a broken stream, or a retryable
-// refusal (not-leader, unavailable) moves the stream to the next endpoint
-// and sends the renewals again, until each session's local safe deadline
-// decides. A renewal confirmed for a batch sent at t moves the session's
+// sessions, counted from when it was sent or from the stream's last answer,
+// whichever is later (a stream that keeps answering is alive, however many
+// batches queue behind each other). A batch not answered in time, a broken
+// stream, or a retryable refusal (not-leader, unavailable) moves the stream
+// to the next endpoint and sends the renewals again, until each session's
+// local safe deadline decides. A renewal confirmed for a batch sent at t moves the session's
 // deadline to t + TTL·(1−drift) − margin. lease-expired is final.
 //
 // Lock order: keeper.mu before Session.mu.
@@ -37,6 +39,7 @@ const (
 	maxKeepAliveBatch   = 1000                  // lease ids per message (the server takes 10,000)
 	keepAliveRetry      = 50 * time.Millisecond // a refused renewal is sent again after this
 	keepAliveCoalesce   = 50 * time.Millisecond // renewals due this soon join the current message
+	maxQueuedMessages   = 1024                  // messages waiting for the stream (a million sessions)
 )
 
 type keeper struct {
@@ -144,19 +147,29 @@ func (k *keeper) scheduleLocked(s *Session, deadline time.Time) {
 // kaBatch is one renewal message in flight.
 type kaBatch struct {
 	sent     time.Time
-	deadline time.Time // the attempt's deadline
+	attempt  time.Duration // how long an answer may take
 	sessions []*Session
+}
+
+// deadline is when b counts as unanswered: its attempt time after it was
+// sent, or after the stream's last answer if that came later.
+func (b kaBatch) deadline(lastAnswer time.Time) time.Time {
+	if lastAnswer.After(b.sent) {
+		return lastAnswer.Add(b.attempt)
+	}
+	return b.sent.Add(b.attempt)
 }
 
 // loop runs while the Client has sessions.
 func (k *keeper) loop() {
 	var (
-		st       *kaStream
-		ep       = k.c.current()
-		inflight []kaBatch
-		failures int // consecutive stream failures
-		pause    time.Time
-		timer    = time.NewTimer(time.Hour)
+		st         *kaStream
+		ep         = k.c.current()
+		inflight   []kaBatch
+		lastAnswer time.Time // of the current stream
+		failures   int       // consecutive stream failures
+		pause      time.Time
+		timer      = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
 	defer func() { st.close() }()
@@ -164,7 +177,7 @@ func (k *keeper) loop() {
 	// the next endpoint.
 	fail := func(now time.Time) {
 		st.close()
-		st = nil
+		st, lastAnswer = nil, time.Time{}
 		ep = (ep + 1) % len(k.c.eps)
 		failures++
 		retry := now
@@ -197,11 +210,11 @@ func (k *keeper) loop() {
 		var msgs []*pb.KeepAliveStreamRequest
 		for len(due) > 0 {
 			n := min(len(due), maxKeepAliveBatch)
-			b := kaBatch{sent: now, deadline: now.Add(maxKeepAliveAttempt), sessions: due[:n]}
+			b := kaBatch{sent: now, attempt: maxKeepAliveAttempt, sessions: due[:n]}
 			ids := make([]string, n)
 			for i, s := range b.sessions {
 				ids[i] = s.id
-				b.deadline = minTime(b.deadline, now.Add(s.ttl/6))
+				b.attempt = min(b.attempt, s.ttl/6)
 			}
 			due = due[n:]
 			inflight = append(inflight, b)
@@ -217,7 +230,7 @@ func (k *keeper) loop() {
 			}
 		}
 		if len(inflight) > 0 {
-			wakeAt = minTime(wakeAt, inflight[0].deadline)
+			wakeAt = minTime(wakeAt, inflight[0].deadline(lastAnswer))
 		}
 		timer.Reset(max(time.Until(wakeAt), 0))
 		var results <-chan kaReply
@@ -235,6 +248,7 @@ func (k *keeper) loop() {
 				fail(now)
 				continue
 			}
+			lastAnswer = now
 			b := inflight[0]
 			inflight = inflight[1:]
 			if k.settle(now, b, r.msg) {
@@ -243,7 +257,7 @@ func (k *keeper) loop() {
 				fail(now) // a retryable refusal: the node cannot renew; try the next
 			}
 		}
-		if len(inflight) > 0 && !time.Now().Before(inflight[0].deadline) {
+		if len(inflight) > 0 && !time.Now().Before(inflight[0].deadline(lastAnswer)) {
 			fail(time.Now())
 		}
 	}
@@ -367,7 +381,7 @@ type kaReply struct {
 
 func (c *Client) openKeepAlive(ep int) *kaStream {
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &kaStream{cancel: cancel, out: make(chan *pb.KeepAliveStreamRequest, 16), in: make(chan kaReply, 16)}
+	st := &kaStream{cancel: cancel, out: make(chan *pb.KeepAliveStreamRequest, maxQueuedMessages), in: make(chan kaReply, 16)}
 	// Renewal answers are small and frequent: compressing them costs more
 	// CPU than it saves on the wire, so this stream does not accept gzip.
 	base := c.eps[ep].addr
