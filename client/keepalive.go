@@ -369,6 +369,7 @@ func minTime(a, b time.Time) time.Time {
 // receives. close cancels both and waits for them.
 type kaStream struct {
 	cancel context.CancelFunc
+	bs     *connect.BidiStreamForClient[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]
 	out    chan *pb.KeepAliveStreamRequest
 	in     chan kaReply
 	wg     sync.WaitGroup
@@ -390,6 +391,7 @@ func (c *Client) openKeepAlive(ep int) *kaStream {
 	}
 	lc := leaseholdv1connect.NewLeaseholdServiceClient(c.httpc, base, connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil))
 	bs := lc.KeepAliveStream(ctx)
+	st.bs = bs
 	report := func(r kaReply) {
 		select {
 		case st.in <- r:
@@ -439,6 +441,10 @@ func (st *kaStream) close() {
 		return
 	}
 	st.cancel()
+	// Cancelling the context does not wake a Receive while net/http is
+	// still writing the request body (waiting for flow control from a busy
+	// server); closing the response body resets the stream and does.
+	_ = st.bs.CloseResponse()
 	st.wg.Wait()
 }
 
