@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,10 @@ const (
 
 type keeper struct {
 	c *Client
+	// httpc carries the keepalive streams on connections of their own: a
+	// stream that stalls (a busy server holding flow control) never stalls
+	// the Client's other calls, nor they the renewals.
+	httpc *http.Client
 
 	mu       sync.Mutex // protects following
 	sessions map[*Session]struct{}
@@ -66,7 +71,12 @@ type kaState struct {
 }
 
 func newKeeper(c *Client) *keeper {
-	return &keeper{c: c, sessions: map[*Session]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &keeper{
+		c: c, httpc: &http.Client{Transport: &http.Transport{Protocols: &p}},
+		sessions: map[*Session]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
 }
 
 // add starts renewing s; its first renewal is due one interval after
@@ -117,6 +127,7 @@ func (k *keeper) close() {
 	k.queue = nil
 	k.mu.Unlock()
 	k.wg.Wait()
+	k.httpc.CloseIdleConnections()
 	for _, s := range lost {
 		s.lose(fmt.Errorf("%w: the client was closed", ErrLeaseLost))
 	}
@@ -389,7 +400,7 @@ func (c *Client) openKeepAlive(ep int) *kaStream {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	lc := leaseholdv1connect.NewLeaseholdServiceClient(c.httpc, base, connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil))
+	lc := leaseholdv1connect.NewLeaseholdServiceClient(c.keeper.httpc, base, connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil))
 	bs := lc.KeepAliveStream(ctx)
 	st.bs = bs
 	report := func(r kaReply) {
