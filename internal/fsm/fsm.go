@@ -214,6 +214,8 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		res.Err = m.raiseFloor(a, op.BumpToken.GetMin())
 	case *fsmpb.Command_TokenFloor:
 		m.tokenFloor(a, op.TokenFloor)
+	case *fsmpb.Command_Checkpoint:
+		m.checkpoint(op.Checkpoint)
 	default:
 		panic(fmt.Sprintf("fsm: unknown command %T at index %d", op, index))
 	}
