@@ -16,7 +16,6 @@ import (
 	"github.com/leasehold/leasehold/client"
 )
 
-
 // grpcClient speaks gRPC over cleartext HTTP/2 to one node, as the Go
 // client does, without failing over.
 func grpcClient(addr string) (leaseholdv1connect.LeaseholdServiceClient, *http.Client) {
