@@ -46,6 +46,8 @@ type Config struct {
 	// is registered in the replicated state so followers can forward to
 	// the leader. Required.
 	APIAddr string
+	// Limits bound what this node accepts from clients (DefaultLimits).
+	Limits Limits
 	// Join is the API address of a running member; when set, this node
 	// starts without bootstrapping and asks that member to add it.
 	Join string
@@ -65,7 +67,7 @@ func DefaultConfig(dataDir, apiAddr string) Config {
 	lc := lessor.DefaultConfig()
 	lc.Grace = 0 // Open: twice the leader-lease timeout
 	lc.Logger = nil
-	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Logger: slog.Default()}
+	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Limits: DefaultLimits(), Logger: slog.Default()}
 }
 
 // Server is one leasehold node's API.
@@ -76,6 +78,7 @@ type Server struct {
 	lessor *lessor.Lessor
 	hub    *hub
 	met    *metrics
+	lim    *limiter
 	http   *http.Client // for forwarding to the leader
 
 	mu      sync.Mutex // protects following
@@ -132,6 +135,9 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.met = met
+	if s.lim, err = newLimiter(cfg.Limits, cfg.Lessor.Clock, reg); err != nil {
+		return nil, err
+	}
 	if s.lessor, err = lessor.New(cfg.Lessor, proposer{s}); err != nil {
 		return nil, err
 	}
@@ -337,6 +343,7 @@ func onLeader[Req, Res any](
 	}
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
+	fwd.Header().Set(principalHeader, principal(ctx))
 	s.met.forwarded.Inc()
 	res, err := remote(c, ctx, fwd)
 	return res, forwardErr(err)
@@ -364,7 +371,7 @@ func newLeaseID() string {
 // Handler returns the HTTP handler for every service, /metrics and /healthz.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(s.met.interceptor())}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(s.met.interceptor())}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	if s.cfg.Gatherer != nil {
@@ -378,13 +385,13 @@ func (s *Server) Handler() http.Handler {
 		}
 		fmt.Fprintf(w, "ok node=%s leader=%s\n", s.node.ID(), id)
 	})
-	return mux
+	return s.limitHandler(mux)
 }
 
 // Serve serves Handler on ln (HTTP/1.1 and cleartext HTTP/2, as gRPC
 // needs) until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := NewHTTPServer(s.Handler())
+	hs, ln := s.limited(NewHTTPServer(s.Handler()), ln)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
