@@ -18,6 +18,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		dataDir, listen, advertise, nodeID, raftAddr, bootstrap, join, logLevel string
 		quota                                                                   string
+		limits                                                                  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -31,7 +32,12 @@ A node restarted with its data dir rejoins by itself.
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
-LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the command line wins.`,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES, LEASEHOLD_LIMIT); a flag on the command line wins.
+
+--limit NAME=VALUE (repeatable, or comma-separated) sets a limit that keeps the node alive
+under floods; 0 turns one off. The limits and their defaults:
+  ` + limitDefaults() + `
+A request refused by a limit fails with resource-exhausted, naming the limit to raise.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -61,6 +67,17 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Raft.Limits.MaxStateBytes = quotaBytes
+			for _, l := range limits {
+				name, value, _ := strings.Cut(l, "=")
+				if err := cfg.Limits.Set(name, value); err != nil {
+					_ = ln.Close()
+					return usageErr("--limit: %v", err)
+				}
+			}
+			if err := cfg.Limits.Validate(); err != nil {
+				_ = ln.Close()
+				return usageErr("--limit: %v", err)
+			}
 			cfg.Join = join
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
@@ -94,6 +111,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 	f.StringVar(&join, "join", "", "API address of a running member to join through")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
+	f.StringSliceVar(&limits, "limit", nil, "a limit NAME=VALUE (repeatable): "+strings.Join(server.LimitNames(), ", "))
 	return cmd
 }
 
@@ -127,4 +145,14 @@ func flagsFromEnv(cmd *cobra.Command) error {
 		}
 	})
 	return err
+}
+
+// limitDefaults lists every limit with its default, for the help text.
+func limitDefaults() string {
+	d := server.DefaultLimits()
+	var out []string
+	for _, n := range server.LimitNames() {
+		out = append(out, n+"="+d.Get(n))
+	}
+	return strings.Join(out, "\n  ")
 }

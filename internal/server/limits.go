@@ -107,6 +107,24 @@ func LimitNames() []string {
 	return names
 }
 
+// Get returns the limit name as Set reads it ("" for an unknown name).
+func (l *Limits) Get(name string) string {
+	switch p := l.fields()[name].(type) {
+	case *int:
+		return strconv.Itoa(*p)
+	case *float64:
+		return strconv.FormatFloat(*p, 'g', -1, 64)
+	case *time.Duration:
+		return p.String()
+	case *int64:
+		if *p%(1<<20) == 0 && *p > 0 {
+			return strconv.FormatInt(*p>>20, 10) + "MiB"
+		}
+		return strconv.FormatInt(*p, 10)
+	}
+	return ""
+}
+
 // Set sets the limit name (as LimitNames spells it) from value: a count,
 // a rate, a byte count (with KiB, MiB or GiB) or a duration ("90s").
 func (l *Limits) Set(name, value string) error {
@@ -123,7 +141,7 @@ func (l *Limits) Set(name, value string) error {
 	case *time.Duration:
 		*p, err = time.ParseDuration(value)
 	case *int64:
-		*p, err = parseBytes(value)
+		*p, err = ParseBytes(value)
 	}
 	if err != nil {
 		return fmt.Errorf("limit %s=%q: %w", name, value, err)
@@ -131,23 +149,22 @@ func (l *Limits) Set(name, value string) error {
 	return nil
 }
 
-func parseBytes(s string) (int64, error) {
+// ParseBytes reads a byte count: an integer ≥ 0, optionally with KiB, MiB
+// or GiB.
+func ParseBytes(s string) (int64, error) {
 	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
-		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = rest, u.mult
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if v, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = strings.TrimSpace(v), m
 			break
 		}
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil {
-		return 0, err
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a byte count (an integer, optionally with KiB, MiB or GiB)", s)
 	}
-	if n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("out of range")
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("%s%s is too large", s, map[int64]string{1: "", 1 << 10: "KiB", 1 << 20: "MiB", 1 << 30: "GiB"}[mult])
 	}
 	return n * mult, nil
 }
@@ -451,10 +468,13 @@ func (s *Server) endedSessions(ids []string) []string {
 	return out
 }
 
-// unmetered are the procedures the request rate does not count: renewals
+// unmetered are the paths the request rate does not count: renewals
 // touch only the leader's memory and must never be the reason a
-// well-behaved session expires.
+// well-behaved session expires, and a health check or scrape must not
+// fail because another client on the same host floods.
 var unmetered = map[string]bool{
+	"/healthz": true,
+	"/metrics": true,
 	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       true,
 	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: true,
 }
