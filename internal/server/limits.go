@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -518,6 +519,9 @@ func (s *Server) limitHandler(h http.Handler) http.Handler {
 				return
 			}
 		}
+		if bodyCap > 0 && bidi[r.URL.Path] {
+			r.Body = &envelopeCap{ReadCloser: r.Body, limit: l.cfg.RequestBytes}
+		}
 		if bodyCap > 0 && !bidi[r.URL.Path] {
 			if r.ContentLength > bodyCap {
 				fail(w, r, "request-bytes", tooLarge(r.ContentLength, l.cfg.RequestBytes))
@@ -618,4 +622,45 @@ type countedConn struct {
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.n.Add(-1) })
 	return c.Conn.Close()
+}
+
+// envelopeCap bounds each message of a request stream (gRPC, gRPC-Web and
+// Connect streams frame a message with a 5-byte prefix: a flag byte and a
+// big-endian length): a prefix announcing more than limit fails the read
+// at once, so an oversized message is never read, not even to skip it.
+type envelopeCap struct {
+	io.ReadCloser
+	limit  int64
+	left   int64   // bytes of the current message still to pass
+	prefix [5]byte // the prefix being read
+	got    int     // bytes of prefix read
+	err    error   // set once a prefix announced too much
+}
+
+func (e *envelopeCap) Read(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.ReadCloser.Read(p)
+	for i := 0; i < n; {
+		if e.left > 0 {
+			k := min(int64(n-i), e.left)
+			i += int(k)
+			e.left -= k
+			continue
+		}
+		e.prefix[e.got] = p[i]
+		e.got++
+		i++
+		if e.got < len(e.prefix) {
+			continue
+		}
+		e.got = 0
+		e.left = int64(binary.BigEndian.Uint32(e.prefix[1:]))
+		if e.left > e.limit {
+			e.err = api.ToConnect(exhausted("request-bytes", "a stream message of %d bytes exceeds the request limit of %d bytes", e.left, e.limit))
+			return i, nil // the prefix; the message itself is never read
+		}
+	}
+	return n, err
 }

@@ -493,3 +493,23 @@ func TestLimitKVFlood(t *testing.T) {
 		t.Fatal("the KV flood never met the state quota")
 	}
 }
+
+// TestLimitStreamMessage: a KeepAliveStream message larger than the
+// request limit ends the stream with resource-exhausted; the stream's
+// smaller messages before it were answered.
+func TestLimitStreamMessage(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{})
+	st := c.Client.KeepAliveStream(ctxT(t))
+	defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+	mustOK(t, "send", st.Send(&pb.KeepAliveStreamRequest{LeaseId: servertest.UnknownLeaseID()}))
+	m, err := st.Receive()
+	mustOK(t, "receive", err)
+	if m.GetErrorCode() != string(api.CodeLeaseExpired) {
+		t.Fatalf("renewal of an unknown session: %v", m)
+	}
+	if err := st.Send(&pb.KeepAliveStreamRequest{LeaseId: strings.Repeat("a", 2<<20)}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("send: %v", err)
+	}
+	_, err = st.Receive()
+	wantLimit(t, "a 2 MiB stream message", err, "request-bytes")
+}
