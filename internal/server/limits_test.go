@@ -513,3 +513,29 @@ func TestLimitStreamMessage(t *testing.T) {
 	_, err = st.Receive()
 	wantLimit(t, "a 2 MiB stream message", err, "request-bytes")
 }
+
+// TestLimitIdleTimeout: a keep-alive connection with no request in flight
+// is closed after the idle timeout.
+func TestLimitIdleTimeout(t *testing.T) {
+	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.IdleTimeout = 300 * time.Millisecond }))
+	conn, err := net.Dial("tcp", c.Addr)
+	mustOK(t, "dial", err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	mustOK(t, "write", err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	mustOK(t, "read response", err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.Close {
+		t.Fatal("the server closed a keep-alive connection at once")
+	}
+	closed := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, br); closed <- err }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an idle keep-alive connection is still open after 10 s")
+	}
+}
