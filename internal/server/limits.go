@@ -524,9 +524,9 @@ func (s *Server) limitHandler(h http.Handler) http.Handler {
 		}
 		if bodyCap > 0 && !bidi[r.URL.Path] {
 			if r.ContentLength > bodyCap {
+				// Nothing of the body is read; net/http closes an HTTP/1
+				// connection rather than drain a body this large.
 				fail(w, r, "request-bytes", tooLarge(r.ContentLength, l.cfg.RequestBytes))
-				// Nothing of the body was read: close rather than drain it.
-				w.Header().Set("Connection", "close")
 				return
 			}
 			body := &cappedBody{ReadCloser: http.MaxBytesReader(w, r.Body, bodyCap), limit: l.cfg.RequestBytes}
