@@ -43,7 +43,7 @@ func TestCLIWatchFloodBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s, err := c.NewSession(ctx, client.WithTTL(5*time.Second))
+	s, err := c.NewSession(ctx, client.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func TestLimitConnFlood(t *testing.T) {
 				ready() // near full strength
 			}
 		}
-		_ = servertest.Eventually(10*time.Second, func() bool { return refused.Load() >= 1700 })
+		_ = servertest.Eventually(45*time.Second, func() bool { return refused.Load() >= 1700 })
 		ready()
 		<-ctx.Done()
 		wg.Wait()
