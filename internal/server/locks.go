@@ -35,7 +35,13 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
 		id := newLeaseID()
-		if _, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers()}}}); err != nil {
+		created, err := h.s.lim.reserveSession(ctx, id, h.s.endedSessions)
+		if err != nil {
+			return nil, err
+		}
+		_, err = h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers()}}})
+		created()
+		if err != nil {
 			return nil, err
 		}
 		_, _ = h.s.lessor.Renew(id) // the TTL counts from this answer
@@ -419,6 +425,11 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
 	}
+	release, err := h.s.lim.stream(ctx, h.s.lim.watches)
+	if err != nil {
+		return err
+	}
+	defer release()
 	w := h.s.hub.watch(req.Msg.GetPrefix())
 	defer h.s.hub.unwatch(w)
 	// Send headers now so the caller knows the watch is registered.
