@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, connect, EventType, isCode, LeaseholdError, LeaseLostError, ReleasedError, type Client, type Event } from "../src/index.js";
 import { nodeTransport } from "../src/node.js";
-import { aborted, Server, until } from "./server.js";
+import { Server, until } from "./server.js";
 
 describe("leasehold client", () => {
   const server = new Server();
@@ -170,12 +170,19 @@ describe("leasehold client", () => {
     }
   });
 
-  test("a server that is not there fails fast with unavailable", async () => {
+  test("a server that is not there fails fast with unavailable; a live endpoint after it serves", async () => {
     const stopped = new Server();
     await stopped.start();
     const addr = stopped.addr;
     await stopped.close();
     const dead = connect({ endpoints: [addr], transport: nodeTransport() });
     await assert.rejects(dead.kvGet("k"), (e: unknown) => e instanceof LeaseholdError && e.code === Code.Unavailable && e.message.includes("no server at " + addr));
+    // With a live endpoint after the dead one, calls move on to it.
+    const both = connect({ endpoints: [addr, server.addr], transport: nodeTransport() });
+    const s = await both.session({ ttlMs: 5000 });
+    const l = await s.tryAcquire("t:failover");
+    await both.kvPut("t:failover", "v", l.token);
+    assert.equal((await both.kvGet("t:failover")).token, l.token);
+    await s.close();
   });
 });
