@@ -36,7 +36,17 @@ export class Server {
   async start(listen = "127.0.0.1:0"): Promise<void> {
     const proc = spawn(binary(), ["serve", "--data", this.dataDir, "--listen", listen], { stdio: ["ignore", "pipe", "pipe"] });
     this.#proc = proc;
-    this.#exited = new Promise((r) => proc.once("exit", () => r()));
+    // If the test process ends without stopping it, the server goes too.
+    const orphaned = () => {
+      if (proc.exitCode === null && proc.pid !== undefined) process.kill(proc.pid, "SIGKILL");
+    };
+    process.once("exit", orphaned);
+    this.#exited = new Promise((r) =>
+      proc.once("exit", () => {
+        process.removeListener("exit", orphaned);
+        r();
+      }),
+    );
     const onData = (b: Buffer) => {
       this.#log += b.toString();
     };
