@@ -1766,7 +1766,7 @@ func (x *WatchResponse) GetEvent() *Event {
 	return nil
 }
 
-type KVPutRequest struct {
+type KvPutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
@@ -1777,20 +1777,20 @@ type KVPutRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *KVPutRequest) Reset() {
-	*x = KVPutRequest{}
+func (x *KvPutRequest) Reset() {
+	*x = KvPutRequest{}
 	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *KVPutRequest) String() string {
+func (x *KvPutRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*KVPutRequest) ProtoMessage() {}
+func (*KvPutRequest) ProtoMessage() {}
 
-func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
+func (x *KvPutRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1802,40 +1802,40 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
-func (*KVPutRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use KvPutRequest.ProtoReflect.Descriptor instead.
+func (*KvPutRequest) Descriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
-func (x *KVPutRequest) GetKey() string {
+func (x *KvPutRequest) GetKey() string {
 	if x != nil {
 		return x.Key
 	}
 	return ""
 }
 
-func (x *KVPutRequest) GetValue() []byte {
+func (x *KvPutRequest) GetValue() []byte {
 	if x != nil {
 		return x.Value
 	}
 	return nil
 }
 
-func (x *KVPutRequest) GetToken() uint64 {
+func (x *KvPutRequest) GetToken() uint64 {
 	if x != nil {
 		return x.Token
 	}
 	return 0
 }
 
-func (x *KVPutRequest) GetStrict() bool {
+func (x *KvPutRequest) GetStrict() bool {
 	if x != nil {
 		return x.Strict
 	}
 	return false
 }
 
-type KVPutResponse struct {
+type KvPutResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
@@ -1843,20 +1843,20 @@ type KVPutResponse struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *KVPutResponse) Reset() {
-	*x = KVPutResponse{}
+func (x *KvPutResponse) Reset() {
+	*x = KvPutResponse{}
 	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *KVPutResponse) String() string {
+func (x *KvPutResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*KVPutResponse) ProtoMessage() {}
+func (*KvPutResponse) ProtoMessage() {}
 
-func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
+func (x *KvPutResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1868,26 +1868,26 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
-func (*KVPutResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use KvPutResponse.ProtoReflect.Descriptor instead.
+func (*KvPutResponse) Descriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
-func (x *KVPutResponse) GetKey() string {
+func (x *KvPutResponse) GetKey() string {
 	if x != nil {
 		return x.Key
 	}
 	return ""
 }
 
-func (x *KVPutResponse) GetToken() uint64 {
+func (x *KvPutResponse) GetToken() uint64 {
 	if x != nil {
 		return x.Token
 	}
 	return 0
 }
 
-type KVGetRequest struct {
+type KvGetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Stale         bool                   `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
@@ -1895,20 +1895,20 @@ type KVGetRequest struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *KVGetRequest) Reset() {
-	*x = KVGetRequest{}
+func (x *KvGetRequest) Reset() {
+	*x = KvGetRequest{}
 	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *KVGetRequest) String() string {
+func (x *KvGetRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*KVGetRequest) ProtoMessage() {}
+func (*KvGetRequest) ProtoMessage() {}
 
-func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
+func (x *KvGetRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1920,26 +1920,26 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
-func (*KVGetRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use KvGetRequest.ProtoReflect.Descriptor instead.
+func (*KvGetRequest) Descriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
-func (x *KVGetRequest) GetKey() string {
+func (x *KvGetRequest) GetKey() string {
 	if x != nil {
 		return x.Key
 	}
 	return ""
 }
 
-func (x *KVGetRequest) GetStale() bool {
+func (x *KvGetRequest) GetStale() bool {
 	if x != nil {
 		return x.Stale
 	}
 	return false
 }
 
-type KVGetResponse struct {
+type KvGetResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
@@ -1948,20 +1948,20 @@ type KVGetResponse struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *KVGetResponse) Reset() {
-	*x = KVGetResponse{}
+func (x *KvGetResponse) Reset() {
+	*x = KvGetResponse{}
 	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *KVGetResponse) String() string {
+func (x *KvGetResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*KVGetResponse) ProtoMessage() {}
+func (*KvGetResponse) ProtoMessage() {}
 
-func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
+func (x *KvGetResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1973,26 +1973,26 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
-func (*KVGetResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use KvGetResponse.ProtoReflect.Descriptor instead.
+func (*KvGetResponse) Descriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
-func (x *KVGetResponse) GetKey() string {
+func (x *KvGetResponse) GetKey() string {
 	if x != nil {
 		return x.Key
 	}
 	return ""
 }
 
-func (x *KVGetResponse) GetValue() []byte {
+func (x *KvGetResponse) GetValue() []byte {
 	if x != nil {
 		return x.Value
 	}
 	return nil
 }
 
-func (x *KVGetResponse) GetToken() uint64 {
+func (x *KvGetResponse) GetToken() uint64 {
 	if x != nil {
 		return x.Token
 	}
@@ -2996,18 +2996,18 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\aunix_ms\x18\a \x01(\x03R\x06unixMs\":\n" +
 	"\rWatchResponse\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event\"d\n" +
-	"\fKVPutRequest\x12\x10\n" +
+	"\fKvPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06strict\x18\x04 \x01(\bR\x06strict\"7\n" +
-	"\rKVPutResponse\x12\x10\n" +
+	"\rKvPutResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"6\n" +
-	"\fKVGetRequest\x12\x10\n" +
+	"\fKvGetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"M\n" +
-	"\rKVGetResponse\x12\x10\n" +
+	"\rKvGetResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\"Q\n" +
@@ -3086,8 +3086,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12=\n" +
 	"\x04List\x12\x19.leasehold.v1.ListRequest\x1a\x1a.leasehold.v1.ListResponse\x12B\n" +
 	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1b.leasehold.v1.WatchResponse0\x01\x12@\n" +
-	"\x05KVPut\x12\x1a.leasehold.v1.KVPutRequest\x1a\x1b.leasehold.v1.KVPutResponse\x12@\n" +
-	"\x05KVGet\x12\x1a.leasehold.v1.KVGetRequest\x1a\x1b.leasehold.v1.KVGetResponse\x12I\n" +
+	"\x05KvPut\x12\x1a.leasehold.v1.KvPutRequest\x1a\x1b.leasehold.v1.KvPutResponse\x12@\n" +
+	"\x05KvGet\x12\x1a.leasehold.v1.KvGetRequest\x1a\x1b.leasehold.v1.KvGetResponse\x12I\n" +
 	"\bKvDelete\x12\x1d.leasehold.v1.KvDeleteRequest\x1a\x1e.leasehold.v1.KvDeleteResponse2\xf5\x03\n" +
 	"\x0eClusterService\x12F\n" +
 	"\aMembers\x12\x1c.leasehold.v1.MembersRequest\x1a\x1d.leasehold.v1.MembersResponse\x12L\n" +
@@ -3141,10 +3141,10 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*WatchRequest)(nil),            // 26: leasehold.v1.WatchRequest
 	(*Event)(nil),                   // 27: leasehold.v1.Event
 	(*WatchResponse)(nil),           // 28: leasehold.v1.WatchResponse
-	(*KVPutRequest)(nil),            // 29: leasehold.v1.KVPutRequest
-	(*KVPutResponse)(nil),           // 30: leasehold.v1.KVPutResponse
-	(*KVGetRequest)(nil),            // 31: leasehold.v1.KVGetRequest
-	(*KVGetResponse)(nil),           // 32: leasehold.v1.KVGetResponse
+	(*KvPutRequest)(nil),            // 29: leasehold.v1.KvPutRequest
+	(*KvPutResponse)(nil),           // 30: leasehold.v1.KvPutResponse
+	(*KvGetRequest)(nil),            // 31: leasehold.v1.KvGetRequest
+	(*KvGetResponse)(nil),           // 32: leasehold.v1.KvGetResponse
 	(*KvDeleteRequest)(nil),         // 33: leasehold.v1.KvDeleteRequest
 	(*KvDeleteResponse)(nil),        // 34: leasehold.v1.KvDeleteResponse
 	(*SnapshotRequest)(nil),         // 35: leasehold.v1.SnapshotRequest
@@ -3189,8 +3189,8 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	21, // 23: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
 	24, // 24: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
 	26, // 25: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	29, // 26: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
-	31, // 27: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
+	29, // 26: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
+	31, // 27: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
 	33, // 28: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
 	41, // 29: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
 	43, // 30: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
@@ -3209,8 +3209,8 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	23, // 43: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
 	25, // 44: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
 	28, // 45: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	30, // 46: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
-	32, // 47: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
+	30, // 46: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
+	32, // 47: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
 	34, // 48: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
 	42, // 49: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
 	44, // 50: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse

@@ -452,7 +452,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	}
 }
 
-func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRequest]) (*connect.Response[pb.KVPutResponse], error) {
+func (h *lockService) KvPut(ctx context.Context, req *connect.Request[pb.KvPutRequest]) (*connect.Response[pb.KvPutResponse], error) {
 	m := req.Msg
 	err := checkKey(m.GetKey())
 	if err == nil {
@@ -464,7 +464,7 @@ func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRe
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
-	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KVPutRequest) (*pb.KVPutResponse, error) {
+	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KvPutRequest) (*pb.KvPutResponse, error) {
 		// A write that cannot fit is refused before it costs a log entry.
 		var full error
 		h.s.node.Read(func(fm *fsm.Machine) { full = fm.CheckKVPut(m.GetKey(), m.GetValue()) })
@@ -475,15 +475,15 @@ func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRe
 		if err != nil {
 			return nil, err
 		}
-		return &pb.KVPutResponse{Key: m.GetKey(), Token: m.GetToken()}, nil
-	}, client.KVPut)
+		return &pb.KvPutResponse{Key: m.GetKey(), Token: m.GetToken()}, nil
+	}, client.KvPut)
 }
 
-func (h *lockService) KVGet(ctx context.Context, req *connect.Request[pb.KVGetRequest]) (*connect.Response[pb.KVGetResponse], error) {
+func (h *lockService) KvGet(ctx context.Context, req *connect.Request[pb.KvGetRequest]) (*connect.Response[pb.KvGetResponse], error) {
 	if err := checkKey(req.Msg.GetKey()); err != nil {
 		return nil, api.ToConnect(err)
 	}
-	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.KVGetRequest) (*pb.KVGetResponse, error) {
+	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.KvGetRequest) (*pb.KvGetResponse, error) {
 		var e *fsmpb.KV
 		h.s.node.Read(func(fm *fsm.Machine) { e = fm.KV(m.GetKey()) })
 		if e == nil {
@@ -492,8 +492,8 @@ func (h *lockService) KVGet(ctx context.Context, req *connect.Request[pb.KVGetRe
 		if e.GetDeleted() {
 			return nil, api.Errorf(api.CodeNotFound, "key %q was deleted with token %d", m.GetKey(), e.GetToken())
 		}
-		return &pb.KVGetResponse{Key: e.GetKey(), Value: e.GetValue(), Token: e.GetToken()}, nil
-	}, client.KVGet)
+		return &pb.KvGetResponse{Key: e.GetKey(), Value: e.GetValue(), Token: e.GetToken()}, nil
+	}, client.KvGet)
 }
 
 func (h *lockService) KvDelete(ctx context.Context, req *connect.Request[pb.KvDeleteRequest]) (*connect.Response[pb.KvDeleteResponse], error) {
