@@ -321,7 +321,7 @@ func TestLimitRequestBody(t *testing.T) {
 
 	t.Run("a compressed message is bounded after decompression", func(t *testing.T) {
 		gz := leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: h2c()}, c.URL, connect.WithGRPC(), connect.WithSendGzip())
-		_, err := gz.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "k", Value: make([]byte, 2<<20), Token: 1}))
+		_, err := gz.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "k", Value: make([]byte, 2<<20), Token: 1}))
 		wantCode(t, "KVPut of 2 MiB zeros, gzip'd", err, api.CodeResourceExhausted)
 	})
 }
@@ -480,7 +480,7 @@ func TestLimitKVFlood(t *testing.T) {
 	var full atomic.Bool
 	k.during("64 KiB KV flood", idle, func(ctx context.Context, ready func()) {
 		for i := 0; i < 1000 && ctx.Err() == nil; i++ {
-			_, err := a.KVPut(ctx, req(&pb.KVPutRequest{Key: fmt.Sprint("flood/", i), Value: make([]byte, 64<<10), Token: tok}))
+			_, err := a.KvPut(ctx, req(&pb.KvPutRequest{Key: fmt.Sprint("flood/", i), Value: make([]byte, 64<<10), Token: tok}))
 			if api.CodeOf(err) == api.CodeResourceExhausted {
 				full.Store(true)
 				ready()
