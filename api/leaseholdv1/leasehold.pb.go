@@ -28,6 +28,57 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// LockMode is how a request shares its name with other holders.
+type LockMode int32
+
+const (
+	// LOCK_MODE_EXCLUSIVE: one holder, or one per permit of a semaphore.
+	LockMode_LOCK_MODE_EXCLUSIVE LockMode = 0
+	// LOCK_MODE_SHARED: any number of shared holders and no exclusive one (a
+	// read lock; the write lock is exclusive). A queued request blocks every
+	// later one, so writers do not starve.
+	LockMode_LOCK_MODE_SHARED LockMode = 1
+)
+
+// Enum value maps for LockMode.
+var (
+	LockMode_name = map[int32]string{
+		0: "LOCK_MODE_EXCLUSIVE",
+		1: "LOCK_MODE_SHARED",
+	}
+	LockMode_value = map[string]int32{
+		"LOCK_MODE_EXCLUSIVE": 0,
+		"LOCK_MODE_SHARED":    1,
+	}
+)
+
+func (x LockMode) Enum() *LockMode {
+	p := new(LockMode)
+	*p = x
+	return p
+}
+
+func (x LockMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_leasehold_proto_enumTypes[0].Descriptor()
+}
+
+func (LockMode) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_leasehold_proto_enumTypes[0]
+}
+
+func (x LockMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockMode.Descriptor instead.
+func (LockMode) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{0}
+}
+
 type EventType int32
 
 const (
@@ -38,18 +89,22 @@ const (
 	EventType_EVENT_TYPE_QUEUED           EventType = 4
 	EventType_EVENT_TYPE_DEQUEUED         EventType = 5
 	EventType_EVENT_TYPE_LOCK_DELAY_ENDED EventType = 6
+	// EVENT_TYPE_PROCLAIMED: a holding's value changed (an election's leader
+	// proclaimed a new value); token is the holding's.
+	EventType_EVENT_TYPE_PROCLAIMED EventType = 20
 )
 
 // Enum value maps for EventType.
 var (
 	EventType_name = map[int32]string{
-		0: "EVENT_TYPE_UNSPECIFIED",
-		1: "EVENT_TYPE_ACQUIRED",
-		2: "EVENT_TYPE_RELEASED",
-		3: "EVENT_TYPE_EXPIRED",
-		4: "EVENT_TYPE_QUEUED",
-		5: "EVENT_TYPE_DEQUEUED",
-		6: "EVENT_TYPE_LOCK_DELAY_ENDED",
+		0:  "EVENT_TYPE_UNSPECIFIED",
+		1:  "EVENT_TYPE_ACQUIRED",
+		2:  "EVENT_TYPE_RELEASED",
+		3:  "EVENT_TYPE_EXPIRED",
+		4:  "EVENT_TYPE_QUEUED",
+		5:  "EVENT_TYPE_DEQUEUED",
+		6:  "EVENT_TYPE_LOCK_DELAY_ENDED",
+		20: "EVENT_TYPE_PROCLAIMED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED":      0,
@@ -59,6 +114,7 @@ var (
 		"EVENT_TYPE_QUEUED":           4,
 		"EVENT_TYPE_DEQUEUED":         5,
 		"EVENT_TYPE_LOCK_DELAY_ENDED": 6,
+		"EVENT_TYPE_PROCLAIMED":       20,
 	}
 )
 
@@ -73,11 +129,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_leasehold_proto_enumTypes[0].Descriptor()
+	return file_leasehold_v1_leasehold_proto_enumTypes[1].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_leasehold_proto_enumTypes[0]
+	return &file_leasehold_v1_leasehold_proto_enumTypes[1]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -86,7 +142,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{1}
 }
 
 // ErrorDetail is attached to every error status leasehold returns.
@@ -574,7 +630,14 @@ type AcquireRequest struct {
 	// non-zero id, so that it can withdraw the request, or release the grant
 	// it never learned, with CancelWait(name, lease_id, wait_id). 0: the
 	// server picks one.
-	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	WaitId uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	// mode, permits and value: see LockMode (the recipes in the README).
+	Mode LockMode `protobuf:"varint,20,opt,name=mode,proto3,enum=leasehold.v1.LockMode" json:"mode,omitempty"`
+	// permits makes the name a semaphore of that many holders (0 and 1: one;
+	// at most 1000); every request for a name must carry its current permits.
+	Permits uint32 `protobuf:"varint,21,opt,name=permits,proto3" json:"permits,omitempty"`
+	// value is the holding's value (an election candidate's proclamation).
+	Value         []byte `protobuf:"bytes,22,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -644,6 +707,27 @@ func (x *AcquireRequest) GetWaitId() uint64 {
 	return 0
 }
 
+func (x *AcquireRequest) GetMode() LockMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LockMode_LOCK_MODE_EXCLUSIVE
+}
+
+func (x *AcquireRequest) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type AcquireResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Holding *Holding               `protobuf:"bytes,1,opt,name=holding,proto3" json:"holding,omitempty"`
@@ -705,7 +789,10 @@ type TryAcquireRequest struct {
 	LockDelayMs int64                  `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// wait_id: as in AcquireRequest; CancelWait releases a grant whose answer
 	// was lost.
-	WaitId        uint64 `protobuf:"varint,4,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	WaitId        uint64   `protobuf:"varint,4,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	Mode          LockMode `protobuf:"varint,20,opt,name=mode,proto3,enum=leasehold.v1.LockMode" json:"mode,omitempty"`
+	Permits       uint32   `protobuf:"varint,21,opt,name=permits,proto3" json:"permits,omitempty"`
+	Value         []byte   `protobuf:"bytes,22,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -766,6 +853,27 @@ func (x *TryAcquireRequest) GetWaitId() uint64 {
 		return x.WaitId
 	}
 	return 0
+}
+
+func (x *TryAcquireRequest) GetMode() LockMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LockMode_LOCK_MODE_EXCLUSIVE
+}
+
+func (x *TryAcquireRequest) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *TryAcquireRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type TryAcquireResponse struct {
@@ -1029,10 +1137,16 @@ type Holding struct {
 	Token   uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	Owner   string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	// acquired_unix_ms is the leader's wall clock at grant (for display only).
-	AcquiredUnixMs int64 `protobuf:"varint,5,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
-	LockDelayMs    int64 `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	AcquiredUnixMs int64    `protobuf:"varint,5,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
+	LockDelayMs    int64    `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	Mode           LockMode `protobuf:"varint,20,opt,name=mode,proto3,enum=leasehold.v1.LockMode" json:"mode,omitempty"`
+	// slot is the permit this holding occupies (0..permits-1); a semaphore
+	// holder fences its slot with the key NAME/slot/SLOT.
+	Slot uint32 `protobuf:"varint,21,opt,name=slot,proto3" json:"slot,omitempty"`
+	// value is the holding's value (the leader's proclamation in an election).
+	Value         []byte `protobuf:"bytes,22,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Holding) Reset() {
@@ -1105,6 +1219,27 @@ func (x *Holding) GetLockDelayMs() int64 {
 		return x.LockDelayMs
 	}
 	return 0
+}
+
+func (x *Holding) GetMode() LockMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LockMode_LOCK_MODE_EXCLUSIVE
+}
+
+func (x *Holding) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Holding) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type Waiter struct {
@@ -1231,7 +1366,11 @@ type LockInfo struct {
 	RemainingMs int64     `protobuf:"varint,3,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
 	Waiters     []*Waiter `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	// delayed is true while the name is in lock-delay.
-	Delayed       bool `protobuf:"varint,5,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Delayed bool `protobuf:"varint,5,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	// holders lists every holding, in grant order; holder is the first.
+	Holders []*Holding `protobuf:"bytes,20,rep,name=holders,proto3" json:"holders,omitempty"`
+	// permits is the name's semaphore size (1 for a lock).
+	Permits       uint32 `protobuf:"varint,21,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1299,6 +1438,20 @@ func (x *LockInfo) GetDelayed() bool {
 		return x.Delayed
 	}
 	return false
+}
+
+func (x *LockInfo) GetHolders() []*Holding {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *LockInfo) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
 }
 
 type StatusResponse struct {
@@ -1511,8 +1664,10 @@ type Event struct {
 	Owner   string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	Token   uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
 	// index is the Raft log index of the entry that caused the event.
-	Index         uint64 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
-	UnixMs        int64  `protobuf:"varint,7,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	Index  uint64 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	UnixMs int64  `protobuf:"varint,7,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	// value is the holding's value, for ACQUIRED and PROCLAIMED.
+	Value         []byte `protobuf:"bytes,20,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1594,6 +1749,13 @@ func (x *Event) GetUnixMs() int64 {
 		return x.UnixMs
 	}
 	return 0
+}
+
+func (x *Event) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type WatchResponse struct {
@@ -2766,21 +2928,27 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x03(\tR\breleased\"\x95\x01\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\"\xf1\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x17\n" +
 	"\await_ms\x18\x03 \x01(\x03R\x06waitMs\x12\"\n" +
 	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x17\n" +
-	"\await_id\x18\x05 \x01(\x04R\x06waitId\"Y\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\x12*\n" +
+	"\x04mode\x18\x14 \x01(\x0e2\x16.leasehold.v1.LockModeR\x04mode\x12\x18\n" +
+	"\apermits\x18\x15 \x01(\rR\apermits\x12\x14\n" +
+	"\x05value\x18\x16 \x01(\fR\x05value\"Y\n" +
 	"\x0fAcquireResponse\x12/\n" +
 	"\aholding\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\aholding\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\x7f\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\xdb\x01\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x17\n" +
-	"\await_id\x18\x04 \x01(\x04R\x06waitId\"\\\n" +
+	"\await_id\x18\x04 \x01(\x04R\x06waitId\x12*\n" +
+	"\x04mode\x18\x14 \x01(\x0e2\x16.leasehold.v1.LockModeR\x04mode\x12\x18\n" +
+	"\apermits\x18\x15 \x01(\rR\apermits\x12\x14\n" +
+	"\x05value\x18\x16 \x01(\fR\x05value\"\\\n" +
 	"\x12TryAcquireResponse\x12/\n" +
 	"\aholding\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\aholding\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"U\n" +
@@ -2794,27 +2962,32 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\await_id\x18\x03 \x01(\x04R\x06waitId\"\x14\n" +
 	"\x12CancelWaitResponse\"<\n" +
 	"\x0fReleaseResponse\x12)\n" +
-	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xb2\x01\n" +
+	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\x88\x02\n" +
 	"\aHolding\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12(\n" +
 	"\x10acquired_unix_ms\x18\x05 \x01(\x03R\x0eacquiredUnixMs\x12\"\n" +
-	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\"_\n" +
+	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12*\n" +
+	"\x04mode\x18\x14 \x01(\x0e2\x16.leasehold.v1.LockModeR\x04mode\x12\x12\n" +
+	"\x04slot\x18\x15 \x01(\rR\x04slot\x12\x14\n" +
+	"\x05value\x18\x16 \x01(\fR\x05value\"_\n" +
 	"\x06Waiter\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12$\n" +
 	"\x0equeued_unix_ms\x18\x03 \x01(\x03R\fqueuedUnixMs\"9\n" +
 	"\rStatusRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05stale\x18\x02 \x01(\bR\x05stale\"\xba\x01\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\x85\x02\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x06holder\x18\x02 \x01(\v2\x15.leasehold.v1.HoldingR\x06holder\x12!\n" +
 	"\fremaining_ms\x18\x03 \x01(\x03R\vremainingMs\x12.\n" +
 	"\awaiters\x18\x04 \x03(\v2\x14.leasehold.v1.WaiterR\awaiters\x12\x18\n" +
-	"\adelayed\x18\x05 \x01(\bR\adelayed\"<\n" +
+	"\adelayed\x18\x05 \x01(\bR\adelayed\x12/\n" +
+	"\aholders\x18\x14 \x03(\v2\x15.leasehold.v1.HoldingR\aholders\x12\x18\n" +
+	"\apermits\x18\x15 \x01(\rR\apermits\"<\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x04lock\x18\x01 \x01(\v2\x16.leasehold.v1.LockInfoR\x04lock\"Q\n" +
 	"\vListRequest\x12\x16\n" +
@@ -2825,7 +2998,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05locks\x18\x01 \x03(\v2\x16.leasehold.v1.LockInfoR\x05locks\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"&\n" +
 	"\fWatchRequest\x12\x16\n" +
-	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\xbe\x01\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\xd4\x01\n" +
 	"\x05Event\x12+\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x17.leasehold.v1.EventTypeR\x04type\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -2833,7 +3006,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12\x17\n" +
-	"\aunix_ms\x18\a \x01(\x03R\x06unixMs\":\n" +
+	"\aunix_ms\x18\a \x01(\x03R\x06unixMs\x12\x14\n" +
+	"\x05value\x18\x14 \x01(\fR\x05value\":\n" +
 	"\rWatchResponse\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event\"d\n" +
 	"\fKVPutRequest\x12\x10\n" +
@@ -2900,7 +3074,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x15TransferLeaderRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"5\n" +
 	"\x16TransferLeaderResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId*\xc2\x01\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId*9\n" +
+	"\bLockMode\x12\x17\n" +
+	"\x13LOCK_MODE_EXCLUSIVE\x10\x00\x12\x14\n" +
+	"\x10LOCK_MODE_SHARED\x10\x01*\xdd\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
@@ -2908,7 +3085,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
 	"\x11EVENT_TYPE_QUEUED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_DEQUEUED\x10\x05\x12\x1f\n" +
-	"\x1bEVENT_TYPE_LOCK_DELAY_ENDED\x10\x062\xbe\b\n" +
+	"\x1bEVENT_TYPE_LOCK_DELAY_ENDED\x10\x06\x12\x19\n" +
+	"\x15EVENT_TYPE_PROCLAIMED\x10\x142\xbe\b\n" +
 	"\x10LeaseholdService\x12X\n" +
 	"\rCreateSession\x12\".leasehold.v1.CreateSessionRequest\x1a#.leasehold.v1.CreateSessionResponse\x12L\n" +
 	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse\x12b\n" +
@@ -2946,117 +3124,122 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
-	(EventType)(0),                  // 0: leasehold.v1.EventType
-	(*ErrorDetail)(nil),             // 1: leasehold.v1.ErrorDetail
-	(*CreateSessionRequest)(nil),    // 2: leasehold.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 3: leasehold.v1.CreateSessionResponse
-	(*KeepAliveRequest)(nil),        // 4: leasehold.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),       // 5: leasehold.v1.KeepAliveResponse
-	(*KeepAliveStreamRequest)(nil),  // 6: leasehold.v1.KeepAliveStreamRequest
-	(*KeepAliveStreamResponse)(nil), // 7: leasehold.v1.KeepAliveStreamResponse
-	(*CloseSessionRequest)(nil),     // 8: leasehold.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 9: leasehold.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),          // 10: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),         // 11: leasehold.v1.AcquireResponse
-	(*TryAcquireRequest)(nil),       // 12: leasehold.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),      // 13: leasehold.v1.TryAcquireResponse
-	(*ReleaseRequest)(nil),          // 14: leasehold.v1.ReleaseRequest
-	(*CancelWaitRequest)(nil),       // 15: leasehold.v1.CancelWaitRequest
-	(*CancelWaitResponse)(nil),      // 16: leasehold.v1.CancelWaitResponse
-	(*ReleaseResponse)(nil),         // 17: leasehold.v1.ReleaseResponse
-	(*Holding)(nil),                 // 18: leasehold.v1.Holding
-	(*Waiter)(nil),                  // 19: leasehold.v1.Waiter
-	(*StatusRequest)(nil),           // 20: leasehold.v1.StatusRequest
-	(*LockInfo)(nil),                // 21: leasehold.v1.LockInfo
-	(*StatusResponse)(nil),          // 22: leasehold.v1.StatusResponse
-	(*ListRequest)(nil),             // 23: leasehold.v1.ListRequest
-	(*ListResponse)(nil),            // 24: leasehold.v1.ListResponse
-	(*WatchRequest)(nil),            // 25: leasehold.v1.WatchRequest
-	(*Event)(nil),                   // 26: leasehold.v1.Event
-	(*WatchResponse)(nil),           // 27: leasehold.v1.WatchResponse
-	(*KVPutRequest)(nil),            // 28: leasehold.v1.KVPutRequest
-	(*KVPutResponse)(nil),           // 29: leasehold.v1.KVPutResponse
-	(*KVGetRequest)(nil),            // 30: leasehold.v1.KVGetRequest
-	(*KVGetResponse)(nil),           // 31: leasehold.v1.KVGetResponse
-	(*KvDeleteRequest)(nil),         // 32: leasehold.v1.KvDeleteRequest
-	(*KvDeleteResponse)(nil),        // 33: leasehold.v1.KvDeleteResponse
-	(*SnapshotRequest)(nil),         // 34: leasehold.v1.SnapshotRequest
-	(*SnapshotInfo)(nil),            // 35: leasehold.v1.SnapshotInfo
-	(*SnapshotResponse)(nil),        // 36: leasehold.v1.SnapshotResponse
-	(*BumpTokenRequest)(nil),        // 37: leasehold.v1.BumpTokenRequest
-	(*BumpTokenResponse)(nil),       // 38: leasehold.v1.BumpTokenResponse
-	(*Member)(nil),                  // 39: leasehold.v1.Member
-	(*MembersRequest)(nil),          // 40: leasehold.v1.MembersRequest
-	(*MembersResponse)(nil),         // 41: leasehold.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 42: leasehold.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 43: leasehold.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 44: leasehold.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 45: leasehold.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),   // 46: leasehold.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),  // 47: leasehold.v1.TransferLeaderResponse
+	(LockMode)(0),                   // 0: leasehold.v1.LockMode
+	(EventType)(0),                  // 1: leasehold.v1.EventType
+	(*ErrorDetail)(nil),             // 2: leasehold.v1.ErrorDetail
+	(*CreateSessionRequest)(nil),    // 3: leasehold.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 4: leasehold.v1.CreateSessionResponse
+	(*KeepAliveRequest)(nil),        // 5: leasehold.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),       // 6: leasehold.v1.KeepAliveResponse
+	(*KeepAliveStreamRequest)(nil),  // 7: leasehold.v1.KeepAliveStreamRequest
+	(*KeepAliveStreamResponse)(nil), // 8: leasehold.v1.KeepAliveStreamResponse
+	(*CloseSessionRequest)(nil),     // 9: leasehold.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 10: leasehold.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),          // 11: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),         // 12: leasehold.v1.AcquireResponse
+	(*TryAcquireRequest)(nil),       // 13: leasehold.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),      // 14: leasehold.v1.TryAcquireResponse
+	(*ReleaseRequest)(nil),          // 15: leasehold.v1.ReleaseRequest
+	(*CancelWaitRequest)(nil),       // 16: leasehold.v1.CancelWaitRequest
+	(*CancelWaitResponse)(nil),      // 17: leasehold.v1.CancelWaitResponse
+	(*ReleaseResponse)(nil),         // 18: leasehold.v1.ReleaseResponse
+	(*Holding)(nil),                 // 19: leasehold.v1.Holding
+	(*Waiter)(nil),                  // 20: leasehold.v1.Waiter
+	(*StatusRequest)(nil),           // 21: leasehold.v1.StatusRequest
+	(*LockInfo)(nil),                // 22: leasehold.v1.LockInfo
+	(*StatusResponse)(nil),          // 23: leasehold.v1.StatusResponse
+	(*ListRequest)(nil),             // 24: leasehold.v1.ListRequest
+	(*ListResponse)(nil),            // 25: leasehold.v1.ListResponse
+	(*WatchRequest)(nil),            // 26: leasehold.v1.WatchRequest
+	(*Event)(nil),                   // 27: leasehold.v1.Event
+	(*WatchResponse)(nil),           // 28: leasehold.v1.WatchResponse
+	(*KVPutRequest)(nil),            // 29: leasehold.v1.KVPutRequest
+	(*KVPutResponse)(nil),           // 30: leasehold.v1.KVPutResponse
+	(*KVGetRequest)(nil),            // 31: leasehold.v1.KVGetRequest
+	(*KVGetResponse)(nil),           // 32: leasehold.v1.KVGetResponse
+	(*KvDeleteRequest)(nil),         // 33: leasehold.v1.KvDeleteRequest
+	(*KvDeleteResponse)(nil),        // 34: leasehold.v1.KvDeleteResponse
+	(*SnapshotRequest)(nil),         // 35: leasehold.v1.SnapshotRequest
+	(*SnapshotInfo)(nil),            // 36: leasehold.v1.SnapshotInfo
+	(*SnapshotResponse)(nil),        // 37: leasehold.v1.SnapshotResponse
+	(*BumpTokenRequest)(nil),        // 38: leasehold.v1.BumpTokenRequest
+	(*BumpTokenResponse)(nil),       // 39: leasehold.v1.BumpTokenResponse
+	(*Member)(nil),                  // 40: leasehold.v1.Member
+	(*MembersRequest)(nil),          // 41: leasehold.v1.MembersRequest
+	(*MembersResponse)(nil),         // 42: leasehold.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 43: leasehold.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 44: leasehold.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 45: leasehold.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 46: leasehold.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),   // 47: leasehold.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),  // 48: leasehold.v1.TransferLeaderResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	18, // 0: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
-	18, // 1: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
-	18, // 2: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
-	18, // 3: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
-	19, // 4: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
-	21, // 5: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
-	21, // 6: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
-	0,  // 7: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	26, // 8: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	35, // 9: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
-	39, // 10: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	39, // 11: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	39, // 12: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
-	2,  // 13: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
-	4,  // 14: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	6,  // 15: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
-	8,  // 16: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
-	10, // 17: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	12, // 18: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
-	14, // 19: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	15, // 20: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
-	20, // 21: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	23, // 22: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	25, // 23: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	28, // 24: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
-	30, // 25: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
-	32, // 26: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
-	40, // 27: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	42, // 28: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	44, // 29: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	46, // 30: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	37, // 31: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
-	34, // 32: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
-	3,  // 33: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	5,  // 34: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	7,  // 35: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	9,  // 36: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	11, // 37: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	13, // 38: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	17, // 39: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	16, // 40: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
-	22, // 41: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	24, // 42: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	27, // 43: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	29, // 44: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
-	31, // 45: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
-	33, // 46: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
-	41, // 47: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	43, // 48: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	45, // 49: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	47, // 50: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	38, // 51: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
-	36, // 52: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
-	33, // [33:53] is the sub-list for method output_type
-	13, // [13:33] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	0,  // 0: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	19, // 1: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
+	0,  // 2: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	19, // 3: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
+	19, // 4: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
+	0,  // 5: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
+	19, // 6: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
+	20, // 7: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
+	19, // 8: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
+	22, // 9: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
+	22, // 10: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
+	1,  // 11: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
+	27, // 12: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
+	36, // 13: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
+	40, // 14: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	40, // 15: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	40, // 16: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	3,  // 17: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
+	5,  // 18: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	7,  // 19: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
+	9,  // 20: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
+	11, // 21: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	13, // 22: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
+	15, // 23: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
+	16, // 24: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	21, // 25: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	24, // 26: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	26, // 27: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	29, // 28: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
+	31, // 29: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
+	33, // 30: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
+	41, // 31: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	43, // 32: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	45, // 33: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	47, // 34: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	38, // 35: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	35, // 36: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
+	4,  // 37: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	6,  // 38: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	8,  // 39: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	10, // 40: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	12, // 41: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	14, // 42: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	18, // 43: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	17, // 44: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	23, // 45: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	25, // 46: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	28, // 47: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	30, // 48: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
+	32, // 49: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
+	34, // 50: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
+	42, // 51: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	44, // 52: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	46, // 53: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	48, // 54: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	39, // 55: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	37, // 56: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
+	37, // [37:57] is the sub-list for method output_type
+	17, // [17:37] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3069,7 +3252,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   2,

@@ -24,6 +24,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Mode is how a request shares its name with other holders.
+type Mode int32
+
+const (
+	// MODE_EXCLUSIVE: one holder, or one of permits holders (semaphore).
+	Mode_MODE_EXCLUSIVE Mode = 0
+	// MODE_SHARED: any number of shared holders and no exclusive one.
+	Mode_MODE_SHARED Mode = 1
+)
+
+// Enum value maps for Mode.
+var (
+	Mode_name = map[int32]string{
+		0: "MODE_EXCLUSIVE",
+		1: "MODE_SHARED",
+	}
+	Mode_value = map[string]int32{
+		"MODE_EXCLUSIVE": 0,
+		"MODE_SHARED":    1,
+	}
+)
+
+func (x Mode) Enum() *Mode {
+	p := new(Mode)
+	*p = x
+	return p
+}
+
+func (x Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_fsm_v1_fsm_proto_enumTypes[0].Descriptor()
+}
+
+func (Mode) Type() protoreflect.EnumType {
+	return &file_leasehold_fsm_v1_fsm_proto_enumTypes[0]
+}
+
+func (x Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mode.Descriptor instead.
+func (Mode) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{0}
+}
+
 // Command is one Raft log entry. unix_ms is the proposing leader's wall
 // clock, recorded for display only; no decision depends on it.
 type Command struct {
@@ -43,6 +92,7 @@ type Command struct {
 	//	*Command_BumpToken
 	//	*Command_KvDelete
 	//	*Command_TokenFloor
+	//	*Command_Proclaim
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -200,6 +250,15 @@ func (x *Command) GetTokenFloor() *TokenFloor {
 	return nil
 }
 
+func (x *Command) GetProclaim() *Proclaim {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -252,6 +311,10 @@ type Command_TokenFloor struct {
 	TokenFloor *TokenFloor `protobuf:"bytes,23,opt,name=token_floor,json=tokenFloor,proto3,oneof"`
 }
 
+type Command_Proclaim struct {
+	Proclaim *Proclaim `protobuf:"bytes,40,opt,name=proclaim,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -275,6 +338,8 @@ func (*Command_BumpToken) isCommand_Op() {}
 func (*Command_KvDelete) isCommand_Op() {}
 
 func (*Command_TokenFloor) isCommand_Op() {}
+
+func (*Command_Proclaim) isCommand_Op() {}
 
 type CreateSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -432,7 +497,14 @@ type Acquire struct {
 	// try refuses instead of queueing.
 	Try bool `protobuf:"varint,4,opt,name=try,proto3" json:"try,omitempty"`
 	// wait_id names this request's place in the queue (see CancelWait).
-	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	WaitId uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	// mode is exclusive (the default) or shared (a reader of a read/write lock).
+	Mode Mode `protobuf:"varint,6,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	// permits makes the name a semaphore of that many holders; 0 and 1 mean
+	// one. Every request for a name must carry the name's current permits.
+	Permits uint32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
+	// value is the holding's value (an election candidate's proclamation).
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -502,6 +574,97 @@ func (x *Acquire) GetWaitId() uint64 {
 	return 0
 }
 
+func (x *Acquire) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Acquire) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *Acquire) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// Proclaim changes the value of the holding (name, lease_id, token) without
+// ending it (an elected leader announcing a new value).
+type Proclaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Proclaim) Reset() {
+	*x = Proclaim{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Proclaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Proclaim) ProtoMessage() {}
+
+func (x *Proclaim) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
+func (*Proclaim) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Proclaim) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Proclaim) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *Proclaim) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Proclaim) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // CancelWait withdraws the queue entry of wait_id; when that entry was
 // already granted (the requester gave up before learning it), the holding is
 // released.
@@ -516,7 +679,7 @@ type CancelWait struct {
 
 func (x *CancelWait) Reset() {
 	*x = CancelWait{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +691,7 @@ func (x *CancelWait) String() string {
 func (*CancelWait) ProtoMessage() {}
 
 func (x *CancelWait) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +704,7 @@ func (x *CancelWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWait.ProtoReflect.Descriptor instead.
 func (*CancelWait) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelWait) GetName() string {
@@ -576,7 +739,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +751,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +764,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Release) GetName() string {
@@ -637,7 +800,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +812,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +825,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -691,7 +854,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +866,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +879,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KVPut) GetKey() string {
@@ -760,7 +923,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +935,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +948,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -824,7 +987,7 @@ type TokenFloor struct {
 
 func (x *TokenFloor) Reset() {
 	*x = TokenFloor{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +999,7 @@ func (x *TokenFloor) String() string {
 func (*TokenFloor) ProtoMessage() {}
 
 func (x *TokenFloor) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1012,7 @@ func (x *TokenFloor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenFloor.ProtoReflect.Descriptor instead.
 func (*TokenFloor) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TokenFloor) GetMin() uint64 {
@@ -876,7 +1039,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1051,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1064,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -928,7 +1091,7 @@ type BumpToken struct {
 
 func (x *BumpToken) Reset() {
 	*x = BumpToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1103,7 @@ func (x *BumpToken) String() string {
 func (*BumpToken) ProtoMessage() {}
 
 func (x *BumpToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1116,7 @@ func (x *BumpToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpToken.ProtoReflect.Descriptor instead.
 func (*BumpToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BumpToken) GetMin() uint64 {
@@ -975,7 +1138,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1150,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1163,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Session) GetLeaseId() string {
@@ -1038,14 +1201,19 @@ type Holding struct {
 	AcquiredUnixMs int64                  `protobuf:"varint,3,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
 	LockDelayMs    int64                  `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// wait_id is the queue entry the grant came from (0 when granted at once).
-	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	WaitId uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	Mode   Mode   `protobuf:"varint,6,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	// slot is the permit this holding occupies, 0..permits-1 (0 for a lock of
+	// one permit); a semaphore holder fences its slot with the key NAME/slot/K.
+	Slot          uint32 `protobuf:"varint,7,opt,name=slot,proto3" json:"slot,omitempty"`
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1225,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1238,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Holding) GetLeaseId() string {
@@ -1108,19 +1276,42 @@ func (x *Holding) GetWaitId() uint64 {
 	return 0
 }
 
+func (x *Holding) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Holding) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Holding) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type Waiter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	LockDelayMs   int64                  `protobuf:"varint,2,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	WaitId        uint64                 `protobuf:"varint,3,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
 	QueuedUnixMs  int64                  `protobuf:"varint,4,opt,name=queued_unix_ms,json=queuedUnixMs,proto3" json:"queued_unix_ms,omitempty"`
+	Mode          Mode                   `protobuf:"varint,5,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	Value         []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1323,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1336,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Waiter) GetLeaseId() string {
@@ -1176,6 +1367,20 @@ func (x *Waiter) GetQueuedUnixMs() int64 {
 	return 0
 }
 
+func (x *Waiter) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Waiter) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type Lock struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1183,15 +1388,20 @@ type Lock struct {
 	Waiters []*Waiter              `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	// delay_token is the token of the expired holding whose lock-delay is in
 	// force (0 when none); delay_ms its length.
-	DelayToken    uint64 `protobuf:"varint,4,opt,name=delay_token,json=delayToken,proto3" json:"delay_token,omitempty"`
-	DelayMs       int64  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	DelayToken uint64 `protobuf:"varint,4,opt,name=delay_token,json=delayToken,proto3" json:"delay_token,omitempty"`
+	DelayMs    int64  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	// holders lists the holdings when there is more than one possible (shared
+	// or permits > 1); an exclusive lock of one permit uses holder.
+	Holders []*Holding `protobuf:"bytes,6,rep,name=holders,proto3" json:"holders,omitempty"`
+	// permits is the semaphore size; 0 means 1.
+	Permits       uint32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1413,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1426,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Lock) GetName() string {
@@ -1254,6 +1464,20 @@ func (x *Lock) GetDelayMs() int64 {
 	return 0
 }
 
+func (x *Lock) GetHolders() []*Holding {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *Lock) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 type KV struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1267,7 +1491,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1503,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1516,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KV) GetKey() string {
@@ -1333,7 +1557,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1569,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1582,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Node) GetId() string {
@@ -1393,7 +1617,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1629,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1642,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotHeader) GetToken() uint64 {
@@ -1467,7 +1691,7 @@ type SnapshotEnd struct {
 
 func (x *SnapshotEnd) Reset() {
 	*x = SnapshotEnd{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1703,7 @@ func (x *SnapshotEnd) String() string {
 func (*SnapshotEnd) ProtoMessage() {}
 
 func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1716,7 @@ func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotEnd.ProtoReflect.Descriptor instead.
 func (*SnapshotEnd) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotEnd) GetRecords() uint64 {
@@ -1521,7 +1745,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1757,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1770,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -1665,7 +1889,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1901,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1914,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Snapshot) GetToken() uint64 {
@@ -1732,7 +1956,7 @@ var File_leasehold_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x97\x06\n" +
+	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\xd1\x06\n" +
 	"\aCommand\x12\x17\n" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12H\n" +
 	"\x0ecreate_session\x18\n" +
@@ -1750,7 +1974,8 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"bump_token\x18\x13 \x01(\v2\x1b.leasehold.fsm.v1.BumpTokenH\x00R\tbumpToken\x129\n" +
 	"\tkv_delete\x18\x16 \x01(\v2\x1a.leasehold.fsm.v1.KVDeleteH\x00R\bkvDelete\x12?\n" +
 	"\vtoken_floor\x18\x17 \x01(\v2\x1c.leasehold.fsm.v1.TokenFloorH\x00R\n" +
-	"tokenFloorB\x04\n" +
+	"tokenFloor\x128\n" +
+	"\bproclaim\x18( \x01(\v2\x1a.leasehold.fsm.v1.ProclaimH\x00R\bproclaimB\x04\n" +
 	"\x02op\"W\n" +
 	"\rCreateSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
@@ -1759,13 +1984,21 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fCloseSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"#\n" +
 	"\x06Expire\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"\x87\x01\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\"\xe3\x01\n" +
 	"\aAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x10\n" +
 	"\x03try\x18\x04 \x01(\bR\x03try\x12\x17\n" +
-	"\await_id\x18\x05 \x01(\x04R\x06waitId\"T\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\x12*\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x18\n" +
+	"\apermits\x18\a \x01(\rR\apermits\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"e\n" +
+	"\bProclaim\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\"T\n" +
 	"\n" +
 	"CancelWait\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -1800,25 +2033,32 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\"\xa1\x01\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\"\xf7\x01\n" +
 	"\aHolding\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12(\n" +
 	"\x10acquired_unix_ms\x18\x03 \x01(\x03R\x0eacquiredUnixMs\x12\"\n" +
 	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x17\n" +
-	"\await_id\x18\x05 \x01(\x04R\x06waitId\"\x86\x01\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\x12*\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x12\n" +
+	"\x04slot\x18\a \x01(\rR\x04slot\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"\xc8\x01\n" +
 	"\x06Waiter\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\"\n" +
 	"\rlock_delay_ms\x18\x02 \x01(\x03R\vlockDelayMs\x12\x17\n" +
 	"\await_id\x18\x03 \x01(\x04R\x06waitId\x12$\n" +
-	"\x0equeued_unix_ms\x18\x04 \x01(\x03R\fqueuedUnixMs\"\xbd\x01\n" +
+	"\x0equeued_unix_ms\x18\x04 \x01(\x03R\fqueuedUnixMs\x12*\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"\x8c\x02\n" +
 	"\x04Lock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06holder\x18\x02 \x01(\v2\x19.leasehold.fsm.v1.HoldingR\x06holder\x122\n" +
 	"\awaiters\x18\x03 \x03(\v2\x18.leasehold.fsm.v1.WaiterR\awaiters\x12\x1f\n" +
 	"\vdelay_token\x18\x04 \x01(\x04R\n" +
 	"delayToken\x12\x19\n" +
-	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\"\\\n" +
+	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x123\n" +
+	"\aholders\x18\x06 \x03(\v2\x19.leasehold.fsm.v1.HoldingR\aholders\x12\x18\n" +
+	"\apermits\x18\a \x01(\rR\apermits\"\\\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
@@ -1850,7 +2090,10 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bsessions\x18\x02 \x03(\v2\x19.leasehold.fsm.v1.SessionR\bsessions\x12,\n" +
 	"\x05locks\x18\x03 \x03(\v2\x16.leasehold.fsm.v1.LockR\x05locks\x12$\n" +
 	"\x02kv\x18\x04 \x03(\v2\x14.leasehold.fsm.v1.KVR\x02kv\x12,\n" +
-	"\x05nodes\x18\x05 \x03(\v2\x16.leasehold.fsm.v1.NodeR\x05nodesB9Z7github.com/leasehold/leasehold/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\x05nodes\x18\x05 \x03(\v2\x16.leasehold.fsm.v1.NodeR\x05nodes*+\n" +
+	"\x04Mode\x12\x12\n" +
+	"\x0eMODE_EXCLUSIVE\x10\x00\x12\x0f\n" +
+	"\vMODE_SHARED\x10\x01B9Z7github.com/leasehold/leasehold/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_leasehold_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -1864,62 +2107,70 @@ func file_leasehold_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leasehold_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_leasehold_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
-	(*Command)(nil),        // 0: leasehold.fsm.v1.Command
-	(*CreateSession)(nil),  // 1: leasehold.fsm.v1.CreateSession
-	(*CloseSession)(nil),   // 2: leasehold.fsm.v1.CloseSession
-	(*Expire)(nil),         // 3: leasehold.fsm.v1.Expire
-	(*Acquire)(nil),        // 4: leasehold.fsm.v1.Acquire
-	(*CancelWait)(nil),     // 5: leasehold.fsm.v1.CancelWait
-	(*Release)(nil),        // 6: leasehold.fsm.v1.Release
-	(*EndLockDelay)(nil),   // 7: leasehold.fsm.v1.EndLockDelay
-	(*KVPut)(nil),          // 8: leasehold.fsm.v1.KVPut
-	(*KVDelete)(nil),       // 9: leasehold.fsm.v1.KVDelete
-	(*TokenFloor)(nil),     // 10: leasehold.fsm.v1.TokenFloor
-	(*RegisterNode)(nil),   // 11: leasehold.fsm.v1.RegisterNode
-	(*BumpToken)(nil),      // 12: leasehold.fsm.v1.BumpToken
-	(*Session)(nil),        // 13: leasehold.fsm.v1.Session
-	(*Holding)(nil),        // 14: leasehold.fsm.v1.Holding
-	(*Waiter)(nil),         // 15: leasehold.fsm.v1.Waiter
-	(*Lock)(nil),           // 16: leasehold.fsm.v1.Lock
-	(*KV)(nil),             // 17: leasehold.fsm.v1.KV
-	(*Node)(nil),           // 18: leasehold.fsm.v1.Node
-	(*SnapshotHeader)(nil), // 19: leasehold.fsm.v1.SnapshotHeader
-	(*SnapshotEnd)(nil),    // 20: leasehold.fsm.v1.SnapshotEnd
-	(*SnapshotRecord)(nil), // 21: leasehold.fsm.v1.SnapshotRecord
-	(*Snapshot)(nil),       // 22: leasehold.fsm.v1.Snapshot
+	(Mode)(0),              // 0: leasehold.fsm.v1.Mode
+	(*Command)(nil),        // 1: leasehold.fsm.v1.Command
+	(*CreateSession)(nil),  // 2: leasehold.fsm.v1.CreateSession
+	(*CloseSession)(nil),   // 3: leasehold.fsm.v1.CloseSession
+	(*Expire)(nil),         // 4: leasehold.fsm.v1.Expire
+	(*Acquire)(nil),        // 5: leasehold.fsm.v1.Acquire
+	(*Proclaim)(nil),       // 6: leasehold.fsm.v1.Proclaim
+	(*CancelWait)(nil),     // 7: leasehold.fsm.v1.CancelWait
+	(*Release)(nil),        // 8: leasehold.fsm.v1.Release
+	(*EndLockDelay)(nil),   // 9: leasehold.fsm.v1.EndLockDelay
+	(*KVPut)(nil),          // 10: leasehold.fsm.v1.KVPut
+	(*KVDelete)(nil),       // 11: leasehold.fsm.v1.KVDelete
+	(*TokenFloor)(nil),     // 12: leasehold.fsm.v1.TokenFloor
+	(*RegisterNode)(nil),   // 13: leasehold.fsm.v1.RegisterNode
+	(*BumpToken)(nil),      // 14: leasehold.fsm.v1.BumpToken
+	(*Session)(nil),        // 15: leasehold.fsm.v1.Session
+	(*Holding)(nil),        // 16: leasehold.fsm.v1.Holding
+	(*Waiter)(nil),         // 17: leasehold.fsm.v1.Waiter
+	(*Lock)(nil),           // 18: leasehold.fsm.v1.Lock
+	(*KV)(nil),             // 19: leasehold.fsm.v1.KV
+	(*Node)(nil),           // 20: leasehold.fsm.v1.Node
+	(*SnapshotHeader)(nil), // 21: leasehold.fsm.v1.SnapshotHeader
+	(*SnapshotEnd)(nil),    // 22: leasehold.fsm.v1.SnapshotEnd
+	(*SnapshotRecord)(nil), // 23: leasehold.fsm.v1.SnapshotRecord
+	(*Snapshot)(nil),       // 24: leasehold.fsm.v1.Snapshot
 }
 var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
-	1,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
-	2,  // 1: leasehold.fsm.v1.Command.close_session:type_name -> leasehold.fsm.v1.CloseSession
-	3,  // 2: leasehold.fsm.v1.Command.expire:type_name -> leasehold.fsm.v1.Expire
-	4,  // 3: leasehold.fsm.v1.Command.acquire:type_name -> leasehold.fsm.v1.Acquire
-	5,  // 4: leasehold.fsm.v1.Command.cancel_wait:type_name -> leasehold.fsm.v1.CancelWait
-	6,  // 5: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
-	7,  // 6: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
-	8,  // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
-	11, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
-	12, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
-	9,  // 10: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
-	10, // 11: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
-	14, // 12: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
-	15, // 13: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
-	19, // 14: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
-	13, // 15: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
-	16, // 16: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
-	17, // 17: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
-	18, // 18: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
-	20, // 19: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
-	13, // 20: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
-	16, // 21: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
-	17, // 22: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
-	18, // 23: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	2,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
+	3,  // 1: leasehold.fsm.v1.Command.close_session:type_name -> leasehold.fsm.v1.CloseSession
+	4,  // 2: leasehold.fsm.v1.Command.expire:type_name -> leasehold.fsm.v1.Expire
+	5,  // 3: leasehold.fsm.v1.Command.acquire:type_name -> leasehold.fsm.v1.Acquire
+	7,  // 4: leasehold.fsm.v1.Command.cancel_wait:type_name -> leasehold.fsm.v1.CancelWait
+	8,  // 5: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
+	9,  // 6: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
+	10, // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
+	13, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
+	14, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
+	11, // 10: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
+	12, // 11: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
+	6,  // 12: leasehold.fsm.v1.Command.proclaim:type_name -> leasehold.fsm.v1.Proclaim
+	0,  // 13: leasehold.fsm.v1.Acquire.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 14: leasehold.fsm.v1.Holding.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 15: leasehold.fsm.v1.Waiter.mode:type_name -> leasehold.fsm.v1.Mode
+	16, // 16: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
+	17, // 17: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
+	16, // 18: leasehold.fsm.v1.Lock.holders:type_name -> leasehold.fsm.v1.Holding
+	21, // 19: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
+	15, // 20: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
+	18, // 21: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
+	19, // 22: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 23: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
+	22, // 24: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
+	15, // 25: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
+	18, // 26: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
+	19, // 27: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 28: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_fsm_v1_fsm_proto_init() }
@@ -1940,8 +2191,9 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*Command_BumpToken)(nil),
 		(*Command_KvDelete)(nil),
 		(*Command_TokenFloor)(nil),
+		(*Command_Proclaim)(nil),
 	}
-	file_leasehold_fsm_v1_fsm_proto_msgTypes[21].OneofWrappers = []any{
+	file_leasehold_fsm_v1_fsm_proto_msgTypes[22].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Session)(nil),
 		(*SnapshotRecord_Lock)(nil),
@@ -1954,13 +2206,14 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_fsm_v1_fsm_proto_rawDesc), len(file_leasehold_fsm_v1_fsm_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   23,
+			NumEnums:      1,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_leasehold_fsm_v1_fsm_proto_goTypes,
 		DependencyIndexes: file_leasehold_fsm_v1_fsm_proto_depIdxs,
+		EnumInfos:         file_leasehold_fsm_v1_fsm_proto_enumTypes,
 		MessageInfos:      file_leasehold_fsm_v1_fsm_proto_msgTypes,
 	}.Build()
 	File_leasehold_fsm_v1_fsm_proto = out.File
