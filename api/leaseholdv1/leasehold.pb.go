@@ -145,6 +145,311 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{1}
 }
 
+type ProclaimRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimRequest) Reset() {
+	*x = ProclaimRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimRequest) ProtoMessage() {}
+
+func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
+func (*ProclaimRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ProclaimRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ProclaimRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type ProclaimResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holding       *Holding               `protobuf:"bytes,1,opt,name=holding,proto3" json:"holding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimResponse) Reset() {
+	*x = ProclaimResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimResponse) ProtoMessage() {}
+
+func (x *ProclaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimResponse.ProtoReflect.Descriptor instead.
+func (*ProclaimResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ProclaimResponse) GetHolding() *Holding {
+	if x != nil {
+		return x.Holding
+	}
+	return nil
+}
+
+type ListSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Stale bool                   `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
+	// limit caps the number of sessions returned; 0 means the server maximum.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListSessionsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *ListSessionsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type SessionInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	// remaining_ms is how long the session has left at the leader (-1 when
+	// unknown, e.g. served stale by a follower).
+	RemainingMs int64 `protobuf:"varint,5,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// names lists the names the session holds or waits for.
+	Names         []string `protobuf:"bytes,6,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInfo) Reset() {
+	*x = SessionInfo{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInfo) ProtoMessage() {}
+
+func (x *SessionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
+func (*SessionInfo) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SessionInfo) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type ListSessionsResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*SessionInfo         `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// truncated is true when more sessions exist than were returned.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListSessionsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // ErrorDetail is attached to every error status leasehold returns.
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -160,7 +465,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[0]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +477,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[0]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +490,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -221,7 +526,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[1]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +538,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[1]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +551,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{1}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateSessionRequest) GetTtlMs() int64 {
@@ -275,7 +580,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[2]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +592,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[2]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +605,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateSessionResponse) GetLeaseId() string {
@@ -333,7 +638,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +650,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +663,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeepAliveRequest) GetLeaseId() string {
@@ -378,7 +683,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +695,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +708,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KeepAliveResponse) GetLeaseId() string {
@@ -429,7 +734,7 @@ type KeepAliveStreamRequest struct {
 
 func (x *KeepAliveStreamRequest) Reset() {
 	*x = KeepAliveStreamRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +746,7 @@ func (x *KeepAliveStreamRequest) String() string {
 func (*KeepAliveStreamRequest) ProtoMessage() {}
 
 func (x *KeepAliveStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +759,7 @@ func (x *KeepAliveStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveStreamRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KeepAliveStreamRequest) GetLeaseId() string {
@@ -477,7 +782,7 @@ type KeepAliveStreamResponse struct {
 
 func (x *KeepAliveStreamResponse) Reset() {
 	*x = KeepAliveStreamResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +794,7 @@ func (x *KeepAliveStreamResponse) String() string {
 func (*KeepAliveStreamResponse) ProtoMessage() {}
 
 func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +807,7 @@ func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveStreamResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeepAliveStreamResponse) GetLeaseId() string {
@@ -535,7 +840,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +852,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +865,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CloseSessionRequest) GetLeaseId() string {
@@ -580,7 +885,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +897,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +910,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CloseSessionResponse) GetReleased() []string {
@@ -644,7 +949,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +961,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +974,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -740,7 +1045,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +1057,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +1070,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcquireResponse) GetHolding() *Holding {
@@ -799,7 +1104,7 @@ type TryAcquireRequest struct {
 
 func (x *TryAcquireRequest) Reset() {
 	*x = TryAcquireRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +1116,7 @@ func (x *TryAcquireRequest) String() string {
 func (*TryAcquireRequest) ProtoMessage() {}
 
 func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +1129,7 @@ func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireRequest.ProtoReflect.Descriptor instead.
 func (*TryAcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TryAcquireRequest) GetName() string {
@@ -886,7 +1191,7 @@ type TryAcquireResponse struct {
 
 func (x *TryAcquireResponse) Reset() {
 	*x = TryAcquireResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1203,7 @@ func (x *TryAcquireResponse) String() string {
 func (*TryAcquireResponse) ProtoMessage() {}
 
 func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1216,7 @@ func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireResponse.ProtoReflect.Descriptor instead.
 func (*TryAcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TryAcquireResponse) GetHolding() *Holding {
@@ -939,7 +1244,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1256,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1269,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -999,7 +1304,7 @@ type CancelWaitRequest struct {
 
 func (x *CancelWaitRequest) Reset() {
 	*x = CancelWaitRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1316,7 @@ func (x *CancelWaitRequest) String() string {
 func (*CancelWaitRequest) ProtoMessage() {}
 
 func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1329,7 @@ func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitRequest.ProtoReflect.Descriptor instead.
 func (*CancelWaitRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelWaitRequest) GetName() string {
@@ -1056,7 +1361,7 @@ type CancelWaitResponse struct {
 
 func (x *CancelWaitResponse) Reset() {
 	*x = CancelWaitResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1373,7 @@ func (x *CancelWaitResponse) String() string {
 func (*CancelWaitResponse) ProtoMessage() {}
 
 func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1386,7 @@ func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitResponse.ProtoReflect.Descriptor instead.
 func (*CancelWaitResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 type ReleaseResponse struct {
@@ -1094,7 +1399,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1411,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1424,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseResponse) GetNext() *Holding {
@@ -1151,7 +1456,7 @@ type Holding struct {
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1468,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1481,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Holding) GetName() string {
@@ -1253,7 +1558,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1570,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1583,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Waiter) GetLeaseId() string {
@@ -1314,7 +1619,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1631,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1644,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusRequest) GetName() string {
@@ -1377,7 +1682,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1694,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1707,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1463,7 +1768,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1780,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1793,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusResponse) GetLock() *LockInfo {
@@ -1510,7 +1815,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1827,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1840,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1570,7 +1875,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1887,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1900,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1621,7 +1926,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1938,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1951,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1674,7 +1979,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1991,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +2004,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Event) GetType() EventType {
@@ -1767,7 +2072,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2084,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2097,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -1815,7 +2120,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +2132,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +2145,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -1881,7 +2186,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2198,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2211,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KVPutResponse) GetKey() string {
@@ -1933,7 +2238,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2250,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2263,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -1986,7 +2291,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2303,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2316,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KVGetResponse) GetKey() string {
@@ -2047,7 +2352,7 @@ type KvDeleteRequest struct {
 
 func (x *KvDeleteRequest) Reset() {
 	*x = KvDeleteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2364,7 @@ func (x *KvDeleteRequest) String() string {
 func (*KvDeleteRequest) ProtoMessage() {}
 
 func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2377,7 @@ func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KvDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KvDeleteRequest) GetKey() string {
@@ -2106,7 +2411,7 @@ type KvDeleteResponse struct {
 
 func (x *KvDeleteResponse) Reset() {
 	*x = KvDeleteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2423,7 @@ func (x *KvDeleteResponse) String() string {
 func (*KvDeleteResponse) ProtoMessage() {}
 
 func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2436,7 @@ func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KvDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KvDeleteResponse) GetKey() string {
@@ -2156,7 +2461,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2473,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2486,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 // SnapshotInfo describes a snapshot: the log position it was taken at and
@@ -2206,7 +2511,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2523,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2536,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SnapshotInfo) GetIndex() uint64 {
@@ -2295,7 +2600,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2612,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2625,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SnapshotResponse) GetInfo() *SnapshotInfo {
@@ -2346,7 +2651,7 @@ type BumpTokenRequest struct {
 
 func (x *BumpTokenRequest) Reset() {
 	*x = BumpTokenRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2663,7 @@ func (x *BumpTokenRequest) String() string {
 func (*BumpTokenRequest) ProtoMessage() {}
 
 func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2676,7 @@ func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenRequest.ProtoReflect.Descriptor instead.
 func (*BumpTokenRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BumpTokenRequest) GetMinToken() uint64 {
@@ -2392,7 +2697,7 @@ type BumpTokenResponse struct {
 
 func (x *BumpTokenResponse) Reset() {
 	*x = BumpTokenResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2709,7 @@ func (x *BumpTokenResponse) String() string {
 func (*BumpTokenResponse) ProtoMessage() {}
 
 func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2722,7 @@ func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenResponse.ProtoReflect.Descriptor instead.
 func (*BumpTokenResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BumpTokenResponse) GetToken() uint64 {
@@ -2444,7 +2749,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2761,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2774,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Member) GetId() string {
@@ -2536,7 +2841,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2853,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2866,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
 }
 
 type MembersResponse struct {
@@ -2574,7 +2879,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2891,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2904,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2627,7 +2932,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2944,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2957,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -2685,7 +2990,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +3002,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +3015,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddMemberResponse) GetMembers() []*Member {
@@ -2729,7 +3034,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +3046,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +3059,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -2773,7 +3078,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +3090,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +3103,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoveMemberResponse) GetMembers() []*Member {
@@ -2817,7 +3122,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3134,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3147,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -2861,7 +3166,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3178,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3191,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -2900,7 +3205,27 @@ var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\"h\n" +
+	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\"l\n" +
+	"\x0fProclaimRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\"C\n" +
+	"\x10ProclaimResponse\x12/\n" +
+	"\aholding\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\aholding\"A\n" +
+	"\x13ListSessionsRequest\x12\x14\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xb6\x01\n" +
+	"\vSessionInfo\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12!\n" +
+	"\fremaining_ms\x18\x05 \x01(\x03R\vremainingMs\x12\x14\n" +
+	"\x05names\x18\x06 \x03(\tR\x05names\"k\n" +
+	"\x14ListSessionsResponse\x125\n" +
+	"\bsessions\x18\x01 \x03(\v2\x19.leasehold.v1.SessionInfoR\bsessions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"h\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1d\n" +
 	"\n" +
@@ -3086,7 +3411,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x11EVENT_TYPE_QUEUED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_DEQUEUED\x10\x05\x12\x1f\n" +
 	"\x1bEVENT_TYPE_LOCK_DELAY_ENDED\x10\x06\x12\x19\n" +
-	"\x15EVENT_TYPE_PROCLAIMED\x10\x142\xbe\b\n" +
+	"\x15EVENT_TYPE_PROCLAIMED\x10\x142\xe0\t\n" +
 	"\x10LeaseholdService\x12X\n" +
 	"\rCreateSession\x12\".leasehold.v1.CreateSessionRequest\x1a#.leasehold.v1.CreateSessionResponse\x12L\n" +
 	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse\x12b\n" +
@@ -3103,7 +3428,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1b.leasehold.v1.WatchResponse0\x01\x12@\n" +
 	"\x05KVPut\x12\x1a.leasehold.v1.KVPutRequest\x1a\x1b.leasehold.v1.KVPutResponse\x12@\n" +
 	"\x05KVGet\x12\x1a.leasehold.v1.KVGetRequest\x1a\x1b.leasehold.v1.KVGetResponse\x12I\n" +
-	"\bKvDelete\x12\x1d.leasehold.v1.KvDeleteRequest\x1a\x1e.leasehold.v1.KvDeleteResponse2\xf5\x03\n" +
+	"\bKvDelete\x12\x1d.leasehold.v1.KvDeleteRequest\x1a\x1e.leasehold.v1.KvDeleteResponse\x12I\n" +
+	"\bProclaim\x12\x1d.leasehold.v1.ProclaimRequest\x1a\x1e.leasehold.v1.ProclaimResponse\x12U\n" +
+	"\fListSessions\x12!.leasehold.v1.ListSessionsRequest\x1a\".leasehold.v1.ListSessionsResponse2\xf5\x03\n" +
 	"\x0eClusterService\x12F\n" +
 	"\aMembers\x12\x1c.leasehold.v1.MembersRequest\x1a\x1d.leasehold.v1.MembersResponse\x12L\n" +
 	"\tAddMember\x12\x1e.leasehold.v1.AddMemberRequest\x1a\x1f.leasehold.v1.AddMemberResponse\x12U\n" +
@@ -3125,121 +3452,132 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(LockMode)(0),                   // 0: leasehold.v1.LockMode
 	(EventType)(0),                  // 1: leasehold.v1.EventType
-	(*ErrorDetail)(nil),             // 2: leasehold.v1.ErrorDetail
-	(*CreateSessionRequest)(nil),    // 3: leasehold.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 4: leasehold.v1.CreateSessionResponse
-	(*KeepAliveRequest)(nil),        // 5: leasehold.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),       // 6: leasehold.v1.KeepAliveResponse
-	(*KeepAliveStreamRequest)(nil),  // 7: leasehold.v1.KeepAliveStreamRequest
-	(*KeepAliveStreamResponse)(nil), // 8: leasehold.v1.KeepAliveStreamResponse
-	(*CloseSessionRequest)(nil),     // 9: leasehold.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 10: leasehold.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),          // 11: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),         // 12: leasehold.v1.AcquireResponse
-	(*TryAcquireRequest)(nil),       // 13: leasehold.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),      // 14: leasehold.v1.TryAcquireResponse
-	(*ReleaseRequest)(nil),          // 15: leasehold.v1.ReleaseRequest
-	(*CancelWaitRequest)(nil),       // 16: leasehold.v1.CancelWaitRequest
-	(*CancelWaitResponse)(nil),      // 17: leasehold.v1.CancelWaitResponse
-	(*ReleaseResponse)(nil),         // 18: leasehold.v1.ReleaseResponse
-	(*Holding)(nil),                 // 19: leasehold.v1.Holding
-	(*Waiter)(nil),                  // 20: leasehold.v1.Waiter
-	(*StatusRequest)(nil),           // 21: leasehold.v1.StatusRequest
-	(*LockInfo)(nil),                // 22: leasehold.v1.LockInfo
-	(*StatusResponse)(nil),          // 23: leasehold.v1.StatusResponse
-	(*ListRequest)(nil),             // 24: leasehold.v1.ListRequest
-	(*ListResponse)(nil),            // 25: leasehold.v1.ListResponse
-	(*WatchRequest)(nil),            // 26: leasehold.v1.WatchRequest
-	(*Event)(nil),                   // 27: leasehold.v1.Event
-	(*WatchResponse)(nil),           // 28: leasehold.v1.WatchResponse
-	(*KVPutRequest)(nil),            // 29: leasehold.v1.KVPutRequest
-	(*KVPutResponse)(nil),           // 30: leasehold.v1.KVPutResponse
-	(*KVGetRequest)(nil),            // 31: leasehold.v1.KVGetRequest
-	(*KVGetResponse)(nil),           // 32: leasehold.v1.KVGetResponse
-	(*KvDeleteRequest)(nil),         // 33: leasehold.v1.KvDeleteRequest
-	(*KvDeleteResponse)(nil),        // 34: leasehold.v1.KvDeleteResponse
-	(*SnapshotRequest)(nil),         // 35: leasehold.v1.SnapshotRequest
-	(*SnapshotInfo)(nil),            // 36: leasehold.v1.SnapshotInfo
-	(*SnapshotResponse)(nil),        // 37: leasehold.v1.SnapshotResponse
-	(*BumpTokenRequest)(nil),        // 38: leasehold.v1.BumpTokenRequest
-	(*BumpTokenResponse)(nil),       // 39: leasehold.v1.BumpTokenResponse
-	(*Member)(nil),                  // 40: leasehold.v1.Member
-	(*MembersRequest)(nil),          // 41: leasehold.v1.MembersRequest
-	(*MembersResponse)(nil),         // 42: leasehold.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 43: leasehold.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 44: leasehold.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 45: leasehold.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 46: leasehold.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),   // 47: leasehold.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),  // 48: leasehold.v1.TransferLeaderResponse
+	(*ProclaimRequest)(nil),         // 2: leasehold.v1.ProclaimRequest
+	(*ProclaimResponse)(nil),        // 3: leasehold.v1.ProclaimResponse
+	(*ListSessionsRequest)(nil),     // 4: leasehold.v1.ListSessionsRequest
+	(*SessionInfo)(nil),             // 5: leasehold.v1.SessionInfo
+	(*ListSessionsResponse)(nil),    // 6: leasehold.v1.ListSessionsResponse
+	(*ErrorDetail)(nil),             // 7: leasehold.v1.ErrorDetail
+	(*CreateSessionRequest)(nil),    // 8: leasehold.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 9: leasehold.v1.CreateSessionResponse
+	(*KeepAliveRequest)(nil),        // 10: leasehold.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),       // 11: leasehold.v1.KeepAliveResponse
+	(*KeepAliveStreamRequest)(nil),  // 12: leasehold.v1.KeepAliveStreamRequest
+	(*KeepAliveStreamResponse)(nil), // 13: leasehold.v1.KeepAliveStreamResponse
+	(*CloseSessionRequest)(nil),     // 14: leasehold.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 15: leasehold.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),          // 16: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),         // 17: leasehold.v1.AcquireResponse
+	(*TryAcquireRequest)(nil),       // 18: leasehold.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),      // 19: leasehold.v1.TryAcquireResponse
+	(*ReleaseRequest)(nil),          // 20: leasehold.v1.ReleaseRequest
+	(*CancelWaitRequest)(nil),       // 21: leasehold.v1.CancelWaitRequest
+	(*CancelWaitResponse)(nil),      // 22: leasehold.v1.CancelWaitResponse
+	(*ReleaseResponse)(nil),         // 23: leasehold.v1.ReleaseResponse
+	(*Holding)(nil),                 // 24: leasehold.v1.Holding
+	(*Waiter)(nil),                  // 25: leasehold.v1.Waiter
+	(*StatusRequest)(nil),           // 26: leasehold.v1.StatusRequest
+	(*LockInfo)(nil),                // 27: leasehold.v1.LockInfo
+	(*StatusResponse)(nil),          // 28: leasehold.v1.StatusResponse
+	(*ListRequest)(nil),             // 29: leasehold.v1.ListRequest
+	(*ListResponse)(nil),            // 30: leasehold.v1.ListResponse
+	(*WatchRequest)(nil),            // 31: leasehold.v1.WatchRequest
+	(*Event)(nil),                   // 32: leasehold.v1.Event
+	(*WatchResponse)(nil),           // 33: leasehold.v1.WatchResponse
+	(*KVPutRequest)(nil),            // 34: leasehold.v1.KVPutRequest
+	(*KVPutResponse)(nil),           // 35: leasehold.v1.KVPutResponse
+	(*KVGetRequest)(nil),            // 36: leasehold.v1.KVGetRequest
+	(*KVGetResponse)(nil),           // 37: leasehold.v1.KVGetResponse
+	(*KvDeleteRequest)(nil),         // 38: leasehold.v1.KvDeleteRequest
+	(*KvDeleteResponse)(nil),        // 39: leasehold.v1.KvDeleteResponse
+	(*SnapshotRequest)(nil),         // 40: leasehold.v1.SnapshotRequest
+	(*SnapshotInfo)(nil),            // 41: leasehold.v1.SnapshotInfo
+	(*SnapshotResponse)(nil),        // 42: leasehold.v1.SnapshotResponse
+	(*BumpTokenRequest)(nil),        // 43: leasehold.v1.BumpTokenRequest
+	(*BumpTokenResponse)(nil),       // 44: leasehold.v1.BumpTokenResponse
+	(*Member)(nil),                  // 45: leasehold.v1.Member
+	(*MembersRequest)(nil),          // 46: leasehold.v1.MembersRequest
+	(*MembersResponse)(nil),         // 47: leasehold.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 48: leasehold.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 49: leasehold.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 50: leasehold.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 51: leasehold.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),   // 52: leasehold.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),  // 53: leasehold.v1.TransferLeaderResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	0,  // 0: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
-	19, // 1: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
-	0,  // 2: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
-	19, // 3: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
-	19, // 4: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
-	0,  // 5: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
-	19, // 6: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
-	20, // 7: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
-	19, // 8: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
-	22, // 9: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
-	22, // 10: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
-	1,  // 11: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	27, // 12: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	36, // 13: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
-	40, // 14: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	40, // 15: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	40, // 16: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
-	3,  // 17: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
-	5,  // 18: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	7,  // 19: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
-	9,  // 20: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
-	11, // 21: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	13, // 22: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
-	15, // 23: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	16, // 24: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
-	21, // 25: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	24, // 26: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	26, // 27: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	29, // 28: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
-	31, // 29: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
-	33, // 30: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
-	41, // 31: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	43, // 32: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	45, // 33: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	47, // 34: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	38, // 35: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
-	35, // 36: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
-	4,  // 37: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	6,  // 38: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	8,  // 39: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	10, // 40: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	12, // 41: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	14, // 42: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	18, // 43: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	17, // 44: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
-	23, // 45: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	25, // 46: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	28, // 47: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	30, // 48: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
-	32, // 49: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
-	34, // 50: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
-	42, // 51: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	44, // 52: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	46, // 53: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	48, // 54: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	39, // 55: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
-	37, // 56: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
-	37, // [37:57] is the sub-list for method output_type
-	17, // [17:37] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	24, // 0: leasehold.v1.ProclaimResponse.holding:type_name -> leasehold.v1.Holding
+	5,  // 1: leasehold.v1.ListSessionsResponse.sessions:type_name -> leasehold.v1.SessionInfo
+	0,  // 2: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	24, // 3: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
+	0,  // 4: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	24, // 5: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
+	24, // 6: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
+	0,  // 7: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
+	24, // 8: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
+	25, // 9: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
+	24, // 10: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
+	27, // 11: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
+	27, // 12: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
+	1,  // 13: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
+	32, // 14: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
+	41, // 15: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
+	45, // 16: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	45, // 17: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	45, // 18: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	8,  // 19: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
+	10, // 20: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	12, // 21: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
+	14, // 22: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
+	16, // 23: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	18, // 24: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
+	20, // 25: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
+	21, // 26: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	26, // 27: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	29, // 28: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	31, // 29: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	34, // 30: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
+	36, // 31: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
+	38, // 32: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
+	2,  // 33: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
+	4,  // 34: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
+	46, // 35: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	48, // 36: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	50, // 37: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	52, // 38: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	43, // 39: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	40, // 40: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
+	9,  // 41: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	11, // 42: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	13, // 43: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	15, // 44: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	17, // 45: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	19, // 46: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	23, // 47: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	22, // 48: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	28, // 49: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	30, // 50: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	33, // 51: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	35, // 52: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
+	37, // 53: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
+	39, // 54: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
+	3,  // 55: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
+	6,  // 56: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
+	47, // 57: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	49, // 58: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	51, // 59: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	53, // 60: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	44, // 61: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	42, // 62: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
+	41, // [41:63] is the sub-list for method output_type
+	19, // [19:41] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3253,7 +3591,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

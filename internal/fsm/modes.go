@@ -170,3 +170,18 @@ func validateModes(l *lock) error {
 	}
 	return nil
 }
+
+// SessionNames returns the names the session leaseID holds or waits for, in
+// order (nil for a session that does not exist).
+func (m *Machine) SessionNames(leaseID string) []string {
+	s, ok := m.sessions[leaseID]
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(s.locks))
+	for name := range s.locks {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
