@@ -372,14 +372,7 @@ func (h *lockService) CancelWait(ctx context.Context, req *connect.Request[pb.Ca
 
 func (h *lockService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
 	m := req.Msg
-	err := checkName(m.GetName())
-	if err == nil {
-		err = checkLeaseID(m.GetLeaseId())
-	}
-	if err == nil {
-		err = checkToken(m.GetToken())
-	}
-	if err != nil {
+	if err := checkHolding(m.GetName(), m.GetLeaseId(), m.GetToken()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {

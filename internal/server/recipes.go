@@ -36,6 +36,17 @@ func checkMode(mode pb.LockMode, permits uint32, value []byte) error {
 	return nil
 }
 
+// checkHolding validates the (name, lease_id, token) of a holding.
+func checkHolding(name, leaseID string, token uint64) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := checkLeaseID(leaseID); err != nil {
+		return err
+	}
+	return checkToken(token)
+}
+
 // holdingOf returns leaseID's holding in info, or nil.
 func holdingOf(info fsm.LockInfo, leaseID string) *fsmpb.Holding {
 	if i := slices.IndexFunc(info.Holders, func(h *fsmpb.Holding) bool { return h.GetLeaseId() == leaseID }); i >= 0 {
@@ -46,13 +57,7 @@ func holdingOf(info fsm.LockInfo, leaseID string) *fsmpb.Holding {
 
 func (h *lockService) Proclaim(ctx context.Context, req *connect.Request[pb.ProclaimRequest]) (*connect.Response[pb.ProclaimResponse], error) {
 	m := req.Msg
-	err := checkName(m.GetName())
-	if err == nil {
-		err = checkLeaseID(m.GetLeaseId())
-	}
-	if err == nil {
-		err = checkToken(m.GetToken())
-	}
+	err := checkHolding(m.GetName(), m.GetLeaseId(), m.GetToken())
 	if err == nil {
 		err = checkMode(pb.LockMode_LOCK_MODE_EXCLUSIVE, 0, m.GetValue())
 	}
