@@ -287,6 +287,9 @@ type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
 	lockDelay time.Duration
+	mode      pb.LockMode // see recipes.go
+	permits   uint32
+	value     []byte
 }
 
 // WithLockDelay asks that after this holding ends by expiry (not by
@@ -309,7 +312,8 @@ func WithLockDelay(d time.Duration) AcquireOption {
 func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
 	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
-		res, err := call(ctx, s.c, "acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID})
+		res, err := call(ctx, s.c, "acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
+			Mode: o.mode, Permits: o.permits, Value: o.value})
 		return res.GetHolding(), err
 	})
 }
@@ -320,7 +324,8 @@ func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOptio
 func (s *Session) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
 	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
-		res, err := call(ctx, s.c, "try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID})
+		res, err := call(ctx, s.c, "try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
+			Mode: o.mode, Permits: o.permits, Value: o.value})
 		return res.GetHolding(), err
 	})
 }

@@ -105,11 +105,6 @@ func (l *lock) freeSlot(mode fsmpb.Mode) uint32 {
 	}
 }
 
-// SlotKey is the fenced key a semaphore holder of slot k of name writes
-// under: each permit has its own fence, so a slot's late holder is refused
-// once the slot's next holder wrote.
-func SlotKey(name string, slot uint32) string { return fmt.Sprintf("%s/slot/%d", name, slot) }
-
 // proclaim changes the value of a holding without ending it.
 func (m *Machine) proclaim(a *applyCtx, c *fsmpb.Proclaim) {
 	l, s, i, ok := m.holding(c.GetName(), c.GetLeaseId(), c.GetToken())
