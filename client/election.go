@@ -38,6 +38,9 @@ func (s *Session) Campaign(ctx context.Context, name string, value []byte) (*Lea
 	return &Leadership{l: l, value: l.Holding().GetValue()}, nil
 }
 
+// Lock returns the holding behind the leadership.
+func (e *Leadership) Lock() *Lock { return e.l }
+
 // Name returns the election's name.
 func (e *Leadership) Name() string { return e.l.Name() }
 

@@ -1,8 +1,11 @@
 package client
 
 import (
+	"context"
 	"fmt"
+	"time"
 
+	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 )
 
@@ -49,3 +52,66 @@ func (l *Lock) SlotKey() string { return SlotKey(l.Name(), l.Slot()) }
 
 // SlotKey is the fenced key of slot k of the semaphore name: NAME/slot/K.
 func SlotKey(name string, k uint32) string { return fmt.Sprintf("%s/slot/%d", name, k) }
+
+// SessionInfo describes a live session (ListSessions).
+type SessionInfo = pb.SessionInfo
+
+// ListSessions describes the live sessions in lease id order, and whether
+// more exist than were returned (ListLimit; the server returns at most
+// 1000). Reads are linearizable unless Stale.
+func (c *Client) ListSessions(ctx context.Context, opts ...ReadOption) ([]*SessionInfo, bool, error) {
+	o := readOpts(opts)
+	res, err := call(ctx, c, "list sessions", locks, lsc.ListSessions, &pb.ListSessionsRequest{Stale: o.stale, Limit: o.limit})
+	if err != nil {
+		return nil, false, err
+	}
+	return res.GetSessions(), res.GetTruncated(), nil
+}
+
+// RenewSession renews the session leaseID once and returns its TTL. It is
+// for tools that keep alive a session another process created; a Session
+// renews itself.
+func (c *Client) RenewSession(ctx context.Context, leaseID string) (time.Duration, error) {
+	res, err := call(ctx, c, "keepalive", locks, lsc.KeepAlive, &pb.KeepAliveRequest{LeaseId: leaseID})
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(res.GetTtlMs()) * time.Millisecond, nil
+}
+
+// CloseSessionID ends the session leaseID, releasing its locks without
+// lock-delay, and returns the names it released.
+func (c *Client) CloseSessionID(ctx context.Context, leaseID string) ([]string, error) {
+	res, err := call(ctx, c, "close session", locks, lsc.CloseSession, &pb.CloseSessionRequest{LeaseId: leaseID})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetReleased(), nil
+}
+
+// AcquireIn takes name in the existing session leaseID, which this client
+// does not keep alive: with try it fails at once when the name is held,
+// otherwise it waits in the queue until ctx ends. Like Session.Acquire, it
+// withdraws a request whose outcome it did not learn.
+func (c *Client) AcquireIn(ctx context.Context, leaseID, name string, try bool, opts ...AcquireOption) (*Holding, error) {
+	o := acquireOpts(opts)
+	waitID := api.NewWaitID()
+	var (
+		res interface{ GetHolding() *pb.Holding }
+		err error
+	)
+	if try {
+		res, err = call(ctx, c, "try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: leaseID,
+			LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID, Mode: o.mode, Permits: o.permits, Value: o.value})
+	} else {
+		res, err = call(ctx, c, "acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: leaseID,
+			LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID, Mode: o.mode, Permits: o.permits, Value: o.value})
+	}
+	if err != nil {
+		if !definite(err) {
+			err = c.withdraw(leaseID, name, waitID, err)
+		}
+		return nil, err
+	}
+	return res.GetHolding(), nil
+}

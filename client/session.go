@@ -393,9 +393,14 @@ func definite(err error) bool {
 // caller sees: err, unless the withdrawal failed too (outcome-unknown), or
 // succeeded after an unknown outcome (then nothing is held: unavailable).
 func (s *Session) withdraw(name string, waitID uint64, err error) error {
+	return s.c.withdraw(s.id, name, waitID, err)
+}
+
+// withdraw is Session.withdraw for the session leaseID.
+func (c *Client) withdraw(leaseID, name string, waitID uint64, err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelWaitTimeout)
 	defer cancel()
-	_, cerr := call(ctx, s.c, "withdraw "+name, locks, lsc.CancelWait, &pb.CancelWaitRequest{Name: name, LeaseId: s.id, WaitId: waitID})
+	_, cerr := call(ctx, c, "withdraw "+name, locks, lsc.CancelWait, &pb.CancelWaitRequest{Name: name, LeaseId: leaseID, WaitId: waitID})
 	e := api.FromError(err)
 	switch {
 	case cerr != nil && !errors.Is(cerr, ErrLeaseExpired):

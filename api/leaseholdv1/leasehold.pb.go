@@ -1449,7 +1449,10 @@ type Holding struct {
 	// holder fences its slot with the key NAME/slot/SLOT.
 	Slot uint32 `protobuf:"varint,21,opt,name=slot,proto3" json:"slot,omitempty"`
 	// value is the holding's value (the leader's proclamation in an election).
-	Value         []byte `protobuf:"bytes,22,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,22,opt,name=value,proto3" json:"value,omitempty"`
+	// remaining_ms is how long the holder's session has left at the leader,
+	// in Status and List (-1 when unknown, e.g. served stale by a follower).
+	RemainingMs   int64 `protobuf:"varint,23,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1545,6 +1548,13 @@ func (x *Holding) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *Holding) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
 }
 
 type Waiter struct {
@@ -3287,7 +3297,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\await_id\x18\x03 \x01(\x04R\x06waitId\"\x14\n" +
 	"\x12CancelWaitResponse\"<\n" +
 	"\x0fReleaseResponse\x12)\n" +
-	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\x88\x02\n" +
+	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xab\x02\n" +
 	"\aHolding\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
@@ -3297,7 +3307,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12*\n" +
 	"\x04mode\x18\x14 \x01(\x0e2\x16.leasehold.v1.LockModeR\x04mode\x12\x12\n" +
 	"\x04slot\x18\x15 \x01(\rR\x04slot\x12\x14\n" +
-	"\x05value\x18\x16 \x01(\fR\x05value\"_\n" +
+	"\x05value\x18\x16 \x01(\fR\x05value\x12!\n" +
+	"\fremaining_ms\x18\x17 \x01(\x03R\vremainingMs\"_\n" +
 	"\x06Waiter\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12$\n" +

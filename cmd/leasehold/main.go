@@ -103,6 +103,7 @@ func newRootCmd() (*cobra.Command, *globals) {
 		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
 		newKVCmd(g), newClusterCmd(g), newSnapshotCmd(g),
 		newDemoCmd(g), newGatewayCmd(),
+		newElectCmd(g), newSessionCmd(g), newLockCmd(g),
 	)
 	root.SetErr(os.Stderr)
 	root.SetOut(os.Stdout)

@@ -438,7 +438,12 @@ func (h *lockService) Status(ctx context.Context, req *connect.Request[pb.Status
 func (s *Server) lockInfoPB(info fsm.LockInfo, owners map[string]string) *pb.LockInfo {
 	out := &pb.LockInfo{Name: info.Name, Holder: holdingPB(info.Name, info.Holder, info.Owner), RemainingMs: -1, Delayed: info.Delayed, Permits: max(info.Permits, 1)}
 	for i, h := range info.Holders {
-		out.Holders = append(out.Holders, holdingPB(info.Name, h, info.Owners[i]))
+		hp := holdingPB(info.Name, h, info.Owners[i])
+		hp.RemainingMs = -1
+		if d, ok := s.lessor.Remaining(h.LeaseId); ok {
+			hp.RemainingMs = d.Milliseconds()
+		}
+		out.Holders = append(out.Holders, hp)
 	}
 	if info.Holder != nil {
 		if d, ok := s.lessor.Remaining(info.Holder.LeaseId); ok {
