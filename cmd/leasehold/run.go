@@ -120,6 +120,9 @@ func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf r
 	if err != nil {
 		return err
 	}
+	// The lease's window, measured before a wait in the queue moves the
+	// deadline away from sent.
+	window := s.Deadline().Sub(sent)
 	l, err := take(ctx, s)
 	if err != nil {
 		closeSession()
@@ -134,7 +137,7 @@ func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf r
 
 	// SIGTERM must only ever go to a command whose renewal is overdue: cap
 	// --kill-after by the lease's window and keepalive interval (the client's TTL/3).
-	maxKill := supervise.MaxKillAfter(s.Deadline().Sub(sent), s.TTL()/3)
+	maxKill := supervise.MaxKillAfter(window, s.TTL()/3)
 	if killAfter > maxKill {
 		if cmd.Flags().Changed("kill-after") {
 			fmt.Fprintf(cmd.ErrOrStderr(), "leasehold %s: --kill-after %v lowered to %v: with a %v TTL a longer one would stop a healthy command\n",
