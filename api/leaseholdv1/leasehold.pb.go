@@ -519,7 +519,10 @@ type CreateSessionRequest struct {
 	// ttl_ms is the requested TTL; it must be > 0 and is clamped to [1s, 1h].
 	TtlMs int64 `protobuf:"varint,1,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// owner is a label for operators; never used for authorization.
-	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// sequencers asks for a signed sequencer with every grant of the session
+	// (Holding.sequencer); invalid-argument when the cluster has no signing key.
+	Sequencers    bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,6 +569,13 @@ func (x *CreateSessionRequest) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *CreateSessionRequest) GetSequencers() bool {
+	if x != nil {
+		return x.Sequencers
+	}
+	return false
 }
 
 type CreateSessionResponse struct {
@@ -1442,17 +1452,21 @@ type Holding struct {
 	Token   uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	Owner   string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
 	// acquired_unix_ms is the leader's wall clock at grant (for display only).
-	AcquiredUnixMs int64    `protobuf:"varint,5,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
-	LockDelayMs    int64    `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
-	Mode           LockMode `protobuf:"varint,20,opt,name=mode,proto3,enum=leasehold.v1.LockMode" json:"mode,omitempty"`
+	AcquiredUnixMs int64 `protobuf:"varint,5,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
+	LockDelayMs    int64 `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// sequencer is the grant signed by the cluster (package sequencer, binary
+	// form), set on Acquire/TryAcquire answers of sessions created with
+	// sequencers; empty otherwise.
+	Sequencer []byte   `protobuf:"bytes,20,opt,name=sequencer,proto3" json:"sequencer,omitempty"`
+	Mode      LockMode `protobuf:"varint,30,opt,name=mode,proto3,enum=leasehold.v1.LockMode" json:"mode,omitempty"`
 	// slot is the permit this holding occupies (0..permits-1); a semaphore
 	// holder fences its slot with the key NAME/slot/SLOT.
-	Slot uint32 `protobuf:"varint,21,opt,name=slot,proto3" json:"slot,omitempty"`
+	Slot uint32 `protobuf:"varint,31,opt,name=slot,proto3" json:"slot,omitempty"`
 	// value is the holding's value (the leader's proclamation in an election).
-	Value []byte `protobuf:"bytes,22,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,32,opt,name=value,proto3" json:"value,omitempty"`
 	// remaining_ms is how long the holder's session has left at the leader,
 	// in Status and List (-1 when unknown, e.g. served stale by a follower).
-	RemainingMs   int64 `protobuf:"varint,23,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	RemainingMs   int64 `protobuf:"varint,33,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1527,6 +1541,13 @@ func (x *Holding) GetLockDelayMs() int64 {
 		return x.LockDelayMs
 	}
 	return 0
+}
+
+func (x *Holding) GetSequencer() []byte {
+	if x != nil {
+		return x.Sequencer
+	}
+	return nil
 }
 
 func (x *Holding) GetMode() LockMode {
@@ -3240,10 +3261,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\x02 \x01(\x04R\tlastToken\x12&\n" +
-	"\x0fleader_api_addr\x18\x03 \x01(\tR\rleaderApiAddr\"C\n" +
+	"\x0fleader_api_addr\x18\x03 \x01(\tR\rleaderApiAddr\"c\n" +
 	"\x14CreateSessionRequest\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\"_\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
+	"\n" +
+	"sequencers\x18\x14 \x01(\bR\n" +
+	"sequencers\"_\n" +
 	"\x15CreateSessionResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
@@ -3297,18 +3321,19 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\await_id\x18\x03 \x01(\x04R\x06waitId\"\x14\n" +
 	"\x12CancelWaitResponse\"<\n" +
 	"\x0fReleaseResponse\x12)\n" +
-	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xab\x02\n" +
+	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xc9\x02\n" +
 	"\aHolding\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12(\n" +
 	"\x10acquired_unix_ms\x18\x05 \x01(\x03R\x0eacquiredUnixMs\x12\"\n" +
-	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12*\n" +
-	"\x04mode\x18\x14 \x01(\x0e2\x16.leasehold.v1.LockModeR\x04mode\x12\x12\n" +
-	"\x04slot\x18\x15 \x01(\rR\x04slot\x12\x14\n" +
-	"\x05value\x18\x16 \x01(\fR\x05value\x12!\n" +
-	"\fremaining_ms\x18\x17 \x01(\x03R\vremainingMs\"_\n" +
+	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12\x1c\n" +
+	"\tsequencer\x18\x14 \x01(\fR\tsequencer\x12*\n" +
+	"\x04mode\x18\x1e \x01(\x0e2\x16.leasehold.v1.LockModeR\x04mode\x12\x12\n" +
+	"\x04slot\x18\x1f \x01(\rR\x04slot\x12\x14\n" +
+	"\x05value\x18  \x01(\fR\x05value\x12!\n" +
+	"\fremaining_ms\x18! \x01(\x03R\vremainingMs\"_\n" +
 	"\x06Waiter\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12$\n" +

@@ -54,7 +54,7 @@ epoch), until interrupted.`,
 				return lead.Lock(), nil
 			}
 			if dash < 0 {
-				return holdUntilInterrupted(cmd, g, rf.ttl, rf.owner, campaign)
+				return holdUntilInterrupted(cmd, g, sessionOptions(rf.ttl, rf.owner, rf.seq), campaign)
 			}
 			if len(args) == 2 {
 				return usageErr("usage: leasehold elect NAME VALUE [flags] -- CMD [ARGS...]: CMD is missing")

@@ -13,7 +13,7 @@ import (
 )
 
 // emitHolding prints a grant: the lines of acquire, or its JSON.
-func emitHolding(cmd *cobra.Command, g *globals, h *client.Holding, ttl time.Duration) {
+func emitHolding(cmd *cobra.Command, g *globals, h *client.Holding, seq string, ttl time.Duration) {
 	ttlText := ttl.String()
 	if ttl == 0 {
 		ttlText = "the session's" // acquire --session
@@ -22,15 +22,18 @@ func emitHolding(cmd *cobra.Command, g *globals, h *client.Holding, ttl time.Dur
 	if h.GetSlot() > 0 {
 		text += fmt.Sprintf("\nslot     %d", h.GetSlot())
 	}
-	emit(cmd, g, holdingJSON{Name: h.GetName(), LeaseID: h.GetLeaseId(), Token: h.GetToken(), TTLMs: ttl.Milliseconds(), Owner: h.GetOwner(), Slot: h.GetSlot()}, text)
+	if seq != "" {
+		text += "\nsequencer " + seq
+	}
+	emit(cmd, g, holdingJSON{Name: h.GetName(), LeaseID: h.GetLeaseId(), Token: h.GetToken(), TTLMs: ttl.Milliseconds(), Owner: h.GetOwner(), Slot: h.GetSlot(), Sequencer: seq}, text)
 }
 
 // newSession creates a session within --timeout and returns it with a
 // function that closes it (releasing its locks) within --timeout.
-func (g *globals) newSession(ctx context.Context, c *client.Client, ttl time.Duration, owner string) (*client.Session, func(), error) {
+func (g *globals) newSession(ctx context.Context, c *client.Client, opts []client.SessionOption) (*client.Session, func(), error) {
 	cctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	s, err := c.NewSession(cctx, client.WithTTL(ttl), client.WithOwner(owner))
+	s, err := c.NewSession(cctx, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,21 +62,21 @@ func acquireInSession(cmd *cobra.Command, g *globals, leaseID, name string, wait
 	if err != nil {
 		return err
 	}
-	emitHolding(cmd, g, h, 0)
+	emitHolding(cmd, g, h, "", 0)
 	return nil
 }
 
 // holdUntilInterrupted takes a lock with take in a new session, prints the
 // grant and holds it until SIGINT or SIGTERM (then closes the session,
 // releasing it) or until the lease may be lost (an error, lease-expired).
-func holdUntilInterrupted(cmd *cobra.Command, g *globals, ttl time.Duration, owner string,
+func holdUntilInterrupted(cmd *cobra.Command, g *globals, opts []client.SessionOption,
 	take func(context.Context, *client.Session) (*client.Lock, error)) error {
 	c, err := g.dial(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	s, closeSession, err := g.newSession(cmd.Context(), c, ttl, owner)
+	s, closeSession, err := g.newSession(cmd.Context(), c, opts)
 	if err != nil {
 		return err
 	}
@@ -82,7 +85,7 @@ func holdUntilInterrupted(cmd *cobra.Command, g *globals, ttl time.Duration, own
 	if err != nil {
 		return err
 	}
-	emitHolding(cmd, g, l.Holding(), s.TTL())
+	emitHolding(cmd, g, l.Holding(), l.Sequencer(), s.TTL())
 	select {
 	case <-cmd.Context().Done():
 		return nil
@@ -114,7 +117,7 @@ SIGINT or SIGTERM; then close the session, releasing the lock. If the lease may 
 			if err != nil {
 				return err
 			}
-			return holdUntilInterrupted(cmd, g, ttl, owner, func(ctx context.Context, s *client.Session) (*client.Lock, error) {
+			return holdUntilInterrupted(cmd, g, sessionOptions(ttl, owner, false), func(ctx context.Context, s *client.Session) (*client.Lock, error) {
 				return s.Acquire(ctx, args[0], opts...)
 			})
 		},

@@ -22,6 +22,8 @@ type holdingJSON struct {
 	TTLMs   int64  `json:"ttl_ms"`
 	Owner   string `json:"owner"`
 	Slot    uint32 `json:"slot,omitempty"` // the semaphore slot (--permits)
+
+	Sequencer string `json:"sequencer,omitempty"` // with --sequencer (sequencer.go)
 }
 
 // acquireLock applies the shared meaning of --wait: negative waits until granted,
@@ -51,6 +53,7 @@ func newAcquireCmd(g *globals) *cobra.Command {
 		ttl, wait, lockDelay time.Duration
 		owner, session       string
 		mf                   modeFlags
+		seq                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire NAME",
@@ -71,7 +74,7 @@ command runs.`,
 				return acquireInSession(cmd, g, session, args[0], wait, opts)
 			}
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
-				s, err := c.NewSession(ctx, client.WithTTL(ttl), client.WithOwner(owner))
+				s, err := c.NewSession(ctx, sessionOptions(ttl, owner, seq)...)
 				if err != nil {
 					return err
 				}
@@ -81,7 +84,7 @@ command runs.`,
 					_ = s.Close(context.WithoutCancel(ctx)) // nothing acquired: do not leave the session behind
 					return err
 				}
-				emitHolding(cmd, g, l.Holding(), s.TTL())
+				emitHolding(cmd, g, l.Holding(), l.Sequencer(), s.TTL())
 				return nil
 			})
 		},
@@ -93,6 +96,7 @@ command runs.`,
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
 	f.StringVar(&session, "session", "", "acquire in this existing session (see 'leasehold session create'), which stays open; --ttl and --owner are ignored")
 	mf.register(cmd)
+	sequencerFlag(f, &seq)
 	return cmd
 }
 

@@ -24,7 +24,7 @@ import (
 type runFlags struct {
 	ttl, killAfter time.Duration
 	owner          string
-	shell          bool
+	shell, seq     bool
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
@@ -33,6 +33,7 @@ func (f *runFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.owner, "owner", "", "owner label shown to operators (default: hostname:pid)")
 	fs.DurationVar(&f.killAfter, "kill-after", 3*time.Second, "SIGTERM the command this long before SIGKILL at the lease's safe deadline; capped at TTL·0.98 − 0.1s − TTL/3 − min(TTL/6, 1s) (5.4s for a 10s TTL)")
 	fs.BoolVar(&f.shell, "shell", false, "run CMD ARGS... joined by spaces through /bin/sh -c")
+	sequencerFlag(fs, &f.seq)
 	cmd.PreRun = func(*cobra.Command, []string) {
 		if f.owner == "" {
 			host, _ := os.Hostname()
@@ -51,7 +52,8 @@ func newRunCmd(g *globals) *cobra.Command {
 		Use:   "run NAME [flags] -- CMD [ARGS...]",
 		Short: "Hold a lock while a command runs; stop the command before the lease may be lost",
 		Long: `Acquire NAME (waiting in the queue by default), keep the session alive, and run CMD with
-LEASEHOLD_NAME, LEASEHOLD_TOKEN and LEASEHOLD_LEASE_ID in its environment, in a process group
+LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_LEASE_ID and LEASEHOLD_SEQUENCER (empty without
+--sequencer) in its environment, in a process group
 of its own. If no renewal is confirmed in time, the group gets SIGTERM at --kill-after before
 the local safe deadline and SIGKILL at the deadline; if the server says the lease expired, it
 gets SIGTERM at once and SIGKILL --kill-after later (at the latest at the deadline). On Linux,
@@ -116,7 +118,7 @@ func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf r
 	}
 	defer c.Close()
 	sent := time.Now()
-	s, closeSession, err := g.newSession(ctx, c, rf.ttl, rf.owner)
+	s, closeSession, err := g.newSession(ctx, c, sessionOptions(rf.ttl, rf.owner, rf.seq))
 	if err != nil {
 		return err
 	}
@@ -152,6 +154,7 @@ func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf r
 			"LEASEHOLD_NAME="+name,
 			"LEASEHOLD_TOKEN="+strconv.FormatUint(l.Token(), 10),
 			"LEASEHOLD_LEASE_ID="+l.LeaseID(),
+			"LEASEHOLD_SEQUENCER="+l.Sequencer(),
 		),
 		Stdin: os.Stdin, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 		KillAfter: killAfter,

@@ -26,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -91,6 +90,8 @@ type Config struct {
 	// Now is the wall clock the token floor of a restart is computed from
 	// (see restore.go). Default time.Now.
 	Now func() time.Time
+	// Metrics receives log-append and FSM-apply timings (may be nil).
+	Metrics Metrics
 }
 
 // DefaultConfig returns the defaults described on Config (DataDir unset).
@@ -167,14 +168,14 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftnode: data dir: %w", err)
 	}
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
+	hlog := newHCLogger(cfg.Logger)
 	// bbolt locks the file: a second server on the same data dir fails
 	// after a second instead of waiting forever.
 	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"), BoltOptions: &bbolt.Options{Timeout: time.Second}})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore}}
+	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore, metrics: cfg.Metrics}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -184,7 +185,7 @@ func Open(cfg Config) (*Node, error) {
 			}
 		}
 	}()
-	logs, err := raft.NewLogCache(512, store)
+	logs, err := raft.NewLogCache(512, withMetrics(store, cfg.Metrics))
 	if err != nil {
 		return nil, err
 	}
@@ -478,21 +479,6 @@ func closeTransport(t raft.Transport) {
 	if c, ok := t.(io.Closer); ok {
 		_ = c.Close()
 	}
-}
-
-// slogWriter forwards hclog's lines to slog.
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.l.Warn(string(trimNewline(p)), "component", "raft")
-	return len(p), nil
-}
-
-func trimNewline(p []byte) []byte {
-	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
-		p = p[:len(p)-1]
-	}
-	return p
 }
 
 // RaftAddr returns the address peers reach this node's raft transport at.

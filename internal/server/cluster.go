@@ -53,7 +53,7 @@ func (c *clusterService) Members(ctx context.Context, req *connect.Request[pb.Me
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+m.ApiAddr, connect.WithGRPC())
+			cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(m.ApiAddr), connect.WithGRPC())
 			lr := connect.NewRequest(&pb.MembersRequest{})
 			lr.Header().Set(localHeader, "1")
 			resp, err := cc.Members(ctx, lr)
@@ -107,7 +107,7 @@ func leaderCluster[Req, Res any](
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
-	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
 	res, err := remote(cc, ctx, fwd)
