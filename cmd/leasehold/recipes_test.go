@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -149,4 +150,52 @@ func TestCLISemaphoreAndSessions(t *testing.T) {
 	if st := srv.status(t, "enc"); st.Holder == nil || st.Holder.LeaseID != ids[1] {
 		t.Fatalf("after closing %s: %+v", ids[0], st)
 	}
+}
+
+// TestCLILockAndSharedRun: `lock NAME` holds until SIGTERM and then
+// releases; two `run --shared` commands hold one name at the same time
+// while a writer's `acquire` is refused.
+func TestCLILockAndSharedRun(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	var out syncBuffer
+	lock := exec.Command(leaseholdBin, "lock", "held", "--ttl", "5s", "-o", "json", "--endpoints", srv.Addr)
+	lock.Env = binEnv()
+	lock.Stdout = &out
+	done := startGroup(t, lock)
+	eventually(t, 10*time.Second, "lock to print its grant", func() bool { return strings.Contains(out.String(), `"token"`) })
+	if st := srv.status(t, "held"); !st.Held {
+		t.Fatalf("lock printed %s but status is %+v", out.String(), st)
+	}
+	if err := lock.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitStatus(t, done, 10*time.Second, "leasehold lock"); code != 0 {
+		t.Fatalf("lock exited %d after SIGTERM", code)
+	}
+	if st := srv.status(t, "held"); st.Held {
+		t.Fatalf("after lock ended: %+v, want free", st)
+	}
+
+	dir := t.TempDir()
+	for _, me := range []string{"r1", "r2"} {
+		cmd := exec.Command(leaseholdBin, "run", "rw", "--shared", "--endpoints", srv.Addr, "--", "sh", "-c", `touch "$DIR/$ME"; exec sleep 60`)
+		cmd.Env = binEnv("DIR="+dir, "ME="+me)
+		startGroup(t, cmd)
+		eventually(t, 10*time.Second, me+" to run", func() bool { return fileExists(filepath.Join(dir, me)) })
+	}
+	fails(t, srv.cli(t, "acquire", "rw", "-o", "json"), "locked", 7)
+	st := ok[struct {
+		Holders []struct {
+			Mode string `json:"mode"`
+		} `json:"holders"`
+	}](t, srv.cli(t, "status", "rw", "-o", "json"))
+	if len(st.Holders) != 2 || st.Holders[0].Mode != "shared" || st.Holders[1].Mode != "shared" {
+		t.Fatalf("status of rw: %+v, want two shared holders", st)
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
