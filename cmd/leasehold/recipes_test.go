@@ -199,3 +199,56 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// TestCLISemaphoreFailover: three `run --permits 2`; kill -9 of a holder
+// frees its slot once its lease expired, and the waiting third command
+// starts in that slot with a token above both earlier ones, after the
+// killed holder's command is gone.
+func TestCLISemaphoreFailover(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	dir := t.TempDir()
+	const script = `echo $$ > "$DIR/$ME.pid.tmp" && mv "$DIR/$ME.pid.tmp" "$DIR/$ME.pid"
+for o in $OTHERS; do if [ -f "$DIR/$o.pid" ]; then s=$(cut -d' ' -f3 "/proc/$(cat "$DIR/$o.pid")/stat" 2>/dev/null); echo "$o:${s:-gone}" >> "$DIR/$ME.saw"; fi; done
+echo "$LEASEHOLD_TOKEN" > "$DIR/$ME.token.tmp" && mv "$DIR/$ME.token.tmp" "$DIR/$ME.token"
+exec sleep 60`
+	start := func(me, others string) *exec.Cmd {
+		cmd := exec.Command(leaseholdBin, "run", "sem", "--permits", "2", "--ttl", "2s", "--endpoints", srv.Addr, "--", "sh", "-c", script)
+		cmd.Env = binEnv("DIR="+dir, "ME="+me, "OTHERS="+others)
+		startGroup(t, cmd)
+		return cmd
+	}
+	token := func(me string) uint64 {
+		n, err := strconv.ParseUint(strings.TrimSpace(readFile(t, filepath.Join(dir, me+".token"))), 10, 64)
+		if err != nil {
+			t.Fatalf("token of %s: %v", me, err)
+		}
+		return n
+	}
+	a := start("a", "")
+	eventually(t, 10*time.Second, "a to hold a permit", func() bool { return readFile(t, filepath.Join(dir, "a.token")) != "" })
+	start("b", "")
+	eventually(t, 10*time.Second, "b to hold a permit", func() bool { return readFile(t, filepath.Join(dir, "b.token")) != "" })
+	start("c", "a")
+	eventually(t, 10*time.Second, "c to queue", func() bool { return len(srv.status(t, "sem").Waiters) == 1 })
+	if err := a.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "c to hold a's permit", func() bool { return readFile(t, filepath.Join(dir, "c.token")) != "" })
+	if saw := strings.TrimSpace(readFile(t, filepath.Join(dir, "c.saw"))); saw != "a:gone" && saw != "a:Z" {
+		t.Fatalf("when c's command started, a's command was %q, want gone", saw)
+	}
+	if tc := token("c"); tc <= token("a") || tc <= token("b") {
+		t.Fatalf("c's token %d not above a's %d and b's %d", tc, token("a"), token("b"))
+	}
+	st := ok[struct {
+		Holders []struct {
+			Owner string `json:"owner"`
+			Slot  uint32 `json:"slot"`
+			Token uint64 `json:"token"`
+		} `json:"holders"`
+	}](t, srv.cli(t, "status", "sem", "-o", "json"))
+	if len(st.Holders) != 2 || st.Holders[0].Token != token("b") || st.Holders[0].Slot != 1 || st.Holders[1].Token != token("c") || st.Holders[1].Slot != 0 {
+		t.Fatalf("holders after failover: %+v; want b in slot 1 and c in a's slot 0", st.Holders)
+	}
+}
