@@ -391,7 +391,8 @@ func (c *Client) Members(ctx context.Context) ([]*Member, string, error) {
 	return res.GetMembers(), res.GetLeaderId(), nil
 }
 
-// AddMember adds a voter with its raft and API addresses.
+// AddMember adds a member with its raft and API addresses as a non-voter;
+// the leader promotes it to voter once it has caught up.
 func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) ([]*Member, error) {
 	res, err := call(ctx, c, "add member", cluster, csc.AddMember, &pb.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr})
 	if err != nil {
@@ -400,7 +401,8 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) ([
 	return res.GetMembers(), nil
 }
 
-// RemoveMember removes a voter.
+// RemoveMember removes a member; the leader refuses (invalid-argument) when
+// the voters left would not include a quorum of reachable members.
 func (c *Client) RemoveMember(ctx context.Context, id string) ([]*Member, error) {
 	res, err := call(ctx, c, "remove member", cluster, csc.RemoveMember, &pb.RemoveMemberRequest{Id: id})
 	if err != nil {

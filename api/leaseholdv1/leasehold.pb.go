@@ -2953,10 +2953,14 @@ func (x *MembersResponse) GetLeaderId() string {
 }
 
 type AddMemberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	ApiAddr       string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	// fresh: the member starts with an empty data dir (serve --join). A
+	// member of that id that exists already lost its log and votes: it is
+	// removed and added back as a non-voter.
+	Fresh         bool `protobuf:"varint,4,opt,name=fresh,proto3" json:"fresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3012,9 +3016,19 @@ func (x *AddMemberRequest) GetApiAddr() string {
 	return ""
 }
 
+func (x *AddMemberRequest) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
+}
+
 type AddMemberResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// cluster_id identifies the cluster; a joining node stores it and uses
+	// it on every Raft connection.
+	ClusterId     string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3054,6 +3068,13 @@ func (x *AddMemberResponse) GetMembers() []*Member {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *AddMemberResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type RemoveMemberRequest struct {
@@ -3421,13 +3442,16 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0eMembersRequest\"^\n" +
 	"\x0fMembersResponse\x12.\n" +
 	"\amembers\x18\x01 \x03(\v2\x14.leasehold.v1.MemberR\amembers\x12\x1b\n" +
-	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"Z\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"p\n" +
 	"\x10AddMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"C\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x14\n" +
+	"\x05fresh\x18\x04 \x01(\bR\x05fresh\"b\n" +
 	"\x11AddMemberResponse\x12.\n" +
-	"\amembers\x18\x01 \x03(\v2\x14.leasehold.v1.MemberR\amembers\"%\n" +
+	"\amembers\x18\x01 \x03(\v2\x14.leasehold.v1.MemberR\amembers\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"%\n" +
 	"\x13RemoveMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"F\n" +
 	"\x14RemoveMemberResponse\x12.\n" +

@@ -41,6 +41,8 @@ type serveTLSFlags struct {
 	cert, key, clientCA string
 	insecure            bool
 	sequencerKey        string
+	peerCert, peerKey   string
+	peerCA              string
 }
 
 func (f *serveTLSFlags) add(fs *pflag.FlagSet) {
@@ -48,6 +50,9 @@ func (f *serveTLSFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.key, "key", "", "key of --cert (PEM)")
 	fs.StringVar(&f.clientCA, "client-ca", "", "CA certificate (PEM): require every client (and node) to present a certificate it signed (mutual TLS)")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow serving plaintext on a non-loopback address")
+	fs.StringVar(&f.peerCert, "peer-cert", "", "this node's certificate (PEM) for Raft peer traffic: run every Raft connection inside mutual TLS")
+	fs.StringVar(&f.peerKey, "peer-key", "", "key of --peer-cert (PEM)")
+	fs.StringVar(&f.peerCA, "peer-ca", "", "CA certificate (PEM) that signed every peer's --peer-cert")
 	fs.StringVar(&f.sequencerKey, "sequencer-key", "", "signer file (leasehold certs create-sequencer-key): sign the grants of sessions that ask for sequencers")
 }
 
@@ -89,6 +94,31 @@ func (f *serveTLSFlags) config(listen, peerCA string) (server, peer *tls.Config,
 		return nil, nil, usageErr("%v", err)
 	}
 	return server, peer, nil
+}
+
+// raftConfig returns the TLS configuration of Raft peer connections (nil without
+// --peer-cert): each node presents its certificate and requires one signed by --peer-ca
+// from the other end, in both directions.
+func (f *serveTLSFlags) raftConfig(raftAddr string) (*tls.Config, error) {
+	if f.peerCert == "" && f.peerKey == "" && f.peerCA == "" {
+		if raftAddr != "" && !f.insecure && !loopback(raftAddr) {
+			return nil, usageErr("refusing Raft traffic on %s without TLS: give --peer-cert, --peer-key and --peer-ca (see: leasehold certs), or --insecure", raftAddr)
+		}
+		return nil, nil
+	}
+	if f.peerCert == "" || f.peerKey == "" || f.peerCA == "" {
+		return nil, usageErr("--peer-cert, --peer-key and --peer-ca go together")
+	}
+	conf, err := certs.ServerConfig(f.peerCert, f.peerKey, f.peerCA)
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	client, err := certs.ClientConfig(f.peerCA, f.peerCert, f.peerKey)
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	conf.RootCAs = client.RootCAs
+	return conf, nil
 }
 
 // loopback reports whether the listen address host:port binds only loopback interfaces.

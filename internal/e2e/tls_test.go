@@ -36,7 +36,8 @@ func TestTLSCluster(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, Protocols: &protos}, Timeout: 5 * time.Second}
 	defer hc.CloseIdleConnections()
 	procs := startClusterWith(t, 3, hc, "https://",
-		"--cert", p(certs.NodeCert), "--key", p(certs.NodeKey), "--client-ca", p(certs.CACert))
+		"--cert", p(certs.NodeCert), "--key", p(certs.NodeKey), "--client-ca", p(certs.CACert),
+		"--peer-cert", p(certs.NodeCert), "--peer-key", p(certs.NodeKey), "--peer-ca", p(certs.CACert))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -149,6 +149,10 @@ func Open(cfg Config) (*Server, error) {
 	}
 	cfg.Raft.Join = cfg.Join != ""
 	cfg.Raft.Now = cfg.Lessor.Clock.Now
+	if err := prepareJoin(&cfg); err != nil {
+		s.lessor.Close()
+		return nil, err
+	}
 	cfg.Raft.Observer = s.observe
 	cfg.Raft.OnRestore = s.hub.restored
 	cfg.Raft.Metrics = met
@@ -163,6 +167,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.wg.Go(s.registerLoop)
+	s.wg.Go(s.promoteLoop)
 	return s, nil
 }
 
@@ -262,7 +267,9 @@ func (s *Server) register(ctx context.Context) error {
 	}
 	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	id, raftAddr := s.node.ID(), s.node.RaftAddr()
-	_, err = cc.AddMember(ctx, connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr}))
+	req := connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr})
+	req.Header().Set(clusterIDHeader, s.node.ClusterID())
+	_, err = cc.AddMember(ctx, req)
 	return err
 }
 
@@ -351,6 +358,7 @@ func onLeader[Req, Res any](
 	}
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
+	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
 	s.met.forwarded.Inc()
 	res, err := remote(c, ctx, fwd)
 	return res, forwardErr(err)
@@ -380,7 +388,7 @@ func newLeaseID() string {
 // (/ui), behind the access log when Config.AccessLog is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(s.met.interceptor())}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor())}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	if s.cfg.Gatherer != nil {
