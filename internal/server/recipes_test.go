@@ -158,3 +158,40 @@ func TestListSessions(t *testing.T) {
 		t.Fatalf("limit 1: %v", resp.Msg)
 	}
 }
+
+// TestElectionFailover: under a manual clock, the leader's session expires
+// and the queued candidate is elected with a larger epoch and its own
+// value; watch reports both elections and the proclamation with values.
+func TestElectionFailover(t *testing.T) {
+	t.Parallel()
+	c, _ := startManual(t, servertest.Options{})
+	cl := c.Client
+	stream, err := cl.Watch(ctxT(t), req(&pb.WatchRequest{Prefix: "leader"}))
+	mustOK(t, "watch", err)
+	defer stream.Close()
+	a, b := newSession(t, cl, 1000, "A"), newSession(t, cl, 60_000, "B")
+	resp, err := cl.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: "leader", LeaseId: a.GetLeaseId(), Value: []byte("a")}))
+	mustOK(t, "campaign a", err)
+	ha := resp.Msg.GetHolding()
+	_, err = cl.Proclaim(ctxT(t), req(&pb.ProclaimRequest{Name: "leader", LeaseId: a.GetLeaseId(), Token: ha.GetToken(), Value: []byte("a2")}))
+	mustOK(t, "proclaim", err)
+	ch := acquireAsync(ctxT(t), cl, &pb.AcquireRequest{Name: "leader", LeaseId: b.GetLeaseId(), Value: []byte("b")})
+	waitQueued(t, cl, "leader", b.GetLeaseId())
+	c.AdvanceUntil("a's session to expire", func() bool { return !pending(ch) })
+	got := recv(t, "b", ch)
+	mustOK(t, "campaign b", got.err)
+	if h := got.resp.GetHolding(); h.GetToken() <= ha.GetToken() || string(h.GetValue()) != "b" {
+		t.Fatalf("b elected with %v; want a larger epoch than %d and value b", h, ha.GetToken())
+	}
+	var seen []string
+	for len(seen) < 3 && stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		switch ev.GetType() {
+		case pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType_EVENT_TYPE_PROCLAIMED:
+			seen = append(seen, fmt.Sprintf("%s:%s", strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_"), ev.GetValue()))
+		}
+	}
+	if want := []string{"ACQUIRED:a", "PROCLAIMED:a2", "ACQUIRED:b"}; !slices.Equal(seen, want) {
+		t.Fatalf("watch saw %q, want %q", seen, want)
+	}
+}
