@@ -22,6 +22,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		quota                                                                   string
 		tlsFlags                                                                serveTLSFlags
 		forceNewCluster                                                         bool
+		pprofOn                                                                 bool
 	)
 	var logFormat string
 	var accessLog bool
@@ -53,7 +54,8 @@ Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DAT
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
 LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
-LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER); a flag on the command line wins.
+LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER,
+LEASEHOLD_PPROF); a flag on the command line wins.
 
 Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
 with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.`,
@@ -104,6 +106,7 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 			cfg.Raft.Limits.MaxStateBytes = quotaBytes
 			cfg.Join = join
 			cfg.Raft.ForceNewCluster = forceNewCluster
+			cfg.Pprof = pprofOn
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
 				if err != nil {
@@ -145,6 +148,7 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
 	tlsFlags.add(f)
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
+	f.BoolVar(&pprofOn, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the API address")
 	return cmd
 }
 
