@@ -65,11 +65,14 @@ func (h *lockService) CloseSession(ctx context.Context, req *connect.Request[pb.
 func (h *lockService) TryAcquire(ctx context.Context, req *connect.Request[pb.TryAcquireRequest]) (*connect.Response[pb.TryAcquireResponse], error) {
 	m := req.Msg
 	delay, err := checkAcquire(m.GetName(), m.GetLeaseId(), m.GetLockDelayMs())
+	if err == nil {
+		err = checkMode(m.GetMode(), m.GetPermits(), m.GetValue())
+	}
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.TryAcquireRequest) (*pb.TryAcquireResponse, error) {
-		res, err := h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, try: true, waitID: m.GetWaitId()})
+		res, err := h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, try: true, waitID: m.GetWaitId(), mode: m.GetMode(), permits: m.GetPermits(), value: m.GetValue()})
 		if err != nil {
 			return nil, err
 		}
@@ -88,7 +91,8 @@ func checkAcquire(name, leaseID string, delayMs int64) (time.Duration, error) {
 }
 
 func acquireCmd(r acquireReq) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: r.name, LeaseId: r.leaseID, LockDelayMs: r.delay.Milliseconds(), Try: r.try, WaitId: r.waitID}}}
+	return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: r.name, LeaseId: r.leaseID, LockDelayMs: r.delay.Milliseconds(), Try: r.try, WaitId: r.waitID,
+		Mode: fsmpb.Mode(r.mode), Permits: r.permits, Value: r.value}}}
 }
 
 func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
@@ -98,11 +102,14 @@ func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.Acqui
 		return nil, api.ToConnect(err)
 	}
 	wait, err := checkWait(m.GetWaitMs())
+	if err == nil {
+		err = checkMode(m.GetMode(), m.GetPermits(), m.GetValue())
+	}
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.AcquireRequest) (*pb.AcquireResponse, error) {
-		return h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, wait: wait, waitID: m.GetWaitId()})
+		return h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, wait: wait, waitID: m.GetWaitId(), mode: m.GetMode(), permits: m.GetPermits(), value: m.GetValue()})
 	}, client.Acquire)
 }
 
@@ -113,6 +120,9 @@ type acquireReq struct {
 	wait          time.Duration // queue bound; 0: until ctx ends
 	try           bool
 	waitID        uint64 // the caller's id for CancelWait; 0: pick one
+	mode          pb.LockMode
+	permits       uint32
+	value         []byte
 }
 
 // acquire grants r.name to r.leaseID or waits in its queue until the
@@ -132,8 +142,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	defer s.hub.unwait(w)
 	var heldBefore bool
 	s.node.Read(func(m *fsm.Machine) {
-		h := m.Lock(r.name).Holder
-		heldBefore = h != nil && h.GetLeaseId() == r.leaseID
+		heldBefore = holdingOf(m.Lock(r.name), r.leaseID) != nil
 	})
 	withdraw := func() {
 		if !heldBefore {
@@ -213,7 +222,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 func (s *Server) waitOutcome(r acquireReq) (holding *fsmpb.Holding, done bool, err error) {
 	s.node.Read(func(m *fsm.Machine) {
 		info := m.Lock(r.name)
-		if h := info.Holder; h != nil && h.GetLeaseId() == r.leaseID && h.GetWaitId() == r.waitID {
+		if h := holdingOf(info, r.leaseID); h != nil && h.GetWaitId() == r.waitID {
 			holding, done = h, true
 			return
 		}
@@ -238,6 +247,8 @@ func (s *Server) lockedErr(name string) error {
 	var info fsm.LockInfo
 	s.node.Read(func(m *fsm.Machine) { info = m.Lock(name) })
 	switch {
+	case len(info.Holders) > 1:
+		return api.Errorf(api.CodeLocked, "%q is held by %d holders (%d permits) and %d session(s) wait for it", name, len(info.Holders), info.Permits, len(info.Waiters))
 	case info.Holder == nil && info.Delayed:
 		return api.Errorf(api.CodeLockDelay, "%q is in a lock-delay of %s after its holder (token %d) expired", name, time.Duration(info.DelayMs)*time.Millisecond, info.DelayToken)
 	case info.Holder != nil && info.Owner != "":
@@ -304,14 +315,7 @@ func (h *lockService) CancelWait(ctx context.Context, req *connect.Request[pb.Ca
 
 func (h *lockService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
 	m := req.Msg
-	err := checkName(m.GetName())
-	if err == nil {
-		err = checkLeaseID(m.GetLeaseId())
-	}
-	if err == nil {
-		err = checkToken(m.GetToken())
-	}
-	if err != nil {
+	if err := checkHolding(m.GetName(), m.GetLeaseId(), m.GetToken()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
@@ -331,7 +335,8 @@ func holdingPB(name string, h *fsmpb.Holding, owner string) *pb.Holding {
 	if h == nil {
 		return nil
 	}
-	return &pb.Holding{Name: name, LeaseId: h.GetLeaseId(), Token: h.GetToken(), Owner: owner, AcquiredUnixMs: h.GetAcquiredUnixMs(), LockDelayMs: h.GetLockDelayMs()}
+	return &pb.Holding{Name: name, LeaseId: h.GetLeaseId(), Token: h.GetToken(), Owner: owner, AcquiredUnixMs: h.GetAcquiredUnixMs(), LockDelayMs: h.GetLockDelayMs(),
+		Mode: pb.LockMode(h.GetMode()), Slot: h.GetSlot(), Value: h.GetValue()}
 }
 
 // read serves a read: linearizable on the leader (forwarded by a
@@ -374,7 +379,15 @@ func (h *lockService) Status(ctx context.Context, req *connect.Request[pb.Status
 }
 
 func (s *Server) lockInfoPB(info fsm.LockInfo, owners map[string]string) *pb.LockInfo {
-	out := &pb.LockInfo{Name: info.Name, Holder: holdingPB(info.Name, info.Holder, info.Owner), RemainingMs: -1, Delayed: info.Delayed}
+	out := &pb.LockInfo{Name: info.Name, Holder: holdingPB(info.Name, info.Holder, info.Owner), RemainingMs: -1, Delayed: info.Delayed, Permits: max(info.Permits, 1)}
+	for i, h := range info.Holders {
+		hp := holdingPB(info.Name, h, info.Owners[i])
+		hp.RemainingMs = -1
+		if d, ok := s.lessor.Remaining(h.LeaseId); ok {
+			hp.RemainingMs = d.Milliseconds()
+		}
+		out.Holders = append(out.Holders, hp)
+	}
 	if info.Holder != nil {
 		if d, ok := s.lessor.Remaining(info.Holder.LeaseId); ok {
 			out.RemainingMs = d.Milliseconds()
@@ -445,7 +458,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		case <-w.ended:
 			return api.ToConnect(w.err)
 		case ev := <-w.ch:
-			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs}}); err != nil {
+			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs, Value: []byte(ev.Value)}}); err != nil {
 				return err
 			}
 		}

@@ -79,6 +79,12 @@ const (
 	// LeaseholdServiceKvDeleteProcedure is the fully-qualified name of the LeaseholdService's KvDelete
 	// RPC.
 	LeaseholdServiceKvDeleteProcedure = "/leasehold.v1.LeaseholdService/KvDelete"
+	// LeaseholdServiceProclaimProcedure is the fully-qualified name of the LeaseholdService's Proclaim
+	// RPC.
+	LeaseholdServiceProclaimProcedure = "/leasehold.v1.LeaseholdService/Proclaim"
+	// LeaseholdServiceListSessionsProcedure is the fully-qualified name of the LeaseholdService's
+	// ListSessions RPC.
+	LeaseholdServiceListSessionsProcedure = "/leasehold.v1.LeaseholdService/ListSessions"
 	// ClusterServiceMembersProcedure is the fully-qualified name of the ClusterService's Members RPC.
 	ClusterServiceMembersProcedure = "/leasehold.v1.ClusterService/Members"
 	// ClusterServiceAddMemberProcedure is the fully-qualified name of the ClusterService's AddMember
@@ -131,6 +137,11 @@ type LeaseholdServiceClient interface {
 	// KvDelete removes a key's value iff the token is not stale (the rule of
 	// KvPut); a token-only tombstone keeps the fence.
 	KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error)
+	// Proclaim changes the value of the holding (name, lease_id, token)
+	// without ending it: an elected leader announcing a new value.
+	Proclaim(context.Context, *connect.Request[leaseholdv1.ProclaimRequest]) (*connect.Response[leaseholdv1.ProclaimResponse], error)
+	// ListSessions describes the live sessions, in lease id order.
+	ListSessions(context.Context, *connect.Request[leaseholdv1.ListSessionsRequest]) (*connect.Response[leaseholdv1.ListSessionsResponse], error)
 }
 
 // NewLeaseholdServiceClient constructs a client for the leasehold.v1.LeaseholdService service. By
@@ -228,6 +239,18 @@ func NewLeaseholdServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(leaseholdServiceMethods.ByName("KvDelete")),
 			connect.WithClientOptions(opts...),
 		),
+		proclaim: connect.NewClient[leaseholdv1.ProclaimRequest, leaseholdv1.ProclaimResponse](
+			httpClient,
+			baseURL+LeaseholdServiceProclaimProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("Proclaim")),
+			connect.WithClientOptions(opts...),
+		),
+		listSessions: connect.NewClient[leaseholdv1.ListSessionsRequest, leaseholdv1.ListSessionsResponse](
+			httpClient,
+			baseURL+LeaseholdServiceListSessionsProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("ListSessions")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -247,6 +270,8 @@ type leaseholdServiceClient struct {
 	kvPut           *connect.Client[leaseholdv1.KvPutRequest, leaseholdv1.KvPutResponse]
 	kvGet           *connect.Client[leaseholdv1.KvGetRequest, leaseholdv1.KvGetResponse]
 	kvDelete        *connect.Client[leaseholdv1.KvDeleteRequest, leaseholdv1.KvDeleteResponse]
+	proclaim        *connect.Client[leaseholdv1.ProclaimRequest, leaseholdv1.ProclaimResponse]
+	listSessions    *connect.Client[leaseholdv1.ListSessionsRequest, leaseholdv1.ListSessionsResponse]
 }
 
 // CreateSession calls leasehold.v1.LeaseholdService.CreateSession.
@@ -319,6 +344,16 @@ func (c *leaseholdServiceClient) KvDelete(ctx context.Context, req *connect.Requ
 	return c.kvDelete.CallUnary(ctx, req)
 }
 
+// Proclaim calls leasehold.v1.LeaseholdService.Proclaim.
+func (c *leaseholdServiceClient) Proclaim(ctx context.Context, req *connect.Request[leaseholdv1.ProclaimRequest]) (*connect.Response[leaseholdv1.ProclaimResponse], error) {
+	return c.proclaim.CallUnary(ctx, req)
+}
+
+// ListSessions calls leasehold.v1.LeaseholdService.ListSessions.
+func (c *leaseholdServiceClient) ListSessions(ctx context.Context, req *connect.Request[leaseholdv1.ListSessionsRequest]) (*connect.Response[leaseholdv1.ListSessionsResponse], error) {
+	return c.listSessions.CallUnary(ctx, req)
+}
+
 // LeaseholdServiceHandler is an implementation of the leasehold.v1.LeaseholdService service.
 type LeaseholdServiceHandler interface {
 	// CreateSession grants a new session (lease) with the TTL the server chose.
@@ -353,6 +388,11 @@ type LeaseholdServiceHandler interface {
 	// KvDelete removes a key's value iff the token is not stale (the rule of
 	// KvPut); a token-only tombstone keeps the fence.
 	KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error)
+	// Proclaim changes the value of the holding (name, lease_id, token)
+	// without ending it: an elected leader announcing a new value.
+	Proclaim(context.Context, *connect.Request[leaseholdv1.ProclaimRequest]) (*connect.Response[leaseholdv1.ProclaimResponse], error)
+	// ListSessions describes the live sessions, in lease id order.
+	ListSessions(context.Context, *connect.Request[leaseholdv1.ListSessionsRequest]) (*connect.Response[leaseholdv1.ListSessionsResponse], error)
 }
 
 // NewLeaseholdServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -446,6 +486,18 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 		connect.WithSchema(leaseholdServiceMethods.ByName("KvDelete")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseholdServiceProclaimHandler := connect.NewUnaryHandler(
+		LeaseholdServiceProclaimProcedure,
+		svc.Proclaim,
+		connect.WithSchema(leaseholdServiceMethods.ByName("Proclaim")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseholdServiceListSessionsHandler := connect.NewUnaryHandler(
+		LeaseholdServiceListSessionsProcedure,
+		svc.ListSessions,
+		connect.WithSchema(leaseholdServiceMethods.ByName("ListSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/leasehold.v1.LeaseholdService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseholdServiceCreateSessionProcedure:
@@ -476,6 +528,10 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 			leaseholdServiceKvGetHandler.ServeHTTP(w, r)
 		case LeaseholdServiceKvDeleteProcedure:
 			leaseholdServiceKvDeleteHandler.ServeHTTP(w, r)
+		case LeaseholdServiceProclaimProcedure:
+			leaseholdServiceProclaimHandler.ServeHTTP(w, r)
+		case LeaseholdServiceListSessionsProcedure:
+			leaseholdServiceListSessionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -539,6 +595,14 @@ func (UnimplementedLeaseholdServiceHandler) KvGet(context.Context, *connect.Requ
 
 func (UnimplementedLeaseholdServiceHandler) KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KvDelete is not implemented"))
+}
+
+func (UnimplementedLeaseholdServiceHandler) Proclaim(context.Context, *connect.Request[leaseholdv1.ProclaimRequest]) (*connect.Response[leaseholdv1.ProclaimResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.Proclaim is not implemented"))
+}
+
+func (UnimplementedLeaseholdServiceHandler) ListSessions(context.Context, *connect.Request[leaseholdv1.ListSessionsRequest]) (*connect.Response[leaseholdv1.ListSessionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.ListSessions is not implemented"))
 }
 
 // ClusterServiceClient is a client for the leasehold.v1.ClusterService service.

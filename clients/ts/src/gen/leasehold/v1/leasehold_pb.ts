@@ -17,7 +17,151 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leasehold/v1/leasehold.proto.
  */
 export const file_leasehold_v1_leasehold: GenFile = /*@__PURE__*/
-  fileDesc("ChxsZWFzZWhvbGQvdjEvbGVhc2Vob2xkLnByb3RvEgxsZWFzZWhvbGQudjEiSAoLRXJyb3JEZXRhaWwSDAoEY29kZRgBIAEoCRISCgpsYXN0X3Rva2VuGAIgASgEEhcKD2xlYWRlcl9hcGlfYWRkchgDIAEoCSJJChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIOCgZ0dGxfbXMYASABKAMSDQoFb3duZXIYAiABKAkSEgoKc2VxdWVuY2VycxgUIAEoCCJIChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEg0KBW93bmVyGAMgASgJIjcKEEtlZXBBbGl2ZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSEQoJbGVhc2VfaWRzGAIgAygJImUKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgJEg4KBnR0bF9tcxgCIAEoAxIuCgdyZXN1bHRzGAMgAygLMh0ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3VsdCJHCg9LZWVwQWxpdmVSZXN1bHQSEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkiPQoWS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRIRCglsZWFzZV9pZHMYAiADKAkifwoXS2VlcEFsaXZlU3RyZWFtUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkSLgoHcmVzdWx0cxgEIAMoCzIdLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXN1bHQiJwoTQ2xvc2VTZXNzaW9uUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCSIoChRDbG9zZVNlc3Npb25SZXNwb25zZRIQCghyZWxlYXNlZBgBIAMoCSJpCg5BY3F1aXJlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg8KB3dhaXRfbXMYAyABKAMSFQoNbG9ja19kZWxheV9tcxgEIAEoAxIPCgd3YWl0X2lkGAUgASgEIkkKD0FjcXVpcmVSZXNwb25zZRImCgdob2xkaW5nGAEgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmcSDgoGdHRsX21zGAIgASgDIlsKEVRyeUFjcXVpcmVSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSFQoNbG9ja19kZWxheV9tcxgDIAEoAxIPCgd3YWl0X2lkGAQgASgEIkwKElRyeUFjcXVpcmVSZXNwb25zZRImCgdob2xkaW5nGAEgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmcSDgoGdHRsX21zGAIgASgDIj8KDlJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQiRAoRQ2FuY2VsV2FpdFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgd3YWl0X2lkGAMgASgEIhQKEkNhbmNlbFdhaXRSZXNwb25zZSI2Cg9SZWxlYXNlUmVzcG9uc2USIwoEbmV4dBgBIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nIosBCgdIb2xkaW5nEgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQSDQoFb3duZXIYBCABKAkSGAoQYWNxdWlyZWRfdW5peF9tcxgFIAEoAxIVCg1sb2NrX2RlbGF5X21zGAYgASgDEhEKCXNlcXVlbmNlchgUIAEoDCJBCgZXYWl0ZXISEAoIbGVhc2VfaWQYASABKAkSDQoFb3duZXIYAiABKAkSFgoOcXVldWVkX3VuaXhfbXMYAyABKAMiLAoNU3RhdHVzUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXN0YWxlGAIgASgIIo0BCghMb2NrSW5mbxIMCgRuYW1lGAEgASgJEiUKBmhvbGRlchgCIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEhQKDHJlbWFpbmluZ19tcxgDIAEoAxIlCgd3YWl0ZXJzGAQgAygLMhQubGVhc2Vob2xkLnYxLldhaXRlchIPCgdkZWxheWVkGAUgASgIIjYKDlN0YXR1c1Jlc3BvbnNlEiQKBGxvY2sYASABKAsyFi5sZWFzZWhvbGQudjEuTG9ja0luZm8iOwoLTGlzdFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEg0KBXN0YWxlGAIgASgIEg0KBWxpbWl0GAMgASgFIkgKDExpc3RSZXNwb25zZRIlCgVsb2NrcxgBIAMoCzIWLmxlYXNlaG9sZC52MS5Mb2NrSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiHgoMV2F0Y2hSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCSKMAQoFRXZlbnQSJQoEdHlwZRgBIAEoDjIXLmxlYXNlaG9sZC52MS5FdmVudFR5cGUSDAoEbmFtZRgCIAEoCRIQCghsZWFzZV9pZBgDIAEoCRINCgVvd25lchgEIAEoCRINCgV0b2tlbhgFIAEoBBINCgVpbmRleBgGIAEoBBIPCgd1bml4X21zGAcgASgDIjMKDVdhdGNoUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5sZWFzZWhvbGQudjEuRXZlbnQiSQoMS3ZQdXRSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBINCgV0b2tlbhgDIAEoBBIOCgZzdHJpY3QYBCABKAgiKwoNS3ZQdXRSZXNwb25zZRILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQiKgoMS3ZHZXRSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgVzdGFsZRgCIAEoCCI6Cg1LdkdldFJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBINCgV0b2tlbhgDIAEoBCI9Cg9LdkRlbGV0ZVJlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgEEg4KBnN0cmljdBgDIAEoCCIuChBLdkRlbGV0ZVJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoBCIRCg9TbmFwc2hvdFJlcXVlc3QiiwEKDFNuYXBzaG90SW5mbxINCgVpbmRleBgBIAEoBBIMCgR0ZXJtGAIgASgEEg0KBXRva2VuGAMgASgEEg8KB25vZGVfaWQYBCABKAkSDwoHdW5peF9tcxgFIAEoAxIaChJsYXN0X2dyYW50X3VuaXhfbXMYBiABKAMSEQoJcGVha19yYXRlGAcgASgEIksKEFNuYXBzaG90UmVzcG9uc2USKAoEaW5mbxgBIAEoCzIaLmxlYXNlaG9sZC52MS5TbmFwc2hvdEluZm8SDQoFY2h1bmsYAiABKAwiJQoQQnVtcFRva2VuUmVxdWVzdBIRCgltaW5fdG9rZW4YASABKAQiIgoRQnVtcFRva2VuUmVzcG9uc2USDQoFdG9rZW4YASABKAQilAEKBk1lbWJlchIKCgJpZBgBIAEoCRIRCglyYWZ0X2FkZHIYAiABKAkSEAoIYXBpX2FkZHIYAyABKAkSDAoEcm9sZRgEIAEoCRIMCgR0ZXJtGAUgASgEEhQKDGNvbW1pdF9pbmRleBgGIAEoBBIVCg1hcHBsaWVkX2luZGV4GAcgASgEEhAKCHN1ZmZyYWdlGAggASgJIhAKDk1lbWJlcnNSZXF1ZXN0IksKD01lbWJlcnNSZXNwb25zZRIlCgdtZW1iZXJzGAEgAygLMhQubGVhc2Vob2xkLnYxLk1lbWJlchIRCglsZWFkZXJfaWQYAiABKAkiUgoQQWRkTWVtYmVyUmVxdWVzdBIKCgJpZBgBIAEoCRIRCglyYWZ0X2FkZHIYAiABKAkSEAoIYXBpX2FkZHIYAyABKAkSDQoFZnJlc2gYBCABKAgiTgoRQWRkTWVtYmVyUmVzcG9uc2USJQoHbWVtYmVycxgBIAMoCzIULmxlYXNlaG9sZC52MS5NZW1iZXISEgoKY2x1c3Rlcl9pZBgCIAEoCSIhChNSZW1vdmVNZW1iZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj0KFFJlbW92ZU1lbWJlclJlc3BvbnNlEiUKB21lbWJlcnMYASADKAsyFC5sZWFzZWhvbGQudjEuTWVtYmVyIiMKFVRyYW5zZmVyTGVhZGVyUmVxdWVzdBIKCgJpZBgBIAEoCSIrChZUcmFuc2ZlckxlYWRlclJlc3BvbnNlEhEKCWxlYWRlcl9pZBgBIAEoCSrCAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9UWVBFX0FDUVVJUkVEEAESFwoTRVZFTlRfVFlQRV9SRUxFQVNFRBACEhYKEkVWRU5UX1RZUEVfRVhQSVJFRBADEhUKEUVWRU5UX1RZUEVfUVVFVUVEEAQSFwoTRVZFTlRfVFlQRV9ERVFVRVVFRBAFEh8KG0VWRU5UX1RZUEVfTE9DS19ERUxBWV9FTkRFRBAGMr4IChBMZWFzZWhvbGRTZXJ2aWNlElgKDUNyZWF0ZVNlc3Npb24SIi5sZWFzZWhvbGQudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaIy5sZWFzZWhvbGQudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEkwKCUtlZXBBbGl2ZRIeLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXF1ZXN0Gh8ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3BvbnNlEmIKD0tlZXBBbGl2ZVN0cmVhbRIkLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVTdHJlYW1SZXF1ZXN0GiUubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlKAEwARJVCgxDbG9zZVNlc3Npb24SIS5sZWFzZWhvbGQudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBoiLmxlYXNlaG9sZC52MS5DbG9zZVNlc3Npb25SZXNwb25zZRJGCgdBY3F1aXJlEhwubGVhc2Vob2xkLnYxLkFjcXVpcmVSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLkFjcXVpcmVSZXNwb25zZRJPCgpUcnlBY3F1aXJlEh8ubGVhc2Vob2xkLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiAubGVhc2Vob2xkLnYxLlRyeUFjcXVpcmVSZXNwb25zZRJGCgdSZWxlYXNlEhwubGVhc2Vob2xkLnYxLlJlbGVhc2VSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLlJlbGVhc2VSZXNwb25zZRJPCgpDYW5jZWxXYWl0Eh8ubGVhc2Vob2xkLnYxLkNhbmNlbFdhaXRSZXF1ZXN0GiAubGVhc2Vob2xkLnYxLkNhbmNlbFdhaXRSZXNwb25zZRJDCgZTdGF0dXMSGy5sZWFzZWhvbGQudjEuU3RhdHVzUmVxdWVzdBocLmxlYXNlaG9sZC52MS5TdGF0dXNSZXNwb25zZRI9CgRMaXN0EhkubGVhc2Vob2xkLnYxLkxpc3RSZXF1ZXN0GhoubGVhc2Vob2xkLnYxLkxpc3RSZXNwb25zZRJCCgVXYXRjaBIaLmxlYXNlaG9sZC52MS5XYXRjaFJlcXVlc3QaGy5sZWFzZWhvbGQudjEuV2F0Y2hSZXNwb25zZTABEkAKBUt2UHV0EhoubGVhc2Vob2xkLnYxLkt2UHV0UmVxdWVzdBobLmxlYXNlaG9sZC52MS5LdlB1dFJlc3BvbnNlEkAKBUt2R2V0EhoubGVhc2Vob2xkLnYxLkt2R2V0UmVxdWVzdBobLmxlYXNlaG9sZC52MS5LdkdldFJlc3BvbnNlEkkKCEt2RGVsZXRlEh0ubGVhc2Vob2xkLnYxLkt2RGVsZXRlUmVxdWVzdBoeLmxlYXNlaG9sZC52MS5LdkRlbGV0ZVJlc3BvbnNlMvUDCg5DbHVzdGVyU2VydmljZRJGCgdNZW1iZXJzEhwubGVhc2Vob2xkLnYxLk1lbWJlcnNSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLk1lbWJlcnNSZXNwb25zZRJMCglBZGRNZW1iZXISHi5sZWFzZWhvbGQudjEuQWRkTWVtYmVyUmVxdWVzdBofLmxlYXNlaG9sZC52MS5BZGRNZW1iZXJSZXNwb25zZRJVCgxSZW1vdmVNZW1iZXISIS5sZWFzZWhvbGQudjEuUmVtb3ZlTWVtYmVyUmVxdWVzdBoiLmxlYXNlaG9sZC52MS5SZW1vdmVNZW1iZXJSZXNwb25zZRJbCg5UcmFuc2ZlckxlYWRlchIjLmxlYXNlaG9sZC52MS5UcmFuc2ZlckxlYWRlclJlcXVlc3QaJC5sZWFzZWhvbGQudjEuVHJhbnNmZXJMZWFkZXJSZXNwb25zZRJMCglCdW1wVG9rZW4SHi5sZWFzZWhvbGQudjEuQnVtcFRva2VuUmVxdWVzdBofLmxlYXNlaG9sZC52MS5CdW1wVG9rZW5SZXNwb25zZRJLCghTbmFwc2hvdBIdLmxlYXNlaG9sZC52MS5TbmFwc2hvdFJlcXVlc3QaHi5sZWFzZWhvbGQudjEuU25hcHNob3RSZXNwb25zZTABQjxaOmdpdGh1Yi5jb20vbGVhc2Vob2xkL2xlYXNlaG9sZC9hcGkvbGVhc2Vob2xkdjE7bGVhc2Vob2xkdjFiBnByb3RvMw");
+  fileDesc("ChxsZWFzZWhvbGQvdjEvbGVhc2Vob2xkLnByb3RvEgxsZWFzZWhvbGQudjEiTwoPUHJvY2xhaW1SZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQSDQoFdmFsdWUYBCABKAwiOgoQUHJvY2xhaW1SZXNwb25zZRImCgdob2xkaW5nGAEgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmciMwoTTGlzdFNlc3Npb25zUmVxdWVzdBINCgVzdGFsZRgBIAEoCBINCgVsaW1pdBgCIAEoBSJ8CgtTZXNzaW9uSW5mbxIQCghsZWFzZV9pZBgBIAEoCRINCgVvd25lchgCIAEoCRIOCgZ0dGxfbXMYAyABKAMSFwoPY3JlYXRlZF91bml4X21zGAQgASgDEhQKDHJlbWFpbmluZ19tcxgFIAEoAxINCgVuYW1lcxgGIAMoCSJWChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIrCghzZXNzaW9ucxgBIAMoCzIZLmxlYXNlaG9sZC52MS5TZXNzaW9uSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiSAoLRXJyb3JEZXRhaWwSDAoEY29kZRgBIAEoCRISCgpsYXN0X3Rva2VuGAIgASgEEhcKD2xlYWRlcl9hcGlfYWRkchgDIAEoCSJJChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIOCgZ0dGxfbXMYASABKAMSDQoFb3duZXIYAiABKAkSEgoKc2VxdWVuY2VycxgUIAEoCCJIChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEg0KBW93bmVyGAMgASgJIjcKEEtlZXBBbGl2ZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSEQoJbGVhc2VfaWRzGAIgAygJImUKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgJEg4KBnR0bF9tcxgCIAEoAxIuCgdyZXN1bHRzGAMgAygLMh0ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3VsdCJHCg9LZWVwQWxpdmVSZXN1bHQSEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkiPQoWS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRIRCglsZWFzZV9pZHMYAiADKAkifwoXS2VlcEFsaXZlU3RyZWFtUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkSLgoHcmVzdWx0cxgEIAMoCzIdLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXN1bHQiJwoTQ2xvc2VTZXNzaW9uUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCSIoChRDbG9zZVNlc3Npb25SZXNwb25zZRIQCghyZWxlYXNlZBgBIAMoCSKvAQoOQWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgd3YWl0X21zGAMgASgDEhUKDWxvY2tfZGVsYXlfbXMYBCABKAMSDwoHd2FpdF9pZBgFIAEoBBIkCgRtb2RlGBQgASgOMhYubGVhc2Vob2xkLnYxLkxvY2tNb2RlEg8KB3Blcm1pdHMYFSABKA0SDQoFdmFsdWUYFiABKAwiSQoPQWNxdWlyZVJlc3BvbnNlEiYKB2hvbGRpbmcYASABKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZxIOCgZ0dGxfbXMYAiABKAMioQEKEVRyeUFjcXVpcmVSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSFQoNbG9ja19kZWxheV9tcxgDIAEoAxIPCgd3YWl0X2lkGAQgASgEEiQKBG1vZGUYFCABKA4yFi5sZWFzZWhvbGQudjEuTG9ja01vZGUSDwoHcGVybWl0cxgVIAEoDRINCgV2YWx1ZRgWIAEoDCJMChJUcnlBY3F1aXJlUmVzcG9uc2USJgoHaG9sZGluZxgBIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEg4KBnR0bF9tcxgCIAEoAyI/Cg5SZWxlYXNlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg0KBXRva2VuGAMgASgEIkQKEUNhbmNlbFdhaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDwoHd2FpdF9pZBgDIAEoBCIUChJDYW5jZWxXYWl0UmVzcG9uc2UiNgoPUmVsZWFzZVJlc3BvbnNlEiMKBG5leHQYASABKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZyLkAQoHSG9sZGluZxIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg0KBXRva2VuGAMgASgEEg0KBW93bmVyGAQgASgJEhgKEGFjcXVpcmVkX3VuaXhfbXMYBSABKAMSFQoNbG9ja19kZWxheV9tcxgGIAEoAxIRCglzZXF1ZW5jZXIYFCABKAwSJAoEbW9kZRgeIAEoDjIWLmxlYXNlaG9sZC52MS5Mb2NrTW9kZRIMCgRzbG90GB8gASgNEg0KBXZhbHVlGCAgASgMEhQKDHJlbWFpbmluZ19tcxghIAEoAyJBCgZXYWl0ZXISEAoIbGVhc2VfaWQYASABKAkSDQoFb3duZXIYAiABKAkSFgoOcXVldWVkX3VuaXhfbXMYAyABKAMiLAoNU3RhdHVzUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXN0YWxlGAIgASgIIsYBCghMb2NrSW5mbxIMCgRuYW1lGAEgASgJEiUKBmhvbGRlchgCIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEhQKDHJlbWFpbmluZ19tcxgDIAEoAxIlCgd3YWl0ZXJzGAQgAygLMhQubGVhc2Vob2xkLnYxLldhaXRlchIPCgdkZWxheWVkGAUgASgIEiYKB2hvbGRlcnMYFCADKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZxIPCgdwZXJtaXRzGBUgASgNIjYKDlN0YXR1c1Jlc3BvbnNlEiQKBGxvY2sYASABKAsyFi5sZWFzZWhvbGQudjEuTG9ja0luZm8iOwoLTGlzdFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEg0KBXN0YWxlGAIgASgIEg0KBWxpbWl0GAMgASgFIkgKDExpc3RSZXNwb25zZRIlCgVsb2NrcxgBIAMoCzIWLmxlYXNlaG9sZC52MS5Mb2NrSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiHgoMV2F0Y2hSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCSKbAQoFRXZlbnQSJQoEdHlwZRgBIAEoDjIXLmxlYXNlaG9sZC52MS5FdmVudFR5cGUSDAoEbmFtZRgCIAEoCRIQCghsZWFzZV9pZBgDIAEoCRINCgVvd25lchgEIAEoCRINCgV0b2tlbhgFIAEoBBINCgVpbmRleBgGIAEoBBIPCgd1bml4X21zGAcgASgDEg0KBXZhbHVlGBQgASgMIjMKDVdhdGNoUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5sZWFzZWhvbGQudjEuRXZlbnQiSQoMS3ZQdXRSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBINCgV0b2tlbhgDIAEoBBIOCgZzdHJpY3QYBCABKAgiKwoNS3ZQdXRSZXNwb25zZRILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQiKgoMS3ZHZXRSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgVzdGFsZRgCIAEoCCI6Cg1LdkdldFJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBINCgV0b2tlbhgDIAEoBCI9Cg9LdkRlbGV0ZVJlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgEEg4KBnN0cmljdBgDIAEoCCIuChBLdkRlbGV0ZVJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoBCIRCg9TbmFwc2hvdFJlcXVlc3QiiwEKDFNuYXBzaG90SW5mbxINCgVpbmRleBgBIAEoBBIMCgR0ZXJtGAIgASgEEg0KBXRva2VuGAMgASgEEg8KB25vZGVfaWQYBCABKAkSDwoHdW5peF9tcxgFIAEoAxIaChJsYXN0X2dyYW50X3VuaXhfbXMYBiABKAMSEQoJcGVha19yYXRlGAcgASgEIksKEFNuYXBzaG90UmVzcG9uc2USKAoEaW5mbxgBIAEoCzIaLmxlYXNlaG9sZC52MS5TbmFwc2hvdEluZm8SDQoFY2h1bmsYAiABKAwiJQoQQnVtcFRva2VuUmVxdWVzdBIRCgltaW5fdG9rZW4YASABKAQiIgoRQnVtcFRva2VuUmVzcG9uc2USDQoFdG9rZW4YASABKAQilAEKBk1lbWJlchIKCgJpZBgBIAEoCRIRCglyYWZ0X2FkZHIYAiABKAkSEAoIYXBpX2FkZHIYAyABKAkSDAoEcm9sZRgEIAEoCRIMCgR0ZXJtGAUgASgEEhQKDGNvbW1pdF9pbmRleBgGIAEoBBIVCg1hcHBsaWVkX2luZGV4GAcgASgEEhAKCHN1ZmZyYWdlGAggASgJIhAKDk1lbWJlcnNSZXF1ZXN0IksKD01lbWJlcnNSZXNwb25zZRIlCgdtZW1iZXJzGAEgAygLMhQubGVhc2Vob2xkLnYxLk1lbWJlchIRCglsZWFkZXJfaWQYAiABKAkiUgoQQWRkTWVtYmVyUmVxdWVzdBIKCgJpZBgBIAEoCRIRCglyYWZ0X2FkZHIYAiABKAkSEAoIYXBpX2FkZHIYAyABKAkSDQoFZnJlc2gYBCABKAgiTgoRQWRkTWVtYmVyUmVzcG9uc2USJQoHbWVtYmVycxgBIAMoCzIULmxlYXNlaG9sZC52MS5NZW1iZXISEgoKY2x1c3Rlcl9pZBgCIAEoCSIhChNSZW1vdmVNZW1iZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj0KFFJlbW92ZU1lbWJlclJlc3BvbnNlEiUKB21lbWJlcnMYASADKAsyFC5sZWFzZWhvbGQudjEuTWVtYmVyIiMKFVRyYW5zZmVyTGVhZGVyUmVxdWVzdBIKCgJpZBgBIAEoCSIrChZUcmFuc2ZlckxlYWRlclJlc3BvbnNlEhEKCWxlYWRlcl9pZBgBIAEoCSo5CghMb2NrTW9kZRIXChNMT0NLX01PREVfRVhDTFVTSVZFEAASFAoQTE9DS19NT0RFX1NIQVJFRBABKt0BCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhcKE0VWRU5UX1RZUEVfQUNRVUlSRUQQARIXChNFVkVOVF9UWVBFX1JFTEVBU0VEEAISFgoSRVZFTlRfVFlQRV9FWFBJUkVEEAMSFQoRRVZFTlRfVFlQRV9RVUVVRUQQBBIXChNFVkVOVF9UWVBFX0RFUVVFVUVEEAUSHwobRVZFTlRfVFlQRV9MT0NLX0RFTEFZX0VOREVEEAYSGQoVRVZFTlRfVFlQRV9QUk9DTEFJTUVEEBQy4AkKEExlYXNlaG9sZFNlcnZpY2USWAoNQ3JlYXRlU2Vzc2lvbhIiLmxlYXNlaG9sZC52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBojLmxlYXNlaG9sZC52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USTAoJS2VlcEFsaXZlEh4ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlcXVlc3QaHy5sZWFzZWhvbGQudjEuS2VlcEFsaXZlUmVzcG9uc2USYgoPS2VlcEFsaXZlU3RyZWFtEiQubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVN0cmVhbVJlcXVlc3QaJS5sZWFzZWhvbGQudjEuS2VlcEFsaXZlU3RyZWFtUmVzcG9uc2UoATABElUKDENsb3NlU2Vzc2lvbhIhLmxlYXNlaG9sZC52MS5DbG9zZVNlc3Npb25SZXF1ZXN0GiIubGVhc2Vob2xkLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlEkYKB0FjcXVpcmUSHC5sZWFzZWhvbGQudjEuQWNxdWlyZVJlcXVlc3QaHS5sZWFzZWhvbGQudjEuQWNxdWlyZVJlc3BvbnNlEk8KClRyeUFjcXVpcmUSHy5sZWFzZWhvbGQudjEuVHJ5QWNxdWlyZVJlcXVlc3QaIC5sZWFzZWhvbGQudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkYKB1JlbGVhc2USHC5sZWFzZWhvbGQudjEuUmVsZWFzZVJlcXVlc3QaHS5sZWFzZWhvbGQudjEuUmVsZWFzZVJlc3BvbnNlEk8KCkNhbmNlbFdhaXQSHy5sZWFzZWhvbGQudjEuQ2FuY2VsV2FpdFJlcXVlc3QaIC5sZWFzZWhvbGQudjEuQ2FuY2VsV2FpdFJlc3BvbnNlEkMKBlN0YXR1cxIbLmxlYXNlaG9sZC52MS5TdGF0dXNSZXF1ZXN0GhwubGVhc2Vob2xkLnYxLlN0YXR1c1Jlc3BvbnNlEj0KBExpc3QSGS5sZWFzZWhvbGQudjEuTGlzdFJlcXVlc3QaGi5sZWFzZWhvbGQudjEuTGlzdFJlc3BvbnNlEkIKBVdhdGNoEhoubGVhc2Vob2xkLnYxLldhdGNoUmVxdWVzdBobLmxlYXNlaG9sZC52MS5XYXRjaFJlc3BvbnNlMAESQAoFS3ZQdXQSGi5sZWFzZWhvbGQudjEuS3ZQdXRSZXF1ZXN0GhsubGVhc2Vob2xkLnYxLkt2UHV0UmVzcG9uc2USQAoFS3ZHZXQSGi5sZWFzZWhvbGQudjEuS3ZHZXRSZXF1ZXN0GhsubGVhc2Vob2xkLnYxLkt2R2V0UmVzcG9uc2USSQoIS3ZEZWxldGUSHS5sZWFzZWhvbGQudjEuS3ZEZWxldGVSZXF1ZXN0Gh4ubGVhc2Vob2xkLnYxLkt2RGVsZXRlUmVzcG9uc2USSQoIUHJvY2xhaW0SHS5sZWFzZWhvbGQudjEuUHJvY2xhaW1SZXF1ZXN0Gh4ubGVhc2Vob2xkLnYxLlByb2NsYWltUmVzcG9uc2USVQoMTGlzdFNlc3Npb25zEiEubGVhc2Vob2xkLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaIi5sZWFzZWhvbGQudjEuTGlzdFNlc3Npb25zUmVzcG9uc2Uy9QMKDkNsdXN0ZXJTZXJ2aWNlEkYKB01lbWJlcnMSHC5sZWFzZWhvbGQudjEuTWVtYmVyc1JlcXVlc3QaHS5sZWFzZWhvbGQudjEuTWVtYmVyc1Jlc3BvbnNlEkwKCUFkZE1lbWJlchIeLmxlYXNlaG9sZC52MS5BZGRNZW1iZXJSZXF1ZXN0Gh8ubGVhc2Vob2xkLnYxLkFkZE1lbWJlclJlc3BvbnNlElUKDFJlbW92ZU1lbWJlchIhLmxlYXNlaG9sZC52MS5SZW1vdmVNZW1iZXJSZXF1ZXN0GiIubGVhc2Vob2xkLnYxLlJlbW92ZU1lbWJlclJlc3BvbnNlElsKDlRyYW5zZmVyTGVhZGVyEiMubGVhc2Vob2xkLnYxLlRyYW5zZmVyTGVhZGVyUmVxdWVzdBokLmxlYXNlaG9sZC52MS5UcmFuc2ZlckxlYWRlclJlc3BvbnNlEkwKCUJ1bXBUb2tlbhIeLmxlYXNlaG9sZC52MS5CdW1wVG9rZW5SZXF1ZXN0Gh8ubGVhc2Vob2xkLnYxLkJ1bXBUb2tlblJlc3BvbnNlEksKCFNuYXBzaG90Eh0ubGVhc2Vob2xkLnYxLlNuYXBzaG90UmVxdWVzdBoeLmxlYXNlaG9sZC52MS5TbmFwc2hvdFJlc3BvbnNlMAFCPFo6Z2l0aHViLmNvbS9sZWFzZWhvbGQvbGVhc2Vob2xkL2FwaS9sZWFzZWhvbGR2MTtsZWFzZWhvbGR2MWIGcHJvdG8z");
+
+/**
+ * @generated from message leasehold.v1.ProclaimRequest
+ */
+export type ProclaimRequest = Message<"leasehold.v1.ProclaimRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string lease_id = 2;
+   */
+  leaseId: string;
+
+  /**
+   * @generated from field: uint64 token = 3;
+   */
+  token: bigint;
+
+  /**
+   * @generated from field: bytes value = 4;
+   */
+  value: Uint8Array;
+};
+
+/**
+ * Describes the message leasehold.v1.ProclaimRequest.
+ * Use `create(ProclaimRequestSchema)` to create a new message.
+ */
+export const ProclaimRequestSchema: GenMessage<ProclaimRequest> = /*@__PURE__*/
+  messageDesc(file_leasehold_v1_leasehold, 0);
+
+/**
+ * @generated from message leasehold.v1.ProclaimResponse
+ */
+export type ProclaimResponse = Message<"leasehold.v1.ProclaimResponse"> & {
+  /**
+   * @generated from field: leasehold.v1.Holding holding = 1;
+   */
+  holding?: Holding | undefined;
+};
+
+/**
+ * Describes the message leasehold.v1.ProclaimResponse.
+ * Use `create(ProclaimResponseSchema)` to create a new message.
+ */
+export const ProclaimResponseSchema: GenMessage<ProclaimResponse> = /*@__PURE__*/
+  messageDesc(file_leasehold_v1_leasehold, 1);
+
+/**
+ * @generated from message leasehold.v1.ListSessionsRequest
+ */
+export type ListSessionsRequest = Message<"leasehold.v1.ListSessionsRequest"> & {
+  /**
+   * @generated from field: bool stale = 1;
+   */
+  stale: boolean;
+
+  /**
+   * limit caps the number of sessions returned; 0 means the server maximum.
+   *
+   * @generated from field: int32 limit = 2;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message leasehold.v1.ListSessionsRequest.
+ * Use `create(ListSessionsRequestSchema)` to create a new message.
+ */
+export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
+  messageDesc(file_leasehold_v1_leasehold, 2);
+
+/**
+ * @generated from message leasehold.v1.SessionInfo
+ */
+export type SessionInfo = Message<"leasehold.v1.SessionInfo"> & {
+  /**
+   * @generated from field: string lease_id = 1;
+   */
+  leaseId: string;
+
+  /**
+   * @generated from field: string owner = 2;
+   */
+  owner: string;
+
+  /**
+   * @generated from field: int64 ttl_ms = 3;
+   */
+  ttlMs: bigint;
+
+  /**
+   * @generated from field: int64 created_unix_ms = 4;
+   */
+  createdUnixMs: bigint;
+
+  /**
+   * remaining_ms is how long the session has left at the leader (-1 when
+   * unknown, e.g. served stale by a follower).
+   *
+   * @generated from field: int64 remaining_ms = 5;
+   */
+  remainingMs: bigint;
+
+  /**
+   * names lists the names the session holds or waits for.
+   *
+   * @generated from field: repeated string names = 6;
+   */
+  names: string[];
+};
+
+/**
+ * Describes the message leasehold.v1.SessionInfo.
+ * Use `create(SessionInfoSchema)` to create a new message.
+ */
+export const SessionInfoSchema: GenMessage<SessionInfo> = /*@__PURE__*/
+  messageDesc(file_leasehold_v1_leasehold, 3);
+
+/**
+ * @generated from message leasehold.v1.ListSessionsResponse
+ */
+export type ListSessionsResponse = Message<"leasehold.v1.ListSessionsResponse"> & {
+  /**
+   * @generated from field: repeated leasehold.v1.SessionInfo sessions = 1;
+   */
+  sessions: SessionInfo[];
+
+  /**
+   * truncated is true when more sessions exist than were returned.
+   *
+   * @generated from field: bool truncated = 2;
+   */
+  truncated: boolean;
+};
+
+/**
+ * Describes the message leasehold.v1.ListSessionsResponse.
+ * Use `create(ListSessionsResponseSchema)` to create a new message.
+ */
+export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
+  messageDesc(file_leasehold_v1_leasehold, 4);
 
 /**
  * ErrorDetail is attached to every error status leasehold returns.
@@ -52,7 +196,7 @@ export type ErrorDetail = Message<"leasehold.v1.ErrorDetail"> & {
  * Use `create(ErrorDetailSchema)` to create a new message.
  */
 export const ErrorDetailSchema: GenMessage<ErrorDetail> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 0);
+  messageDesc(file_leasehold_v1_leasehold, 5);
 
 /**
  * @generated from message leasehold.v1.CreateSessionRequest
@@ -86,7 +230,7 @@ export type CreateSessionRequest = Message<"leasehold.v1.CreateSessionRequest"> 
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 1);
+  messageDesc(file_leasehold_v1_leasehold, 6);
 
 /**
  * @generated from message leasehold.v1.CreateSessionResponse
@@ -115,7 +259,7 @@ export type CreateSessionResponse = Message<"leasehold.v1.CreateSessionResponse"
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 2);
+  messageDesc(file_leasehold_v1_leasehold, 7);
 
 /**
  * @generated from message leasehold.v1.KeepAliveRequest
@@ -142,7 +286,7 @@ export type KeepAliveRequest = Message<"leasehold.v1.KeepAliveRequest"> & {
  * Use `create(KeepAliveRequestSchema)` to create a new message.
  */
 export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 3);
+  messageDesc(file_leasehold_v1_leasehold, 8);
 
 /**
  * @generated from message leasehold.v1.KeepAliveResponse
@@ -169,7 +313,7 @@ export type KeepAliveResponse = Message<"leasehold.v1.KeepAliveResponse"> & {
  * Use `create(KeepAliveResponseSchema)` to create a new message.
  */
 export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 4);
+  messageDesc(file_leasehold_v1_leasehold, 9);
 
 /**
  * KeepAliveResult is the outcome of renewing one session of a batch.
@@ -204,7 +348,7 @@ export type KeepAliveResult = Message<"leasehold.v1.KeepAliveResult"> & {
  * Use `create(KeepAliveResultSchema)` to create a new message.
  */
 export const KeepAliveResultSchema: GenMessage<KeepAliveResult> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 5);
+  messageDesc(file_leasehold_v1_leasehold, 10);
 
 /**
  * @generated from message leasehold.v1.KeepAliveStreamRequest
@@ -232,7 +376,7 @@ export type KeepAliveStreamRequest = Message<"leasehold.v1.KeepAliveStreamReques
  * Use `create(KeepAliveStreamRequestSchema)` to create a new message.
  */
 export const KeepAliveStreamRequestSchema: GenMessage<KeepAliveStreamRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 6);
+  messageDesc(file_leasehold_v1_leasehold, 11);
 
 /**
  * @generated from message leasehold.v1.KeepAliveStreamResponse
@@ -270,7 +414,7 @@ export type KeepAliveStreamResponse = Message<"leasehold.v1.KeepAliveStreamRespo
  * Use `create(KeepAliveStreamResponseSchema)` to create a new message.
  */
 export const KeepAliveStreamResponseSchema: GenMessage<KeepAliveStreamResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 7);
+  messageDesc(file_leasehold_v1_leasehold, 12);
 
 /**
  * @generated from message leasehold.v1.CloseSessionRequest
@@ -287,7 +431,7 @@ export type CloseSessionRequest = Message<"leasehold.v1.CloseSessionRequest"> & 
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 8);
+  messageDesc(file_leasehold_v1_leasehold, 13);
 
 /**
  * @generated from message leasehold.v1.CloseSessionResponse
@@ -306,7 +450,7 @@ export type CloseSessionResponse = Message<"leasehold.v1.CloseSessionResponse"> 
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 9);
+  messageDesc(file_leasehold_v1_leasehold, 14);
 
 /**
  * @generated from message leasehold.v1.AcquireRequest
@@ -348,6 +492,28 @@ export type AcquireRequest = Message<"leasehold.v1.AcquireRequest"> & {
    * @generated from field: uint64 wait_id = 5;
    */
   waitId: bigint;
+
+  /**
+   * mode, permits and value: see LockMode (the recipes in the README).
+   *
+   * @generated from field: leasehold.v1.LockMode mode = 20;
+   */
+  mode: LockMode;
+
+  /**
+   * permits makes the name a semaphore of that many holders (0 and 1: one;
+   * at most 1000); every request for a name must carry its current permits.
+   *
+   * @generated from field: uint32 permits = 21;
+   */
+  permits: number;
+
+  /**
+   * value is the holding's value (an election candidate's proclamation).
+   *
+   * @generated from field: bytes value = 22;
+   */
+  value: Uint8Array;
 };
 
 /**
@@ -355,7 +521,7 @@ export type AcquireRequest = Message<"leasehold.v1.AcquireRequest"> & {
  * Use `create(AcquireRequestSchema)` to create a new message.
  */
 export const AcquireRequestSchema: GenMessage<AcquireRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 10);
+  messageDesc(file_leasehold_v1_leasehold, 15);
 
 /**
  * @generated from message leasehold.v1.AcquireResponse
@@ -380,7 +546,7 @@ export type AcquireResponse = Message<"leasehold.v1.AcquireResponse"> & {
  * Use `create(AcquireResponseSchema)` to create a new message.
  */
 export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 11);
+  messageDesc(file_leasehold_v1_leasehold, 16);
 
 /**
  * @generated from message leasehold.v1.TryAcquireRequest
@@ -408,6 +574,21 @@ export type TryAcquireRequest = Message<"leasehold.v1.TryAcquireRequest"> & {
    * @generated from field: uint64 wait_id = 4;
    */
   waitId: bigint;
+
+  /**
+   * @generated from field: leasehold.v1.LockMode mode = 20;
+   */
+  mode: LockMode;
+
+  /**
+   * @generated from field: uint32 permits = 21;
+   */
+  permits: number;
+
+  /**
+   * @generated from field: bytes value = 22;
+   */
+  value: Uint8Array;
 };
 
 /**
@@ -415,7 +596,7 @@ export type TryAcquireRequest = Message<"leasehold.v1.TryAcquireRequest"> & {
  * Use `create(TryAcquireRequestSchema)` to create a new message.
  */
 export const TryAcquireRequestSchema: GenMessage<TryAcquireRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 12);
+  messageDesc(file_leasehold_v1_leasehold, 17);
 
 /**
  * @generated from message leasehold.v1.TryAcquireResponse
@@ -437,7 +618,7 @@ export type TryAcquireResponse = Message<"leasehold.v1.TryAcquireResponse"> & {
  * Use `create(TryAcquireResponseSchema)` to create a new message.
  */
 export const TryAcquireResponseSchema: GenMessage<TryAcquireResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 13);
+  messageDesc(file_leasehold_v1_leasehold, 18);
 
 /**
  * @generated from message leasehold.v1.ReleaseRequest
@@ -464,7 +645,7 @@ export type ReleaseRequest = Message<"leasehold.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 14);
+  messageDesc(file_leasehold_v1_leasehold, 19);
 
 /**
  * @generated from message leasehold.v1.CancelWaitRequest
@@ -491,7 +672,7 @@ export type CancelWaitRequest = Message<"leasehold.v1.CancelWaitRequest"> & {
  * Use `create(CancelWaitRequestSchema)` to create a new message.
  */
 export const CancelWaitRequestSchema: GenMessage<CancelWaitRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 15);
+  messageDesc(file_leasehold_v1_leasehold, 20);
 
 /**
  * @generated from message leasehold.v1.CancelWaitResponse
@@ -504,7 +685,7 @@ export type CancelWaitResponse = Message<"leasehold.v1.CancelWaitResponse"> & {
  * Use `create(CancelWaitResponseSchema)` to create a new message.
  */
 export const CancelWaitResponseSchema: GenMessage<CancelWaitResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 16);
+  messageDesc(file_leasehold_v1_leasehold, 21);
 
 /**
  * @generated from message leasehold.v1.ReleaseResponse
@@ -523,7 +704,7 @@ export type ReleaseResponse = Message<"leasehold.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 17);
+  messageDesc(file_leasehold_v1_leasehold, 22);
 
 /**
  * Holding is (name, lease_id, token): the handle of one grant.
@@ -571,6 +752,34 @@ export type Holding = Message<"leasehold.v1.Holding"> & {
    * @generated from field: bytes sequencer = 20;
    */
   sequencer: Uint8Array;
+
+  /**
+   * @generated from field: leasehold.v1.LockMode mode = 30;
+   */
+  mode: LockMode;
+
+  /**
+   * slot is the permit this holding occupies (0..permits-1); a semaphore
+   * holder fences its slot with the key NAME/slot/SLOT.
+   *
+   * @generated from field: uint32 slot = 31;
+   */
+  slot: number;
+
+  /**
+   * value is the holding's value (the leader's proclamation in an election).
+   *
+   * @generated from field: bytes value = 32;
+   */
+  value: Uint8Array;
+
+  /**
+   * remaining_ms is how long the holder's session has left at the leader,
+   * in Status and List (-1 when unknown, e.g. served stale by a follower).
+   *
+   * @generated from field: int64 remaining_ms = 33;
+   */
+  remainingMs: bigint;
 };
 
 /**
@@ -578,7 +787,7 @@ export type Holding = Message<"leasehold.v1.Holding"> & {
  * Use `create(HoldingSchema)` to create a new message.
  */
 export const HoldingSchema: GenMessage<Holding> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 18);
+  messageDesc(file_leasehold_v1_leasehold, 23);
 
 /**
  * @generated from message leasehold.v1.Waiter
@@ -605,7 +814,7 @@ export type Waiter = Message<"leasehold.v1.Waiter"> & {
  * Use `create(WaiterSchema)` to create a new message.
  */
 export const WaiterSchema: GenMessage<Waiter> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 19);
+  messageDesc(file_leasehold_v1_leasehold, 24);
 
 /**
  * @generated from message leasehold.v1.StatusRequest
@@ -630,7 +839,7 @@ export type StatusRequest = Message<"leasehold.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 20);
+  messageDesc(file_leasehold_v1_leasehold, 25);
 
 /**
  * @generated from message leasehold.v1.LockInfo
@@ -667,6 +876,20 @@ export type LockInfo = Message<"leasehold.v1.LockInfo"> & {
    * @generated from field: bool delayed = 5;
    */
   delayed: boolean;
+
+  /**
+   * holders lists every holding, in grant order; holder is the first.
+   *
+   * @generated from field: repeated leasehold.v1.Holding holders = 20;
+   */
+  holders: Holding[];
+
+  /**
+   * permits is the name's semaphore size (1 for a lock).
+   *
+   * @generated from field: uint32 permits = 21;
+   */
+  permits: number;
 };
 
 /**
@@ -674,7 +897,7 @@ export type LockInfo = Message<"leasehold.v1.LockInfo"> & {
  * Use `create(LockInfoSchema)` to create a new message.
  */
 export const LockInfoSchema: GenMessage<LockInfo> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 21);
+  messageDesc(file_leasehold_v1_leasehold, 26);
 
 /**
  * @generated from message leasehold.v1.StatusResponse
@@ -691,7 +914,7 @@ export type StatusResponse = Message<"leasehold.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 22);
+  messageDesc(file_leasehold_v1_leasehold, 27);
 
 /**
  * @generated from message leasehold.v1.ListRequest
@@ -720,7 +943,7 @@ export type ListRequest = Message<"leasehold.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 23);
+  messageDesc(file_leasehold_v1_leasehold, 28);
 
 /**
  * @generated from message leasehold.v1.ListResponse
@@ -744,7 +967,7 @@ export type ListResponse = Message<"leasehold.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 24);
+  messageDesc(file_leasehold_v1_leasehold, 29);
 
 /**
  * @generated from message leasehold.v1.WatchRequest
@@ -761,7 +984,7 @@ export type WatchRequest = Message<"leasehold.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 25);
+  messageDesc(file_leasehold_v1_leasehold, 30);
 
 /**
  * @generated from message leasehold.v1.Event
@@ -803,6 +1026,13 @@ export type Event = Message<"leasehold.v1.Event"> & {
    * @generated from field: int64 unix_ms = 7;
    */
   unixMs: bigint;
+
+  /**
+   * value is the holding's value, for ACQUIRED and PROCLAIMED.
+   *
+   * @generated from field: bytes value = 20;
+   */
+  value: Uint8Array;
 };
 
 /**
@@ -810,7 +1040,7 @@ export type Event = Message<"leasehold.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 26);
+  messageDesc(file_leasehold_v1_leasehold, 31);
 
 /**
  * @generated from message leasehold.v1.WatchResponse
@@ -827,7 +1057,7 @@ export type WatchResponse = Message<"leasehold.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 27);
+  messageDesc(file_leasehold_v1_leasehold, 32);
 
 /**
  * @generated from message leasehold.v1.KvPutRequest
@@ -861,7 +1091,7 @@ export type KvPutRequest = Message<"leasehold.v1.KvPutRequest"> & {
  * Use `create(KvPutRequestSchema)` to create a new message.
  */
 export const KvPutRequestSchema: GenMessage<KvPutRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 28);
+  messageDesc(file_leasehold_v1_leasehold, 33);
 
 /**
  * @generated from message leasehold.v1.KvPutResponse
@@ -883,7 +1113,7 @@ export type KvPutResponse = Message<"leasehold.v1.KvPutResponse"> & {
  * Use `create(KvPutResponseSchema)` to create a new message.
  */
 export const KvPutResponseSchema: GenMessage<KvPutResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 29);
+  messageDesc(file_leasehold_v1_leasehold, 34);
 
 /**
  * @generated from message leasehold.v1.KvGetRequest
@@ -905,7 +1135,7 @@ export type KvGetRequest = Message<"leasehold.v1.KvGetRequest"> & {
  * Use `create(KvGetRequestSchema)` to create a new message.
  */
 export const KvGetRequestSchema: GenMessage<KvGetRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 30);
+  messageDesc(file_leasehold_v1_leasehold, 35);
 
 /**
  * @generated from message leasehold.v1.KvGetResponse
@@ -932,7 +1162,7 @@ export type KvGetResponse = Message<"leasehold.v1.KvGetResponse"> & {
  * Use `create(KvGetResponseSchema)` to create a new message.
  */
 export const KvGetResponseSchema: GenMessage<KvGetResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 31);
+  messageDesc(file_leasehold_v1_leasehold, 36);
 
 /**
  * @generated from message leasehold.v1.KvDeleteRequest
@@ -961,7 +1191,7 @@ export type KvDeleteRequest = Message<"leasehold.v1.KvDeleteRequest"> & {
  * Use `create(KvDeleteRequestSchema)` to create a new message.
  */
 export const KvDeleteRequestSchema: GenMessage<KvDeleteRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 32);
+  messageDesc(file_leasehold_v1_leasehold, 37);
 
 /**
  * @generated from message leasehold.v1.KvDeleteResponse
@@ -983,7 +1213,7 @@ export type KvDeleteResponse = Message<"leasehold.v1.KvDeleteResponse"> & {
  * Use `create(KvDeleteResponseSchema)` to create a new message.
  */
 export const KvDeleteResponseSchema: GenMessage<KvDeleteResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 33);
+  messageDesc(file_leasehold_v1_leasehold, 38);
 
 /**
  * @generated from message leasehold.v1.SnapshotRequest
@@ -996,7 +1226,7 @@ export type SnapshotRequest = Message<"leasehold.v1.SnapshotRequest"> & {
  * Use `create(SnapshotRequestSchema)` to create a new message.
  */
 export const SnapshotRequestSchema: GenMessage<SnapshotRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 34);
+  messageDesc(file_leasehold_v1_leasehold, 39);
 
 /**
  * SnapshotInfo describes a snapshot: the log position it was taken at and
@@ -1055,7 +1285,7 @@ export type SnapshotInfo = Message<"leasehold.v1.SnapshotInfo"> & {
  * Use `create(SnapshotInfoSchema)` to create a new message.
  */
 export const SnapshotInfoSchema: GenMessage<SnapshotInfo> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 35);
+  messageDesc(file_leasehold_v1_leasehold, 40);
 
 /**
  * @generated from message leasehold.v1.SnapshotResponse
@@ -1081,7 +1311,7 @@ export type SnapshotResponse = Message<"leasehold.v1.SnapshotResponse"> & {
  * Use `create(SnapshotResponseSchema)` to create a new message.
  */
 export const SnapshotResponseSchema: GenMessage<SnapshotResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 36);
+  messageDesc(file_leasehold_v1_leasehold, 41);
 
 /**
  * @generated from message leasehold.v1.BumpTokenRequest
@@ -1098,7 +1328,7 @@ export type BumpTokenRequest = Message<"leasehold.v1.BumpTokenRequest"> & {
  * Use `create(BumpTokenRequestSchema)` to create a new message.
  */
 export const BumpTokenRequestSchema: GenMessage<BumpTokenRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 37);
+  messageDesc(file_leasehold_v1_leasehold, 42);
 
 /**
  * @generated from message leasehold.v1.BumpTokenResponse
@@ -1118,7 +1348,7 @@ export type BumpTokenResponse = Message<"leasehold.v1.BumpTokenResponse"> & {
  * Use `create(BumpTokenResponseSchema)` to create a new message.
  */
 export const BumpTokenResponseSchema: GenMessage<BumpTokenResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 38);
+  messageDesc(file_leasehold_v1_leasehold, 43);
 
 /**
  * @generated from message leasehold.v1.Member
@@ -1172,7 +1402,7 @@ export type Member = Message<"leasehold.v1.Member"> & {
  * Use `create(MemberSchema)` to create a new message.
  */
 export const MemberSchema: GenMessage<Member> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 39);
+  messageDesc(file_leasehold_v1_leasehold, 44);
 
 /**
  * @generated from message leasehold.v1.MembersRequest
@@ -1185,7 +1415,7 @@ export type MembersRequest = Message<"leasehold.v1.MembersRequest"> & {
  * Use `create(MembersRequestSchema)` to create a new message.
  */
 export const MembersRequestSchema: GenMessage<MembersRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 40);
+  messageDesc(file_leasehold_v1_leasehold, 45);
 
 /**
  * @generated from message leasehold.v1.MembersResponse
@@ -1207,7 +1437,7 @@ export type MembersResponse = Message<"leasehold.v1.MembersResponse"> & {
  * Use `create(MembersResponseSchema)` to create a new message.
  */
 export const MembersResponseSchema: GenMessage<MembersResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 41);
+  messageDesc(file_leasehold_v1_leasehold, 46);
 
 /**
  * @generated from message leasehold.v1.AddMemberRequest
@@ -1243,7 +1473,7 @@ export type AddMemberRequest = Message<"leasehold.v1.AddMemberRequest"> & {
  * Use `create(AddMemberRequestSchema)` to create a new message.
  */
 export const AddMemberRequestSchema: GenMessage<AddMemberRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 42);
+  messageDesc(file_leasehold_v1_leasehold, 47);
 
 /**
  * @generated from message leasehold.v1.AddMemberResponse
@@ -1268,7 +1498,7 @@ export type AddMemberResponse = Message<"leasehold.v1.AddMemberResponse"> & {
  * Use `create(AddMemberResponseSchema)` to create a new message.
  */
 export const AddMemberResponseSchema: GenMessage<AddMemberResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 43);
+  messageDesc(file_leasehold_v1_leasehold, 48);
 
 /**
  * @generated from message leasehold.v1.RemoveMemberRequest
@@ -1285,7 +1515,7 @@ export type RemoveMemberRequest = Message<"leasehold.v1.RemoveMemberRequest"> & 
  * Use `create(RemoveMemberRequestSchema)` to create a new message.
  */
 export const RemoveMemberRequestSchema: GenMessage<RemoveMemberRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 44);
+  messageDesc(file_leasehold_v1_leasehold, 49);
 
 /**
  * @generated from message leasehold.v1.RemoveMemberResponse
@@ -1302,7 +1532,7 @@ export type RemoveMemberResponse = Message<"leasehold.v1.RemoveMemberResponse"> 
  * Use `create(RemoveMemberResponseSchema)` to create a new message.
  */
 export const RemoveMemberResponseSchema: GenMessage<RemoveMemberResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 45);
+  messageDesc(file_leasehold_v1_leasehold, 50);
 
 /**
  * @generated from message leasehold.v1.TransferLeaderRequest
@@ -1319,7 +1549,7 @@ export type TransferLeaderRequest = Message<"leasehold.v1.TransferLeaderRequest"
  * Use `create(TransferLeaderRequestSchema)` to create a new message.
  */
 export const TransferLeaderRequestSchema: GenMessage<TransferLeaderRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 46);
+  messageDesc(file_leasehold_v1_leasehold, 51);
 
 /**
  * @generated from message leasehold.v1.TransferLeaderResponse
@@ -1336,7 +1566,36 @@ export type TransferLeaderResponse = Message<"leasehold.v1.TransferLeaderRespons
  * Use `create(TransferLeaderResponseSchema)` to create a new message.
  */
 export const TransferLeaderResponseSchema: GenMessage<TransferLeaderResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 47);
+  messageDesc(file_leasehold_v1_leasehold, 52);
+
+/**
+ * LockMode is how a request shares its name with other holders.
+ *
+ * @generated from enum leasehold.v1.LockMode
+ */
+export enum LockMode {
+  /**
+   * LOCK_MODE_EXCLUSIVE: one holder, or one per permit of a semaphore.
+   *
+   * @generated from enum value: LOCK_MODE_EXCLUSIVE = 0;
+   */
+  EXCLUSIVE = 0,
+
+  /**
+   * LOCK_MODE_SHARED: any number of shared holders and no exclusive one (a
+   * read lock; the write lock is exclusive). A queued request blocks every
+   * later one, so writers do not starve.
+   *
+   * @generated from enum value: LOCK_MODE_SHARED = 1;
+   */
+  SHARED = 1,
+}
+
+/**
+ * Describes the enum leasehold.v1.LockMode.
+ */
+export const LockModeSchema: GenEnum<LockMode> = /*@__PURE__*/
+  enumDesc(file_leasehold_v1_leasehold, 0);
 
 /**
  * @generated from enum leasehold.v1.EventType
@@ -1376,13 +1635,21 @@ export enum EventType {
    * @generated from enum value: EVENT_TYPE_LOCK_DELAY_ENDED = 6;
    */
   LOCK_DELAY_ENDED = 6,
+
+  /**
+   * EVENT_TYPE_PROCLAIMED: a holding's value changed (an election's leader
+   * proclaimed a new value); token is the holding's.
+   *
+   * @generated from enum value: EVENT_TYPE_PROCLAIMED = 20;
+   */
+  PROCLAIMED = 20,
 }
 
 /**
  * Describes the enum leasehold.v1.EventType.
  */
 export const EventTypeSchema: GenEnum<EventType> = /*@__PURE__*/
-  enumDesc(file_leasehold_v1_leasehold, 0);
+  enumDesc(file_leasehold_v1_leasehold, 1);
 
 /**
  * LeaseholdService is the lock API. Writes go through the Raft log; a
@@ -1534,6 +1801,27 @@ export const LeaseholdService: GenService<{
     methodKind: "unary";
     input: typeof KvDeleteRequestSchema;
     output: typeof KvDeleteResponseSchema;
+  },
+  /**
+   * Proclaim changes the value of the holding (name, lease_id, token)
+   * without ending it: an elected leader announcing a new value.
+   *
+   * @generated from rpc leasehold.v1.LeaseholdService.Proclaim
+   */
+  proclaim: {
+    methodKind: "unary";
+    input: typeof ProclaimRequestSchema;
+    output: typeof ProclaimResponseSchema;
+  },
+  /**
+   * ListSessions describes the live sessions, in lease id order.
+   *
+   * @generated from rpc leasehold.v1.LeaseholdService.ListSessions
+   */
+  listSessions: {
+    methodKind: "unary";
+    input: typeof ListSessionsRequestSchema;
+    output: typeof ListSessionsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_leasehold_v1_leasehold, 0);
