@@ -2,9 +2,12 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"syscall"
 
 	"connectrpc.com/connect"
 
@@ -32,6 +35,8 @@ const (
 	CodeUnavailable       Code = "unavailable"        // no quorum or no server reachable; safe to retry
 	CodeOutcomeUnknown    Code = "outcome-unknown"    // leadership was lost mid-write: it may or may not have applied
 	CodeNotFound          Code = "not-found"          // the KV key does not exist
+	CodeResyncRequired    Code = "resync-required"    // a watch missed events (snapshot installed): read the state, watch again
+	CodeCanceled          Code = "canceled"           // the caller cancelled the call (Ctrl-C)
 )
 
 type codeInfo struct {
@@ -57,6 +62,8 @@ var codes = map[Code]codeInfo{
 	CodeUnavailable:       {connect.CodeUnavailable, 12},
 	CodeOutcomeUnknown:    {connect.CodeUnknown, 13},
 	CodeNotFound:          {connect.CodeNotFound, 14},
+	CodeResyncRequired:    {connect.CodeOutOfRange, 15},
+	CodeCanceled:          {connect.CodeCanceled, 16},
 }
 
 // ExitCode is the CLI exit status for c (1 for an unknown code).
@@ -139,7 +146,7 @@ func FromError(err error) *Error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: CodeDeadlineExceeded, Message: err.Error()}
 	case errors.Is(err, context.Canceled):
-		return &Error{Code: CodeDeadlineExceeded, Message: err.Error()}
+		return &Error{Code: CodeCanceled, Message: err.Error()}
 	}
 	return &Error{Code: CodeInternal, Message: err.Error()}
 }
@@ -148,8 +155,10 @@ func fromConnectCode(c connect.Code) Code {
 	switch c {
 	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
 		return CodeInvalidArgument
-	case connect.CodeDeadlineExceeded, connect.CodeCanceled:
+	case connect.CodeDeadlineExceeded:
 		return CodeDeadlineExceeded
+	case connect.CodeCanceled:
+		return CodeCanceled
 	case connect.CodeResourceExhausted:
 		return CodeResourceExhausted
 	case connect.CodePermissionDenied, connect.CodeUnauthenticated:
@@ -162,11 +171,18 @@ func fromConnectCode(c connect.Code) Code {
 	return CodeInternal
 }
 
-// ToConnect turns err into an RPC error carrying its code in an ErrorDetail.
-// Errors without a leasehold code become internal.
+// CodeHeader is the response header (a trailer in gRPC) that carries the
+// leasehold code of an error, for HTTP callers that do not decode the
+// protobuf ErrorDetail.
+const CodeHeader = "Leasehold-Code"
+
+// ToConnect turns err into an RPC error carrying its code in an ErrorDetail
+// and in the Leasehold-Code header. Errors without a leasehold code become
+// internal.
 func ToConnect(err error) *connect.Error {
 	e := FromError(err)
 	ce := connect.NewError(e.Code.ConnectCode(), errors.New(e.Message))
+	ce.Meta().Set(CodeHeader, string(e.Code))
 	if d, derr := connect.NewErrorDetail(&leaseholdv1.ErrorDetail{Code: string(e.Code), LastToken: e.LastToken, LeaderApiAddr: e.LeaderAddr}); derr == nil {
 		ce.AddDetail(d)
 	}
@@ -193,8 +209,22 @@ func detailOf(ce *connect.Error) *leaseholdv1.ErrorDetail {
 }
 
 // NotSent reports whether err is a failure to connect: the request never
-// left, so it was certainly not applied.
+// left, so it was certainly not applied. Besides a failed dial this is a
+// TLS handshake that failed, for example an https:// endpoint that
+// answers plain HTTP.
 func NotSent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var rh tls.RecordHeaderError
+	var ce *tls.CertificateVerificationError
+	return errors.Is(err, http.ErrSchemeMismatch) || errors.As(err, &rh) || errors.As(err, &ce)
+}
+
+// Refused reports whether err is a refused connection: nothing listens at
+// the address.
+func Refused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && errors.Is(err, syscall.ECONNREFUSED)
 }

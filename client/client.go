@@ -73,8 +73,10 @@ func WithRetryTimeout(d time.Duration) DialOption {
 }
 
 // Dial returns a Client for the comma-separated endpoints ("host:port" or
-// "http://host:port"). It checks that at least one endpoint answers.
-func Dial(ctx context.Context, endpoints string, opts ...DialOption) (*Client, error) {
+// "http://host:port"). It does not contact them: the first call does, and
+// fails at once with ErrUnavailable ("no server at ADDR") when every
+// endpoint refuses the connection.
+func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, error) {
 	o := dialOptions{retryTimeout: 10 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
@@ -98,11 +100,7 @@ func Dial(ctx context.Context, endpoints string, opts ...DialOption) (*Client, e
 		})
 	}
 	if len(c.eps) == 0 {
-		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "client: no endpoints"}
-	}
-	if _, _, err := c.List(ctx, "", Stale(), ListLimit(1)); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("client: dial %s: %w", endpoints, err)
+		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "no endpoints given"}
 	}
 	return c, nil
 }
@@ -118,44 +116,104 @@ func (c *Client) Close() error {
 // without risk of applying twice: the request was not applied, or applying
 // it twice has the effect of once (a session acquiring a name it already
 // holds gets the same holding; closing a closed session is lease-expired;
-// a session created twice leaves one unused session that expires by TTL).
+// a session created twice leaves one unused session that expires by TTL;
+// withdrawing a withdrawn wait changes nothing).
 func retryable(code api.Code, req any) bool {
 	switch code {
 	case api.CodeUnavailable, api.CodeNotLeader:
 		return true
 	case api.CodeOutcomeUnknown:
 		switch req.(type) {
-		case *pb.CreateSessionRequest, *pb.AcquireRequest, *pb.TryAcquireRequest, *pb.KeepAliveRequest, *pb.CloseSessionRequest:
+		case *pb.CreateSessionRequest, *pb.AcquireRequest, *pb.TryAcquireRequest, *pb.KeepAliveRequest, *pb.CloseSessionRequest, *pb.CancelWaitRequest:
 			return true
 		}
 	}
 	return false
 }
 
+// isRead reports whether req changes nothing, so that a reply lost in
+// transit only means "ask again".
+func isRead(req any) bool {
+	switch req.(type) {
+	case *pb.StatusRequest, *pb.ListRequest, *pb.KVGetRequest, *pb.MembersRequest, *pb.WatchRequest:
+		return true
+	}
+	return false
+}
+
 // lostInTransit reports whether err is a transport failure after the
-// request may have reached a server: no server answered it, the call was
-// not refused at connect time, and the caller's ctx is still live. connect
-// reports such failures as unavailable, canceled (a reset) or unknown.
+// request may have reached a server: no server answered it (a leasehold
+// server's errors carry an ErrorDetail), the call was not refused at
+// connect time, and the caller's ctx is still live. connect reports such
+// failures as unavailable, canceled (a reset), unknown, or internal ("incomplete
+// envelope": the reply was cut off).
 func lostInTransit(ctx context.Context, err error) bool {
 	var ce *connect.Error
 	if ctx.Err() != nil || !errors.As(err, &ce) || api.IsServerError(err) || api.NotSent(err) {
 		return false
 	}
 	switch ce.Code() {
-	case connect.CodeUnavailable, connect.CodeCanceled, connect.CodeUnknown:
+	case connect.CodeUnavailable, connect.CodeCanceled, connect.CodeUnknown, connect.CodeInternal, connect.CodeDataLoss:
 		return true
 	}
 	return false
 }
 
+// classify turns the failure of one attempt of req into the error the
+// caller sees.
+func classify(ctx context.Context, err error, req any) *api.Error {
+	e := api.FromError(err)
+	switch {
+	case api.IsServerError(err):
+		return e
+	case api.NotSent(err) && ctx.Err() != nil:
+		return &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()}
+	case api.NotSent(err):
+		if errors.Is(err, http.ErrSchemeMismatch) {
+			return &api.Error{Code: api.CodeUnavailable, Message: "the server speaks plain HTTP, not https: use http:// or host:port"}
+		}
+		return &api.Error{Code: api.CodeUnavailable, Message: e.Message}
+	case lostInTransit(ctx, err) && isRead(req):
+		return &api.Error{Code: api.CodeUnavailable, Message: "connection lost during the call: " + e.Message}
+	case lostInTransit(ctx, err):
+		return &api.Error{Code: api.CodeOutcomeUnknown, Message: "connection lost during the call, which may have applied: " + e.Message}
+	case ctx.Err() != nil && !isRead(req) && !retryable(api.CodeOutcomeUnknown, req):
+		// The caller's deadline or cancel cut a write off after it was sent:
+		// it may have applied.
+		return &api.Error{Code: api.CodeOutcomeUnknown, Message: fmt.Sprintf("%v before the answer; the write may have applied", ctxCode(ctx))}
+	case ctx.Err() != nil:
+		return &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()}
+	}
+	return e
+}
+
+// ctxCode is the code of ctx's end: canceled or deadline-exceeded.
+func ctxCode(ctx context.Context) api.Code {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return api.CodeCanceled
+	}
+	return api.CodeDeadlineExceeded
+}
+
+// opError names the operation in e's message: one code, one message.
+func opError(op string, e *api.Error) error {
+	return &api.Error{Code: e.Code, Message: op + ": " + e.Message, LastToken: e.LastToken, LeaderAddr: e.LeaderAddr}
+}
+
 // call sends req through f, failing over between endpoints on retryable
-// errors until one answers, ctx ends, or the retry timeout passes.
+// errors until one answers, ctx ends, or the retry timeout passes. When
+// every endpoint refuses the connection on the first round, it fails at
+// once: nothing is listening.
 func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick func(endpoint) S,
 	f func(S, context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req,
 ) (*Res, error) {
 	stop := time.Now().Add(c.opts.retryTimeout)
 	backoff := 10 * time.Millisecond
+	refused := 0 // endpoints that refused the connection, while all before them did too
 	for attempt := 1; ; attempt++ {
+		if ctx.Err() != nil { // not sent: certainly not applied
+			return nil, opError(op, &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()})
+		}
 		c.mu.Lock()
 		i := c.cur
 		c.mu.Unlock()
@@ -163,12 +221,17 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 		if err == nil {
 			return resp.Msg, nil
 		}
-		e := api.FromError(err)
-		if lostInTransit(ctx, err) {
-			e = &api.Error{Code: api.CodeOutcomeUnknown, Message: "connection lost during the call: " + e.Message}
+		e := classify(ctx, err, req)
+		if refused == attempt-1 && (api.Refused(err) || errors.Is(err, http.ErrSchemeMismatch)) {
+			if refused++; refused == len(c.eps) {
+				if api.Refused(err) {
+					e = &api.Error{Code: api.CodeUnavailable, Message: "no server at " + c.addrs()}
+				}
+				return nil, opError(op, e)
+			}
 		}
 		if !retryable(e.Code, req) || ctx.Err() != nil || time.Now().After(stop) {
-			return nil, fmt.Errorf("%s: %w", op, e)
+			return nil, opError(op, e)
 		}
 		c.mu.Lock()
 		if c.cur == i {
@@ -178,12 +241,20 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 		if attempt%len(c.eps) == 0 { // every endpoint tried: wait a little
 			select {
 			case <-ctx.Done():
-				return nil, fmt.Errorf("%s: %w", op, e)
+				return nil, opError(op, e)
 			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 100*time.Millisecond) // an election takes ~1 s
 		}
 	}
+}
+
+func (c *Client) addrs() string {
+	addrs := make([]string, len(c.eps))
+	for i, ep := range c.eps {
+		addrs[i] = ep.addr
+	}
+	return strings.Join(addrs, ", ")
 }
 
 func locks(e endpoint) leaseholdv1connect.LeaseholdServiceClient { return e.locks }
@@ -230,7 +301,7 @@ func readOpts(opts []ReadOption) readOptions {
 // Status describes the lock name. Reads are linearizable unless Stale.
 func (c *Client) Status(ctx context.Context, name string, opts ...ReadOption) (*LockInfo, error) {
 	o := readOpts(opts)
-	res, err := call(ctx, c, "client: status", locks, lsc.Status, &pb.StatusRequest{Name: name, Stale: o.stale})
+	res, err := call(ctx, c, "status", locks, lsc.Status, &pb.StatusRequest{Name: name, Stale: o.stale})
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +312,7 @@ func (c *Client) Status(ctx context.Context, name string, opts ...ReadOption) (*
 // and whether more matched than were returned.
 func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([]*LockInfo, bool, error) {
 	o := readOpts(opts)
-	res, err := call(ctx, c, "client: list", locks, lsc.List, &pb.ListRequest{Prefix: prefix, Stale: o.stale, Limit: o.limit})
+	res, err := call(ctx, c, "list", locks, lsc.List, &pb.ListRequest{Prefix: prefix, Stale: o.stale, Limit: o.limit})
 	if err != nil {
 		return nil, false, err
 	}
@@ -253,20 +324,23 @@ func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([
 // server, and every event applied after that is delivered by the iterator,
 // until ctx ends or the stream fails (the last pair then carries the error).
 // A watcher that falls more than 1024 events behind is ended with
-// ErrResourceExhausted. The stream stays on one endpoint; after an error,
-// watch again (events in between are not replayed).
+// ErrResourceExhausted; a watcher whose node installs a snapshot (and so
+// skips the events in between) with ErrResyncRequired; a stream cut off
+// with ErrUnavailable. The stream stays on one endpoint; after an error,
+// read the state and watch again (events in between are not replayed).
 func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, error], error) {
 	c.mu.Lock()
 	ep := c.eps[c.cur]
 	c.mu.Unlock()
-	stream, err := ep.locks.Watch(ctx, connect.NewRequest(&pb.WatchRequest{Prefix: prefix}))
+	req := &pb.WatchRequest{Prefix: prefix}
+	stream, err := ep.locks.Watch(ctx, connect.NewRequest(req))
 	if err != nil {
-		return nil, fmt.Errorf("client: watch: %w", api.FromError(err))
+		return nil, opError("watch", classify(ctx, err, req))
 	}
 	stream.ResponseHeader() // the server sends its headers once the watcher is registered
 	if err := stream.Err(); err != nil {
 		stream.Close()
-		return nil, fmt.Errorf("client: watch: %w", api.FromError(err))
+		return nil, opError("watch", classify(ctx, err, req))
 	}
 	return func(yield func(*Event, error) bool) {
 		defer stream.Close()
@@ -276,7 +350,7 @@ func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, er
 			}
 		}
 		if err := stream.Err(); err != nil && ctx.Err() == nil {
-			yield(nil, fmt.Errorf("client: watch: %w", api.FromError(err)))
+			yield(nil, opError("watch", classify(ctx, err, req)))
 		}
 	}, nil
 }
@@ -285,7 +359,7 @@ func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, er
 // stale: token >= the key's last accepted token, or > when strict. A stale
 // token fails with ErrStaleToken (see api.Error.LastToken); nothing changes.
 func (c *Client) KVPut(ctx context.Context, key string, value []byte, token uint64, strict bool) error {
-	_, err := call(ctx, c, "client: kv put", locks, lsc.KVPut, &pb.KVPutRequest{Key: key, Value: value, Token: token, Strict: strict})
+	_, err := call(ctx, c, "kv put", locks, lsc.KVPut, &pb.KVPutRequest{Key: key, Value: value, Token: token, Strict: strict})
 	return err
 }
 
@@ -293,7 +367,7 @@ func (c *Client) KVPut(ctx context.Context, key string, value []byte, token uint
 // A missing key fails with ErrNotFound.
 func (c *Client) KVGet(ctx context.Context, key string, opts ...ReadOption) ([]byte, uint64, error) {
 	o := readOpts(opts)
-	res, err := call(ctx, c, "client: kv get", locks, lsc.KVGet, &pb.KVGetRequest{Key: key, Stale: o.stale})
+	res, err := call(ctx, c, "kv get", locks, lsc.KVGet, &pb.KVGetRequest{Key: key, Stale: o.stale})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -304,13 +378,13 @@ func (c *Client) KVGet(ctx context.Context, key string, opts ...ReadOption) ([]b
 // CLI does. A handle that is not the current holding fails with
 // ErrNotHolder and changes nothing.
 func (c *Client) Release(ctx context.Context, name, leaseID string, token uint64) error {
-	_, err := call(ctx, c, "client: release", locks, lsc.Release, &pb.ReleaseRequest{Name: name, LeaseId: leaseID, Token: token})
+	_, err := call(ctx, c, "release", locks, lsc.Release, &pb.ReleaseRequest{Name: name, LeaseId: leaseID, Token: token})
 	return err
 }
 
 // Members lists the voters of the cluster as the contacted node sees them.
 func (c *Client) Members(ctx context.Context) ([]*Member, string, error) {
-	res, err := call(ctx, c, "client: members", cluster, csc.Members, &pb.MembersRequest{})
+	res, err := call(ctx, c, "members", cluster, csc.Members, &pb.MembersRequest{})
 	if err != nil {
 		return nil, "", err
 	}
@@ -319,7 +393,7 @@ func (c *Client) Members(ctx context.Context) ([]*Member, string, error) {
 
 // AddMember adds a voter with its raft and API addresses.
 func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) ([]*Member, error) {
-	res, err := call(ctx, c, "client: add member", cluster, csc.AddMember, &pb.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr})
+	res, err := call(ctx, c, "add member", cluster, csc.AddMember, &pb.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr})
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +402,7 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) ([
 
 // RemoveMember removes a voter.
 func (c *Client) RemoveMember(ctx context.Context, id string) ([]*Member, error) {
-	res, err := call(ctx, c, "client: remove member", cluster, csc.RemoveMember, &pb.RemoveMemberRequest{Id: id})
+	res, err := call(ctx, c, "remove member", cluster, csc.RemoveMember, &pb.RemoveMemberRequest{Id: id})
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +413,7 @@ func (c *Client) RemoveMember(ctx context.Context, id string) ([]*Member, error)
 // restore from backup) and returns the newest token issued; the next grant
 // gets a larger one. It never lowers the counter.
 func (c *Client) BumpToken(ctx context.Context, min uint64) (uint64, error) {
-	res, err := call(ctx, c, "client: bump token", cluster, csc.BumpToken, &pb.BumpTokenRequest{MinToken: min})
+	res, err := call(ctx, c, "bump token", cluster, csc.BumpToken, &pb.BumpTokenRequest{MinToken: min})
 	if err != nil {
 		return 0, err
 	}
@@ -349,9 +423,18 @@ func (c *Client) BumpToken(ctx context.Context, min uint64) (uint64, error) {
 // TransferLeader hands leadership to voter id (any voter when empty) and
 // returns the new leader's id.
 func (c *Client) TransferLeader(ctx context.Context, id string) (string, error) {
-	res, err := call(ctx, c, "client: transfer leader", cluster, csc.TransferLeader, &pb.TransferLeaderRequest{Id: id})
+	res, err := call(ctx, c, "transfer leader", cluster, csc.TransferLeader, &pb.TransferLeaderRequest{Id: id})
 	if err != nil {
 		return "", err
 	}
 	return res.GetLeaderId(), nil
+}
+
+// KVDelete removes key's value from the built-in fenced KV iff token is not
+// stale, by the rule of KVPut. The key keeps its fence as a token-only
+// tombstone: a later write with an older token fails with ErrStaleToken.
+// A key never written fails with ErrNotFound.
+func (c *Client) KVDelete(ctx context.Context, key string, token uint64, strict bool) error {
+	_, err := call(ctx, c, "client: kv delete", locks, lsc.KvDelete, &pb.KvDeleteRequest{Key: key, Token: token, Strict: strict})
+	return err
 }

@@ -23,6 +23,8 @@ var (
 	ErrUnavailable       error = &api.Error{Code: api.CodeUnavailable}
 	ErrOutcomeUnknown    error = &api.Error{Code: api.CodeOutcomeUnknown}
 	ErrNotFound          error = &api.Error{Code: api.CodeNotFound}
+	ErrResyncRequired    error = &api.Error{Code: api.CodeResyncRequired}
+	ErrCanceled          error = &api.Error{Code: api.CodeCanceled}
 )
 
 // Local conditions of a Session or Lock.

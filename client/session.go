@@ -25,10 +25,21 @@ type Session struct {
 	lost     error      // why Done closed (ErrLeaseLost wrapped, or ErrSessionClosed)
 	renewed  chan struct{}
 
+	hmu    sync.Mutex           // protects following (never held while calling the server)
+	held   map[string]*heldLock // by name: the holdings this session learned
+	naming map[string]*nameLock // by name: the Acquire running in this session
+
 	done     chan struct{} // closed when the lease may be lost or the session closed
 	stop     chan struct{} // closed by Close/Orphan: stops the keepalive
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+}
+
+// nameLock lets one Acquire or TryAcquire of a name run at a time in a
+// session; refs counts those running or waiting.
+type nameLock struct {
+	ch   chan struct{} // holds a token while one runs
+	refs int
 }
 
 type sessionOptions struct {
@@ -71,13 +82,14 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "client: drift must be in [0, 1) and margin ≥ 0"}
 	}
 	sent := time.Now()
-	res, err := call(ctx, c, "client: create session", locks, lsc.CreateSession, &pb.CreateSessionRequest{TtlMs: o.ttl.Milliseconds(), Owner: o.owner})
+	res, err := call(ctx, c, "create session", locks, lsc.CreateSession, &pb.CreateSessionRequest{TtlMs: o.ttl.Milliseconds(), Owner: o.owner})
 	if err != nil {
 		return nil, err
 	}
 	s := &Session{
 		c: c, id: res.GetLeaseId(), ttl: time.Duration(res.GetTtlMs()) * time.Millisecond, owner: res.GetOwner(), opts: o,
 		done: make(chan struct{}), stop: make(chan struct{}), renewed: make(chan struct{}),
+		held: map[string]*heldLock{}, naming: map[string]*nameLock{},
 	}
 	if s.opts.keepalive <= 0 {
 		s.opts.keepalive = s.ttl / 3
@@ -202,7 +214,7 @@ func (s *Session) keepalive() {
 func (s *Session) Close(ctx context.Context) error {
 	s.stopKeepalive()
 	s.lose(ErrSessionClosed)
-	_, err := call(ctx, s.c, "client: close session", locks, lsc.CloseSession, &pb.CloseSessionRequest{LeaseId: s.id})
+	_, err := call(ctx, s.c, "close session", locks, lsc.CloseSession, &pb.CloseSessionRequest{LeaseId: s.id})
 	if errors.Is(err, ErrLeaseExpired) {
 		return nil // already gone: nothing is held
 	}
@@ -222,34 +234,53 @@ func (s *Session) stopKeepalive() {
 	s.wg.Wait()
 }
 
-// Lock is one holding: (name, lease id, token).
+// Lock is a view of one holding: (name, lease id, token). Every Lock the
+// session returned for the same holding (re-entrant acquires) shares its
+// Done and Context: they all close when the holding ends by any path.
+//
+// A session is not a mutex between its own goroutines: two goroutines that
+// acquire the same name under one session both get the holding. Use one
+// session per party that must exclude the others, or a sync.Mutex inside
+// the process.
 type Lock struct {
-	s       *Session
+	s *Session
+	h *heldLock
+}
+
+// heldLock is the client's record of one holding, shared by its Lock views.
+type heldLock struct {
 	holding *Holding
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	unwatch func() bool // stops the goroutine that ends ctx with the session
 }
 
+// end closes Done of every view with cause (the first cause wins).
+func (h *heldLock) end(cause error) {
+	h.cancel(cause)
+	h.unwatch()
+}
+
 // Name returns the lock name.
-func (l *Lock) Name() string { return l.holding.GetName() }
+func (l *Lock) Name() string { return l.h.holding.GetName() }
 
 // Token returns the fencing token: pass it with every write to the
 // protected resource.
-func (l *Lock) Token() uint64 { return l.holding.GetToken() }
+func (l *Lock) Token() uint64 { return l.h.holding.GetToken() }
 
 // LeaseID returns the id of the session holding the lock.
-func (l *Lock) LeaseID() string { return l.holding.GetLeaseId() }
+func (l *Lock) LeaseID() string { return l.h.holding.GetLeaseId() }
 
 // Holding returns the grant as the server described it.
-func (l *Lock) Holding() *Holding { return l.holding }
+func (l *Lock) Holding() *Holding { return l.h.holding }
 
-// Done is closed when the lease may be lost or the lock was released.
-func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+// Done is closed when the lease may be lost or the holding ended (released
+// through any Lock of it, or replaced by a newer grant to the session).
+func (l *Lock) Done() <-chan struct{} { return l.h.ctx.Done() }
 
 // Context is cancelled when Done closes; context.Cause tells why
-// (ErrLeaseLost, ErrSessionClosed or ErrReleased).
-func (l *Lock) Context() context.Context { return l.ctx }
+// (ErrLeaseLost, ErrSessionClosed, ErrReleased or ErrNotHolder).
+func (l *Lock) Context() context.Context { return l.h.ctx }
 
 // AcquireOption configures Acquire and TryAcquire.
 type AcquireOption func(*acquireOptions)
@@ -265,23 +296,31 @@ func WithLockDelay(d time.Duration) AcquireOption {
 }
 
 // Acquire takes the lock name, waiting in the server's FIFO queue until it
-// is granted or ctx ends (ErrDeadlineExceeded; the queue entry is
-// withdrawn). Acquiring a name the session already holds returns the same
-// holding, so a retried Acquire never grants twice.
+// is granted or ctx ends (ErrDeadlineExceeded or ErrCanceled; the queue
+// entry is withdrawn). Acquiring a name the session already holds returns
+// another view of the same holding, so a retried Acquire never grants
+// twice.
+//
+// A grant the caller never learned is never kept: each attempt carries a
+// fresh wait id, and when Acquire ends in anything but a definite refusal
+// (a deadline, a cancel, a lost reply, outcome-unknown) it withdraws that
+// wait id, which also releases a grant that raced with giving up. If even
+// the withdrawal fails, the error is ErrOutcomeUnknown.
 func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
-	return s.acquire(ctx, func(ctx context.Context) (*pb.Holding, error) {
-		res, err := call(ctx, s.c, "client: acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds()})
+	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
+		res, err := call(ctx, s.c, "acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID})
 		return res.GetHolding(), err
 	})
 }
 
 // TryAcquire takes the lock name if it is free now; otherwise it fails at
-// once with ErrLocked or ErrLockDelay.
+// once with ErrLocked (naming the holder) or ErrLockDelay. Like Acquire,
+// it withdraws a grant whose answer it did not get.
 func (s *Session) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
-	return s.acquire(ctx, func(ctx context.Context) (*pb.Holding, error) {
-		res, err := call(ctx, s.c, "client: try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds()})
+	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
+		res, err := call(ctx, s.c, "try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID})
 		return res.GetHolding(), err
 	})
 }
@@ -294,20 +333,36 @@ func acquireOpts(opts []AcquireOption) acquireOptions {
 	return o
 }
 
-func (s *Session) acquire(ctx context.Context, do func(context.Context) (*pb.Holding, error)) (*Lock, error) {
+// cancelWaitTimeout bounds the withdrawal of an attempt whose outcome the
+// caller did not learn.
+const cancelWaitTimeout = 5 * time.Second
+
+func (s *Session) acquire(ctx context.Context, name string, do func(context.Context, uint64) (*pb.Holding, error)) (*Lock, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
+	// One attempt per name at a time in this session: a withdrawal must
+	// not release a holding a concurrent attempt of the session learned.
+	unlock, err := s.lockName(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	known := s.known(name) // a re-entrant acquire: never withdrawn
 	// Stop waiting when the lease may be lost: a grant after that point
 	// could not be used safely.
-	ctx, cancel := context.WithCancelCause(ctx)
+	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(sessionCtx{s}, func() { cancel(s.Err()) })
 	defer stop()
+	waitID := api.NewWaitID()
 	sent := time.Now()
-	h, err := do(ctx)
+	h, err := do(actx, waitID)
 	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && s.Err() != nil {
+		if !known && !definite(err) {
+			err = s.withdraw(name, waitID, err)
+		}
+		if cause := context.Cause(actx); cause != nil && s.Err() != nil {
 			return nil, cause
 		}
 		return nil, err
@@ -315,28 +370,113 @@ func (s *Session) acquire(ctx context.Context, do func(context.Context) (*pb.Hol
 	if !s.renewedAt(sent) {
 		return nil, s.Err()
 	}
-	lctx, lcancel := context.WithCancelCause(context.Background())
-	l := &Lock{s: s, holding: h, ctx: lctx, cancel: lcancel}
-	// sessionCtx is not a context of package context, so AfterFunc starts
-	// a goroutine that lives until the session ends or unwatch is called.
-	l.unwatch = context.AfterFunc(sessionCtx{s}, func() { lcancel(s.Err()) })
-	return l, nil
+	return s.hold(h), nil
 }
 
-// Release ends the holding. It fails with ErrNotHolder when the holding is
-// no longer current (the lease expired and the lock moved on), changing
-// nothing. Done closes with cause ErrReleased, or that ErrNotHolder error.
-func (l *Lock) Release(ctx context.Context) error {
-	err := l.s.c.Release(ctx, l.Name(), l.LeaseID(), l.Token())
+// definite reports whether err is a refusal that certainly granted nothing.
+func definite(err error) bool {
+	switch api.CodeOf(err) {
+	case api.CodeInvalidArgument, api.CodeNotHolder, api.CodeStaleToken, api.CodeLeaseExpired, api.CodeLockDelay,
+		api.CodeLocked, api.CodeResourceExhausted, api.CodePermissionDenied, api.CodeNotFound:
+		return true
+	}
+	return false
+}
+
+// withdraw cancels the wait waitID (and releases its grant, if it was
+// made) after an attempt that failed with err, and returns the error the
+// caller sees: err, unless the withdrawal failed too (outcome-unknown), or
+// succeeded after an unknown outcome (then nothing is held: unavailable).
+func (s *Session) withdraw(name string, waitID uint64, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelWaitTimeout)
+	defer cancel()
+	_, cerr := call(ctx, s.c, "withdraw "+name, locks, lsc.CancelWait, &pb.CancelWaitRequest{Name: name, LeaseId: s.id, WaitId: waitID})
+	e := api.FromError(err)
 	switch {
-	case err == nil:
-		l.cancel(ErrReleased)
-		l.unwatch()
-	case errors.Is(err, ErrNotHolder):
-		l.cancel(err) // certainly not held any more
-		l.unwatch()
+	case cerr != nil && !errors.Is(cerr, ErrLeaseExpired):
+		return &api.Error{Code: api.CodeOutcomeUnknown, Message: fmt.Sprintf("%s; withdrawing failed too (%s): the session may hold %q until it ends", e.Message, api.FromError(cerr).Message, name)}
+	case e.Code == api.CodeOutcomeUnknown:
+		return &api.Error{Code: api.CodeUnavailable, Message: e.Message + "; withdrawn: not holding " + name}
 	}
 	return err
+}
+
+// lockName waits until no other Acquire or TryAcquire of name runs in
+// this session, or ctx ends; unlock lets the next one in.
+func (s *Session) lockName(ctx context.Context, name string) (unlock func(), err error) {
+	s.hmu.Lock()
+	nl := s.naming[name]
+	if nl == nil {
+		nl = &nameLock{ch: make(chan struct{}, 1)}
+		s.naming[name] = nl
+	}
+	nl.refs++
+	s.hmu.Unlock()
+	done := func() {
+		s.hmu.Lock()
+		if nl.refs--; nl.refs == 0 {
+			delete(s.naming, name)
+		}
+		s.hmu.Unlock()
+	}
+	select {
+	case nl.ch <- struct{}{}:
+		return func() { <-nl.ch; done() }, nil
+	case <-ctx.Done():
+		done()
+		return nil, opError("acquire "+name, &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()})
+	}
+}
+
+// known reports whether the session holds name as far as it learned.
+func (s *Session) known(name string) bool {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	h := s.held[name]
+	return h != nil && h.ctx.Err() == nil
+}
+
+// hold returns a Lock view of the grant h: the holding the session already
+// knows when the token matches, or a new one that replaces an older.
+func (s *Session) hold(h *pb.Holding) *Lock {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	name := h.GetName()
+	if cur := s.held[name]; cur != nil {
+		if cur.holding.GetToken() == h.GetToken() && cur.ctx.Err() == nil {
+			return &Lock{s: s, h: cur}
+		}
+		// The session was granted name again, so the older holding ended.
+		cur.end(fmt.Errorf("%w: the holding with token %d ended", ErrNotHolder, cur.holding.GetToken()))
+	}
+	lctx, lcancel := context.WithCancelCause(context.Background())
+	hl := &heldLock{holding: h, ctx: lctx, cancel: lcancel}
+	// sessionCtx is not a context of package context, so AfterFunc starts
+	// a goroutine that lives until the session ends or unwatch is called.
+	hl.unwatch = context.AfterFunc(sessionCtx{s}, func() { lcancel(s.Err()) })
+	s.held[name] = hl
+	return &Lock{s: s, h: hl}
+}
+
+// forget drops h from the session's holdings, if it is still the one
+// recorded for its name.
+func (s *Session) forget(h *heldLock) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if name := h.holding.GetName(); s.held[name] == h {
+		delete(s.held, name)
+	}
+}
+
+// Release ends the holding. Done of every view closes first, with cause
+// ErrReleased, so that the critical section stops before the name can
+// pass to another session. It fails with ErrNotHolder when the holding is
+// no longer current (the lease expired and the lock moved on), changing
+// nothing.
+func (l *Lock) Release(ctx context.Context) error {
+	l.h.end(ErrReleased)
+	l.s.forget(l.h)
+	return l.s.c.Release(ctx, l.Name(), l.LeaseID(), l.Token())
 }
 
 // sessionCtx is a context.Context that is done when the session is.

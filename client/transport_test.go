@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,59 +17,42 @@ import (
 // proxy forwards TCP; while drop is set it swallows the server's bytes and
 // closes the client side 200ms after the client sent something.
 func proxy(t *testing.T, target string, drop *atomic.Bool) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			cc, err := ln.Accept()
-			if err != nil {
-				return
+	return forward(t, target, func(wg *sync.WaitGroup, _ <-chan struct{}, cc, sc net.Conn) {
+		wg.Go(func() { // server -> client
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := sc.Read(buf)
+				if n > 0 && !drop.Load() {
+					cc.Write(buf[:n])
+				}
+				if err != nil {
+					cc.Close()
+					return
+				}
 			}
-			sc, err := net.Dial("tcp", target)
-			if err != nil {
-				cc.Close()
-				continue
-			}
-			go func() { // server -> client
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := sc.Read(buf)
-					if n > 0 && !drop.Load() {
-						cc.Write(buf[:n])
-					}
-					if err != nil {
-						cc.Close()
-						return
+		})
+		wg.Go(func() { // client -> server
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := cc.Read(buf)
+				if n > 0 {
+					sc.Write(buf[:n])
+					if drop.Load() {
+						go func() {
+							time.Sleep(200 * time.Millisecond)
+							drop.Store(false)
+							cc.Close()
+							sc.Close()
+						}()
 					}
 				}
-			}()
-			go func() { // client -> server
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := cc.Read(buf)
-					if n > 0 {
-						sc.Write(buf[:n])
-						if drop.Load() {
-							go func() {
-								time.Sleep(200 * time.Millisecond)
-								drop.Store(false)
-								cc.Close()
-								sc.Close()
-							}()
-						}
-					}
-					if err != nil {
-						sc.Close()
-						return
-					}
+				if err != nil {
+					sc.Close()
+					return
 				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
+			}
+		})
+	})
 }
 
 // A release whose reply is lost on the way back (the connection breaks

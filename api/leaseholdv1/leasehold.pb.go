@@ -568,7 +568,13 @@ type AcquireRequest struct {
 	WaitMs int64 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// lock_delay_ms: after this holding ends by expiry the name is not granted
 	// again for this long. 0 (the default) means none; capped at 60 s.
-	LockDelayMs   int64 `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	LockDelayMs int64 `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// wait_id names this request for CancelWait. A caller that may give up
+	// before it learns the outcome (deadline, lost reply) picks a random
+	// non-zero id, so that it can withdraw the request, or release the grant
+	// it never learned, with CancelWait(name, lease_id, wait_id). 0: the
+	// server picks one.
+	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +637,13 @@ func (x *AcquireRequest) GetLockDelayMs() int64 {
 	return 0
 }
 
+func (x *AcquireRequest) GetWaitId() uint64 {
+	if x != nil {
+		return x.WaitId
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Holding *Holding               `protobuf:"bytes,1,opt,name=holding,proto3" json:"holding,omitempty"`
@@ -686,10 +699,13 @@ func (x *AcquireResponse) GetTtlMs() int64 {
 }
 
 type TryAcquireRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	LockDelayMs   int64                  `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseId     string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	LockDelayMs int64                  `protobuf:"varint,3,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// wait_id: as in AcquireRequest; CancelWait releases a grant whose answer
+	// was lost.
+	WaitId        uint64 `protobuf:"varint,4,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -741,6 +757,13 @@ func (x *TryAcquireRequest) GetLeaseId() string {
 func (x *TryAcquireRequest) GetLockDelayMs() int64 {
 	if x != nil {
 		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *TryAcquireRequest) GetWaitId() uint64 {
+	if x != nil {
+		return x.WaitId
 	}
 	return 0
 }
@@ -1850,6 +1873,308 @@ func (x *KVGetResponse) GetToken() uint64 {
 	return 0
 }
 
+type KvDeleteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// strict accepts only token > last; default accepts token >= last.
+	Strict        bool `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvDeleteRequest) Reset() {
+	*x = KvDeleteRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvDeleteRequest) ProtoMessage() {}
+
+func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvDeleteRequest.ProtoReflect.Descriptor instead.
+func (*KvDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *KvDeleteRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KvDeleteRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *KvDeleteRequest) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+type KvDeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvDeleteResponse) Reset() {
+	*x = KvDeleteResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvDeleteResponse) ProtoMessage() {}
+
+func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvDeleteResponse.ProtoReflect.Descriptor instead.
+func (*KvDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *KvDeleteResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KvDeleteResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type SnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+}
+
+// SnapshotInfo describes a snapshot: the log position it was taken at and
+// the token counter with the grant clock a restore computes its floor from.
+type SnapshotInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index and term are the Raft position the snapshot was taken at.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// token is the newest token issued in the snapshot's state.
+	Token  uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	NodeId string `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// unix_ms is the serving leader's wall clock when the snapshot was taken.
+	UnixMs int64 `protobuf:"varint,5,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	// last_grant_unix_ms and peak_rate are the state's grant clock: the
+	// newest grant stamp and the most grants stamped in one second.
+	LastGrantUnixMs int64  `protobuf:"varint,6,opt,name=last_grant_unix_ms,json=lastGrantUnixMs,proto3" json:"last_grant_unix_ms,omitempty"`
+	PeakRate        uint64 `protobuf:"varint,7,opt,name=peak_rate,json=peakRate,proto3" json:"peak_rate,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SnapshotInfo) Reset() {
+	*x = SnapshotInfo{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotInfo) ProtoMessage() {}
+
+func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
+func (*SnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SnapshotInfo) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SnapshotInfo) GetUnixMs() int64 {
+	if x != nil {
+		return x.UnixMs
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetLastGrantUnixMs() int64 {
+	if x != nil {
+		return x.LastGrantUnixMs
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetPeakRate() uint64 {
+	if x != nil {
+		return x.PeakRate
+	}
+	return 0
+}
+
+type SnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// info is set on the first message only.
+	Info *SnapshotInfo `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	// chunk is the next piece of the snapshot stream.
+	Chunk         []byte `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotResponse) Reset() {
+	*x = SnapshotResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotResponse) ProtoMessage() {}
+
+func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SnapshotResponse) GetInfo() *SnapshotInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *SnapshotResponse) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
 type BumpTokenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MinToken      uint64                 `protobuf:"varint,1,opt,name=min_token,json=minToken,proto3" json:"min_token,omitempty"`
@@ -1859,7 +2184,7 @@ type BumpTokenRequest struct {
 
 func (x *BumpTokenRequest) Reset() {
 	*x = BumpTokenRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2196,7 @@ func (x *BumpTokenRequest) String() string {
 func (*BumpTokenRequest) ProtoMessage() {}
 
 func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2209,7 @@ func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenRequest.ProtoReflect.Descriptor instead.
 func (*BumpTokenRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BumpTokenRequest) GetMinToken() uint64 {
@@ -1905,7 +2230,7 @@ type BumpTokenResponse struct {
 
 func (x *BumpTokenResponse) Reset() {
 	*x = BumpTokenResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2242,7 @@ func (x *BumpTokenResponse) String() string {
 func (*BumpTokenResponse) ProtoMessage() {}
 
 func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2255,7 @@ func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenResponse.ProtoReflect.Descriptor instead.
 func (*BumpTokenResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BumpTokenResponse) GetToken() uint64 {
@@ -1957,7 +2282,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2294,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2307,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Member) GetId() string {
@@ -2049,7 +2374,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2386,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2399,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 type MembersResponse struct {
@@ -2087,7 +2412,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2424,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2437,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2140,7 +2465,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2477,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2490,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -2198,7 +2523,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2535,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2548,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AddMemberResponse) GetMembers() []*Member {
@@ -2242,7 +2567,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2579,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2592,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -2286,7 +2611,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2623,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2636,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveMemberResponse) GetMembers() []*Member {
@@ -2330,7 +2655,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2667,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2680,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -2374,7 +2699,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2711,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2724,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -2441,19 +2766,21 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x03(\tR\breleased\"|\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\"\x95\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x17\n" +
 	"\await_ms\x18\x03 \x01(\x03R\x06waitMs\x12\"\n" +
-	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\"Y\n" +
+	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x17\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\"Y\n" +
 	"\x0fAcquireResponse\x12/\n" +
 	"\aholding\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\aholding\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"f\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\x7f\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\"\n" +
-	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\"\\\n" +
+	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x17\n" +
+	"\await_id\x18\x04 \x01(\x04R\x06waitId\"\\\n" +
 	"\x12TryAcquireResponse\x12/\n" +
 	"\aholding\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\aholding\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"U\n" +
@@ -2523,7 +2850,26 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\rKVGetResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"/\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"Q\n" +
+	"\x0fKvDeleteRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\":\n" +
+	"\x10KvDeleteResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\x11\n" +
+	"\x0fSnapshotRequest\"\xca\x01\n" +
+	"\fSnapshotInfo\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x17\n" +
+	"\aunix_ms\x18\x05 \x01(\x03R\x06unixMs\x12+\n" +
+	"\x12last_grant_unix_ms\x18\x06 \x01(\x03R\x0flastGrantUnixMs\x12\x1b\n" +
+	"\tpeak_rate\x18\a \x01(\x04R\bpeakRate\"X\n" +
+	"\x10SnapshotResponse\x12.\n" +
+	"\x04info\x18\x01 \x01(\v2\x1a.leasehold.v1.SnapshotInfoR\x04info\x12\x14\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"/\n" +
 	"\x10BumpTokenRequest\x12\x1b\n" +
 	"\tmin_token\x18\x01 \x01(\x04R\bminToken\")\n" +
 	"\x11BumpTokenResponse\x12\x14\n" +
@@ -2562,7 +2908,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x12EVENT_TYPE_EXPIRED\x10\x03\x12\x15\n" +
 	"\x11EVENT_TYPE_QUEUED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_DEQUEUED\x10\x05\x12\x1f\n" +
-	"\x1bEVENT_TYPE_LOCK_DELAY_ENDED\x10\x062\xf3\a\n" +
+	"\x1bEVENT_TYPE_LOCK_DELAY_ENDED\x10\x062\xbe\b\n" +
 	"\x10LeaseholdService\x12X\n" +
 	"\rCreateSession\x12\".leasehold.v1.CreateSessionRequest\x1a#.leasehold.v1.CreateSessionResponse\x12L\n" +
 	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse\x12b\n" +
@@ -2578,13 +2924,15 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04List\x12\x19.leasehold.v1.ListRequest\x1a\x1a.leasehold.v1.ListResponse\x12B\n" +
 	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1b.leasehold.v1.WatchResponse0\x01\x12@\n" +
 	"\x05KVPut\x12\x1a.leasehold.v1.KVPutRequest\x1a\x1b.leasehold.v1.KVPutResponse\x12@\n" +
-	"\x05KVGet\x12\x1a.leasehold.v1.KVGetRequest\x1a\x1b.leasehold.v1.KVGetResponse2\xa8\x03\n" +
+	"\x05KVGet\x12\x1a.leasehold.v1.KVGetRequest\x1a\x1b.leasehold.v1.KVGetResponse\x12I\n" +
+	"\bKvDelete\x12\x1d.leasehold.v1.KvDeleteRequest\x1a\x1e.leasehold.v1.KvDeleteResponse2\xf5\x03\n" +
 	"\x0eClusterService\x12F\n" +
 	"\aMembers\x12\x1c.leasehold.v1.MembersRequest\x1a\x1d.leasehold.v1.MembersResponse\x12L\n" +
 	"\tAddMember\x12\x1e.leasehold.v1.AddMemberRequest\x1a\x1f.leasehold.v1.AddMemberResponse\x12U\n" +
 	"\fRemoveMember\x12!.leasehold.v1.RemoveMemberRequest\x1a\".leasehold.v1.RemoveMemberResponse\x12[\n" +
 	"\x0eTransferLeader\x12#.leasehold.v1.TransferLeaderRequest\x1a$.leasehold.v1.TransferLeaderResponse\x12L\n" +
-	"\tBumpToken\x12\x1e.leasehold.v1.BumpTokenRequest\x1a\x1f.leasehold.v1.BumpTokenResponseB<Z:github.com/leasehold/leasehold/api/leaseholdv1;leaseholdv1b\x06proto3"
+	"\tBumpToken\x12\x1e.leasehold.v1.BumpTokenRequest\x1a\x1f.leasehold.v1.BumpTokenResponse\x12K\n" +
+	"\bSnapshot\x12\x1d.leasehold.v1.SnapshotRequest\x1a\x1e.leasehold.v1.SnapshotResponse0\x01B<Z:github.com/leasehold/leasehold/api/leaseholdv1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_leasehold_proto_rawDescOnce sync.Once
@@ -2599,7 +2947,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(EventType)(0),                  // 0: leasehold.v1.EventType
 	(*ErrorDetail)(nil),             // 1: leasehold.v1.ErrorDetail
@@ -2633,17 +2981,22 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*KVPutResponse)(nil),           // 29: leasehold.v1.KVPutResponse
 	(*KVGetRequest)(nil),            // 30: leasehold.v1.KVGetRequest
 	(*KVGetResponse)(nil),           // 31: leasehold.v1.KVGetResponse
-	(*BumpTokenRequest)(nil),        // 32: leasehold.v1.BumpTokenRequest
-	(*BumpTokenResponse)(nil),       // 33: leasehold.v1.BumpTokenResponse
-	(*Member)(nil),                  // 34: leasehold.v1.Member
-	(*MembersRequest)(nil),          // 35: leasehold.v1.MembersRequest
-	(*MembersResponse)(nil),         // 36: leasehold.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 37: leasehold.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 38: leasehold.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 39: leasehold.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 40: leasehold.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),   // 41: leasehold.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),  // 42: leasehold.v1.TransferLeaderResponse
+	(*KvDeleteRequest)(nil),         // 32: leasehold.v1.KvDeleteRequest
+	(*KvDeleteResponse)(nil),        // 33: leasehold.v1.KvDeleteResponse
+	(*SnapshotRequest)(nil),         // 34: leasehold.v1.SnapshotRequest
+	(*SnapshotInfo)(nil),            // 35: leasehold.v1.SnapshotInfo
+	(*SnapshotResponse)(nil),        // 36: leasehold.v1.SnapshotResponse
+	(*BumpTokenRequest)(nil),        // 37: leasehold.v1.BumpTokenRequest
+	(*BumpTokenResponse)(nil),       // 38: leasehold.v1.BumpTokenResponse
+	(*Member)(nil),                  // 39: leasehold.v1.Member
+	(*MembersRequest)(nil),          // 40: leasehold.v1.MembersRequest
+	(*MembersResponse)(nil),         // 41: leasehold.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 42: leasehold.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 43: leasehold.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 44: leasehold.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 45: leasehold.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),   // 46: leasehold.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),  // 47: leasehold.v1.TransferLeaderResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	18, // 0: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
@@ -2655,50 +3008,55 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	21, // 6: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
 	0,  // 7: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
 	26, // 8: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	34, // 9: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	34, // 10: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	34, // 11: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
-	2,  // 12: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
-	4,  // 13: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	6,  // 14: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
-	8,  // 15: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
-	10, // 16: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	12, // 17: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
-	14, // 18: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	15, // 19: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
-	20, // 20: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	23, // 21: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	25, // 22: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	28, // 23: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
-	30, // 24: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
-	35, // 25: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	37, // 26: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	39, // 27: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	41, // 28: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	32, // 29: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
-	3,  // 30: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	5,  // 31: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	7,  // 32: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	9,  // 33: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	11, // 34: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	13, // 35: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	17, // 36: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	16, // 37: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
-	22, // 38: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	24, // 39: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	27, // 40: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	29, // 41: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
-	31, // 42: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
-	36, // 43: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	38, // 44: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	40, // 45: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	42, // 46: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	33, // 47: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
-	30, // [30:48] is the sub-list for method output_type
-	12, // [12:30] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	35, // 9: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
+	39, // 10: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	39, // 11: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	39, // 12: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	2,  // 13: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
+	4,  // 14: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	6,  // 15: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
+	8,  // 16: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
+	10, // 17: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	12, // 18: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
+	14, // 19: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
+	15, // 20: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	20, // 21: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	23, // 22: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	25, // 23: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	28, // 24: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
+	30, // 25: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
+	32, // 26: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
+	40, // 27: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	42, // 28: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	44, // 29: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	46, // 30: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	37, // 31: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	34, // 32: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
+	3,  // 33: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	5,  // 34: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	7,  // 35: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	9,  // 36: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	11, // 37: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	13, // 38: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	17, // 39: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	16, // 40: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	22, // 41: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	24, // 42: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	27, // 43: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	29, // 44: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
+	31, // 45: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
+	33, // 46: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
+	41, // 47: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	43, // 48: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	45, // 49: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	47, // 50: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	38, // 51: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	36, // 52: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
+	33, // [33:53] is the sub-list for method output_type
+	13, // [13:33] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -2712,7 +3070,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -101,12 +101,12 @@ func newClusterCmd(g *globals) *cobra.Command {
 	}
 	bump := &cobra.Command{
 		Use:   "bump-token MIN",
-		Short: "Raise the token counter to at least MIN (after restoring from an old backup)",
-		Long: `Raise the cluster's token counter so that every later grant gets a token above MIN. Run it
-after rebuilding a cluster from a backup, with MIN above any token the lost cluster could have
-issued (for example the largest token your resources accepted, plus a margin): fenced
-resources would otherwise refuse the new holders' writes, or worse, accept reused tokens.
-It never lowers the counter.`,
+		Short: "Raise the token counter to at least MIN by hand",
+		Long: `Raise the cluster's token counter so that every later grant gets a token above MIN.
+` + "`snapshot restore`" + ` and a restart from an existing data dir raise it themselves (see the README's
+Backup and restore); use this when you know a larger token than they assumed, for example
+the largest token your resources accepted, plus a margin: fenced resources would otherwise
+refuse the new holders' writes, or worse, accept reused tokens. It never lowers the counter.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			min, err := strconv.ParseUint(args[0], 10, 64)

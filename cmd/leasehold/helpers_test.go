@@ -55,16 +55,17 @@ func startServe(t *testing.T, dir string) *serverProc {
 }
 
 // startServeAt is startServe on addr, or on a free port when addr is empty
-// or taken. Ports are found by listening on :0 and closing; another process
-// may take the port in between, so a failed bind is retried on a new one.
-func startServeAt(t *testing.T, dir, addr string) *serverProc {
+// or taken, with extra serve flags. Ports are found by listening on :0 and
+// closing; another process may take the port in between, so a failed bind
+// is retried on a new one.
+func startServeAt(t *testing.T, dir, addr string, extra ...string) *serverProc {
 	t.Helper()
 	var errs []error
 	for range 5 {
 		if addr == "" {
 			addr = freeAddr(t)
 		}
-		p, err := tryServe(t, dir, addr)
+		p, err := tryServe(t, dir, addr, extra...)
 		if err == nil {
 			return p
 		}
@@ -88,9 +89,9 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func tryServe(t *testing.T, dir, addr string) (*serverProc, error) {
+func tryServe(t *testing.T, dir, addr string, extra ...string) (*serverProc, error) {
 	p := &serverProc{Addr: addr, Dir: dir, log: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(leaseholdBin, "serve", "--data", dir, "--listen", addr, "--log-level", "info")
+	p.cmd = exec.Command(leaseholdBin, append([]string{"serve", "--data", dir, "--listen", addr, "--log-level", "info"}, extra...)...)
 	p.cmd.Env = binEnv()
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log

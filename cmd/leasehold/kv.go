@@ -59,6 +59,35 @@ fails with code stale-token and the value is unchanged. N must be a token the cl
 		},
 	}
 	staleFlag(get, &stale)
-	cmd.AddCommand(put, get)
+	var (
+		delToken  uint64
+		delStrict bool
+	)
+	del := &cobra.Command{
+		Use:   "delete KEY --token N [--strict]",
+		Short: "Delete KEY's value iff N >= the key's last accepted token (> with --strict)",
+		Long: `Delete the value under KEY by the fencing rule of put: N >= the last token accepted for KEY,
+or N > it with --strict. The key keeps its fence as a token-only tombstone, so a later write
+with an older token still fails with stale-token; a write with N or newer brings the key back.
+Tombstones count toward the key limit and the state quota. A key never written fails with
+not-found.`,
+		Example: `  leasehold kv delete report:417 --token 3`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if delToken == 0 {
+				return usageErr("--token is required and must be > 0")
+			}
+			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := c.KVDelete(ctx, args[0], delToken, delStrict); err != nil {
+					return err
+				}
+				emit(cmd, g, map[string]any{"key": args[0], "token": delToken, "status": "deleted"}, fmt.Sprintf("deleted %s token %d", args[0], delToken))
+				return nil
+			})
+		},
+	}
+	del.Flags().Uint64Var(&delToken, "token", 0, "fencing token of the deleter's holding")
+	del.Flags().BoolVar(&delStrict, "strict", false, "accept only a token greater than the last accepted")
+	cmd.AddCommand(put, get, del)
 	return cmd
 }

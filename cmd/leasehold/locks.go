@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,7 +27,11 @@ type holdingJSON struct {
 // 0 fails at once when the name is held, d waits at most d.
 func acquireLock(ctx context.Context, s *client.Session, name string, wait time.Duration, opts ...client.AcquireOption) (*client.Lock, error) {
 	if wait == 0 {
-		return s.TryAcquire(ctx, name, opts...)
+		l, err := s.TryAcquire(ctx, name, opts...)
+		if errors.Is(err, client.ErrLocked) {
+			return nil, api.Errorf(api.CodeLocked, "%s; --wait D queues for it", errorMessage(err, api.CodeLocked))
+		}
+		return l, err
 	}
 	if wait > 0 {
 		var cancel context.CancelFunc

@@ -101,7 +101,7 @@ func newRootCmd() (*cobra.Command, *globals) {
 		newServeCmd(),
 		newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
 		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
-		newKVCmd(g), newClusterCmd(g),
+		newKVCmd(g), newClusterCmd(g), newSnapshotCmd(g),
 		newDemoCmd(g), newGatewayCmd(),
 	)
 	root.SetErr(os.Stderr)
@@ -170,11 +170,18 @@ type errorJSON struct {
 
 func printError(cmd *cobra.Command, g *globals, err error) {
 	e := api.FromError(err)
+	msg := errorMessage(err, e.Code)
 	if g.output == "json" {
-		writeJSON(cmd.OutOrStdout(), errorBody{errorJSON{Code: string(e.Code), Message: err.Error(), LastToken: e.LastToken}})
+		writeJSON(cmd.OutOrStdout(), errorBody{errorJSON{Code: string(e.Code), Message: msg, LastToken: e.LastToken}})
 		return
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %v\n", e.Code, err)
+	fmt.Fprintf(cmd.ErrOrStderr(), "error: %s: %s\n", e.Code, msg)
+}
+
+// errorMessage is err's text without the "leasehold: CODE: " a leasehold
+// error starts with: the code is printed once, beside it.
+func errorMessage(err error, code api.Code) string {
+	return strings.Replace(err.Error(), "leasehold: "+string(code)+": ", "", 1)
 }
 
 func writeJSON(w io.Writer, v any) {

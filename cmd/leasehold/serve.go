@@ -17,6 +17,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		dataDir, listen, advertise, nodeID, raftAddr, bootstrap, join, logLevel string
+		quota                                                                   string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -30,7 +31,7 @@ A node restarted with its data dir rejoins by itself.
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
-LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the command line wins.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -44,6 +45,10 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 				return usageErr("--log-level: %v", err)
 			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			quotaBytes, err := parseBytes(quota)
+			if err != nil {
+				return usageErr("--quota-bytes: %v", err)
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
@@ -55,6 +60,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 			cfg.Logger = logger
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
+			cfg.Raft.Limits.MaxStateBytes = quotaBytes
 			cfg.Join = join
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
@@ -87,6 +93,7 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL); a flag on the command line wins.`,
 	f.StringVar(&bootstrap, "bootstrap", "", "voters of a new cluster: id=raftaddr,... (the same on every node; used only on an empty data dir)")
 	f.StringVar(&join, "join", "", "API address of a running member to join through")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
 	return cmd
 }
 

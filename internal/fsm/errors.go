@@ -31,6 +31,11 @@ var (
 	ErrTooManyKeys = errors.New("fsm: too many KV keys")
 	// ErrInvalidToken: a fenced write carried token 0 or a token never issued.
 	ErrInvalidToken = errors.New("fsm: invalid token")
+	// ErrKeyNotFound: a KV delete named a key that was never written.
+	ErrKeyNotFound = errors.New("fsm: key not found")
+	// ErrQuota: the command would grow the state past Limits.MaxStateBytes.
+	// Apply wraps it in a *QuotaError.
+	ErrQuota = errors.New("fsm: state quota reached")
 )
 
 // StaleTokenError is the refusal of a fenced write whose token is stale.

@@ -27,6 +27,11 @@
 //     (t > last(k) when strict); check and write are one Apply.
 //  5. A released or expired lock passes to the head of its queue in the same
 //     Apply, so no other command can slip between them.
+//  6. The state's accounted size (quota.go) never grows past
+//     Limits.MaxStateBytes; commands that do not grow it are never refused
+//     for it.
+//  7. A deleted KV key keeps its last token as a tombstone, so the fence of
+//     invariant 4 survives the delete.
 //
 // A business refusal (not-holder, stale token, ...) is a value in
 // Result.Err. A command this package does not know is a bug: Apply panics.
@@ -51,7 +56,11 @@ type Limits struct {
 	MaxSessions        int // live sessions
 	MaxLocksPerSession int // names a session holds or waits for
 	MaxWaitersPerName  int // queued sessions per name
-	MaxKVKeys          int // keys in the fenced KV
+	MaxKVKeys          int // keys in the fenced KV, tombstones included
+	// MaxStateBytes bounds the state's accounted size (see quota.go); a
+	// command that would grow it past the bound is refused with a
+	// *QuotaError. 0 means no bound.
+	MaxStateBytes int64
 }
 
 // DefaultLimits are the limits the server uses.
@@ -61,6 +70,7 @@ func DefaultLimits() Limits {
 		MaxLocksPerSession: 1_000,
 		MaxWaitersPerName:  1_000,
 		MaxKVKeys:          1_000_000,
+		MaxStateBytes:      DefaultMaxStateBytes,
 	}
 }
 
@@ -73,6 +83,15 @@ type Machine struct {
 	locks    map[string]*lock
 	kv       map[string]*fsmpb.KV
 	nodes    map[string]string // node id → API address
+
+	// bytes is the accounted size of the state (see quota.go).
+	bytes int64
+	// The grant clock (see floor.go): the newest grant stamp, the second
+	// being counted and its grants, and the most grants in one second.
+	lastGrantMs int64
+	rateSecond  int64
+	rateCount   uint64
+	peakRate    uint64
 }
 
 type session struct {
@@ -187,14 +206,14 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		m.endLockDelay(a, op.EndLockDelay)
 	case *fsmpb.Command_KvPut:
 		m.kvPut(op.KvPut, &res)
+	case *fsmpb.Command_KvDelete:
+		m.kvDelete(op.KvDelete, &res)
 	case *fsmpb.Command_RegisterNode:
-		m.nodes[op.RegisterNode.GetId()] = op.RegisterNode.GetApiAddr()
+		m.registerNode(op.RegisterNode)
 	case *fsmpb.Command_BumpToken:
-		if v := op.BumpToken.GetMin(); v > maxBumpToken {
-			res.Err = fmt.Errorf("%w: cannot bump the token counter to %d (the maximum is %d)", ErrInvalidToken, v, uint64(maxBumpToken))
-		} else {
-			m.token = max(m.token, v)
-		}
+		res.Err = m.raiseFloor(a, op.BumpToken.GetMin())
+	case *fsmpb.Command_TokenFloor:
+		m.tokenFloor(a, op.TokenFloor)
 	default:
 		panic(fmt.Sprintf("fsm: unknown command %T at index %d", op, index))
 	}
@@ -219,6 +238,11 @@ func (m *Machine) createSession(a *applyCtx, c *fsmpb.CreateSession) {
 		pb:    &fsmpb.Session{LeaseId: c.GetLeaseId(), Owner: c.GetOwner(), TtlMs: c.GetTtlMs(), CreatedUnixMs: a.unixMs},
 		locks: map[string]struct{}{},
 	}
+	if err := m.reserve(sessionBytes(s.pb)); err != nil {
+		a.res.Err = err
+		return
+	}
+	m.bytes += sessionBytes(s.pb)
 	m.sessions[s.pb.LeaseId] = s
 	a.res.Session = s.pb
 }
@@ -234,9 +258,11 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 	}
 	delete(m.sessions, leaseID)
 	a.res.EndedSessions = append(a.res.EndedSessions, leaseID)
+	m.bytes -= sessionBytes(s.pb)
 	names := make([]string, 0, len(s.locks))
 	for name := range s.locks {
 		names = append(names, name)
+		m.bytes -= entryBytes(name, leaseID)
 	}
 	sort.Strings(names) // map order must not leak into the log's effects
 	for _, name := range names {
@@ -284,7 +310,10 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	// (a retry whose answer was lost) returns the same holding, and the
 	// latest request owns it for CancelWait.
 	if h := l.holder; h != nil && h.LeaseId == s.pb.LeaseId {
+		// Copy on write: a snapshot being written may share the old record.
+		h = proto.CloneOf(h)
 		h.WaitId = c.GetWaitId()
+		l.holder = h
 		a.res.Holding = h
 		return
 	}
@@ -293,8 +322,10 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 			a.res.Err = ErrLocked
 			return
 		}
-		l.waiters[i].WaitId = c.GetWaitId()
-		l.waiters[i].LockDelayMs = c.GetLockDelayMs()
+		w := proto.CloneOf(l.waiters[i])
+		w.WaitId = c.GetWaitId()
+		w.LockDelayMs = c.GetLockDelayMs()
+		l.waiters[i] = w
 		a.res.Queued = true
 		return
 	}
@@ -302,7 +333,16 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 		a.res.Err = ErrTooManyLocks
 		return
 	}
+	need := entryBytes(name, s.pb.LeaseId)
 	if l.empty() {
+		need += lockBytes(name)
+	}
+	if err := m.reserve(need); err != nil {
+		a.res.Err = err
+		return
+	}
+	if l.empty() {
+		m.bytes += need
 		m.locks[name] = l
 		s.locks[name] = struct{}{}
 		a.res.Holding = m.grant(a, l, s, c.GetLockDelayMs(), c.GetWaitId())
@@ -319,6 +359,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 		a.res.Err = ErrTooManyWaiters
 		return
 	}
+	m.bytes += need
 	l.waiters = append(l.waiters, &fsmpb.Waiter{LeaseId: s.pb.LeaseId, LockDelayMs: c.GetLockDelayMs(), WaitId: c.GetWaitId(), QueuedUnixMs: a.unixMs})
 	s.locks[name] = struct{}{}
 	a.res.Queued = true
@@ -328,6 +369,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 // grant makes s the holder of the free lock l with the next token.
 func (m *Machine) grant(a *applyCtx, l *lock, s *session, lockDelayMs int64, waitID uint64) *fsmpb.Holding {
 	m.token++
+	m.noteGrant(a.unixMs)
 	l.holder = &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: m.token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID}
 	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, m.token, waitID)
 	return l.holder
@@ -344,6 +386,7 @@ func (m *Machine) grantNext(a *applyCtx, l *lock) {
 	}
 	if l.empty() {
 		delete(m.locks, l.name)
+		m.bytes -= lockBytes(l.name)
 	}
 }
 
@@ -358,6 +401,7 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 	}); i >= 0 {
 		l.waiters = slices.Delete(l.waiters, i, i+1)
 		delete(s.locks, l.name)
+		m.bytes -= entryBytes(l.name, s.pb.LeaseId)
 		a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, l.name, s.pb.LeaseId, s.pb.Owner, 0, c.GetWaitId())
 		m.grantNext(a, l)
 		return
@@ -383,6 +427,7 @@ func (m *Machine) releaseHolder(a *applyCtx, l *lock, s *session) {
 	a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, l.name, s.pb.LeaseId, s.pb.Owner, l.holder.Token)
 	l.holder = nil
 	delete(s.locks, l.name)
+	m.bytes -= entryBytes(l.name, s.pb.LeaseId)
 	m.grantNext(a, l)
 }
 
@@ -396,23 +441,14 @@ func (m *Machine) endLockDelay(a *applyCtx, c *fsmpb.EndLockDelay) {
 	m.grantNext(a, l)
 }
 
-func (m *Machine) kvPut(c *fsmpb.KVPut, res *Result) {
-	if c.GetToken() == 0 || c.GetToken() > m.token {
-		res.Err = fmt.Errorf("%w: token %d was never issued (newest is %d)", ErrInvalidToken, c.GetToken(), m.token)
-		return
+// registerNode records a node's API address. It is never refused by the
+// quota: a cluster must be able to learn its members when the state is full.
+func (m *Machine) registerNode(c *fsmpb.RegisterNode) {
+	if old, ok := m.nodes[c.GetId()]; ok {
+		m.bytes -= nodeBytes(c.GetId(), old)
 	}
-	e, ok := m.kv[c.GetKey()]
-	if !ok && len(m.kv) >= m.limits.MaxKVKeys {
-		res.Err = ErrTooManyKeys
-		return
-	}
-	if ok && (c.GetToken() < e.Token || (c.GetStrict() && c.GetToken() == e.Token)) {
-		res.Err = &StaleTokenError{Key: c.GetKey(), Token: c.GetToken(), LastToken: e.Token, Strict: c.GetStrict()}
-		return
-	}
-	e = &fsmpb.KV{Key: c.GetKey(), Value: slices.Clone(c.GetValue()), Token: c.GetToken()}
-	m.kv[e.Key] = e
-	res.KV = e
+	m.bytes += nodeBytes(c.GetId(), c.GetApiAddr())
+	m.nodes[c.GetId()] = c.GetApiAddr()
 }
 
 // LockInfo is a read-only view of one lock.
@@ -505,7 +541,8 @@ func (m *Machine) Owner(leaseID string) string {
 	return ""
 }
 
-// KV returns the fenced KV entry for key, or nil.
+// KV returns the fenced KV entry for key, or nil. A deleted key is a
+// tombstone (Deleted set, no value) that keeps the key's fence.
 func (m *Machine) KV(key string) *fsmpb.KV { return m.kv[key] }
 
 // Token returns the newest token issued.

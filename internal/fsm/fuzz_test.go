@@ -13,7 +13,9 @@ import (
 )
 
 // fuzzLimits are small so that fuzzed commands reach every limit.
-var fuzzLimits = Limits{MaxSessions: 6, MaxLocksPerSession: 3, MaxWaitersPerName: 2, MaxKVKeys: 3}
+// fuzzLimits are small enough that commands hit every limit; the state
+// quota leaves busyWith's state room for a few more records only.
+var fuzzLimits = Limits{MaxSessions: 6, MaxLocksPerSession: 3, MaxWaitersPerName: 2, MaxKVKeys: 3, MaxStateBytes: 1400}
 
 // FuzzApply applies one arbitrary command to a busy Machine (see busyWith:
 // x held by A with B queued, y in lock-delay with D queued, KV k and k2),
@@ -33,6 +35,8 @@ func FuzzApply(f *testing.F) {
 		kvPut("k", "v", 3), kvPut("k", "v", 1), kvPutStrict("k", "v", 2), kvPut("k3", "v", 3), kvPut("k", "v", 4),
 		bump(10), bump(math.MaxInt64), bump(math.MaxUint64),
 		registerNode("n2", "127.0.0.1:1"),
+		kvDelete("k", 2), kvDelete("k", 1), kvDeleteStrict("k", 2), kvDelete("nope", 3),
+		floor(50, true), floor(5, false), floor(math.MaxUint64, false),
 	} {
 		b, err := proto.Marshal(cmd)
 		if err != nil {

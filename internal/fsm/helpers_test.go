@@ -83,6 +83,18 @@ func registerNode(id, addr string) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_RegisterNode{RegisterNode: &fsmpb.RegisterNode{Id: id, ApiAddr: addr}}}
 }
 
+func kvDelete(key string, token uint64) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_KvDelete{KvDelete: &fsmpb.KVDelete{Key: key, Token: token}}}
+}
+
+func kvDeleteStrict(key string, token uint64) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_KvDelete{KvDelete: &fsmpb.KVDelete{Key: key, Token: token, Strict: true}}}
+}
+
+func floor(min uint64, dropSessions bool) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_TokenFloor{TokenFloor: &fsmpb.TokenFloor{Min: min, DropSessions: dropSessions}}}
+}
+
 func bump(min uint64) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_BumpToken{BumpToken: &fsmpb.BumpToken{Min: min}}}
 }
@@ -194,6 +206,9 @@ func (w *tokenWatch) observe(m *Machine, res Result) error {
 // lock is kept empty, and every token in the state is nonzero, issued
 // (<= counter) and, for holdings, never used twice.
 func consistent(m *Machine) error {
+	if got, want := m.bytes, m.recount(); got != want {
+		return fmt.Errorf("accounted size %d bytes, recount %d", got, want)
+	}
 	names := map[string][]string{} // lease id → names it holds or waits for
 	tokens := map[uint64]string{}
 	for key, l := range m.locks {

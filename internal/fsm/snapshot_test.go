@@ -129,22 +129,20 @@ func TestRestoreRejectsInconsistent(t *testing.T) {
 		{"kv token 0", &fsmpb.Snapshot{Token: 1, Kv: []*fsmpb.KV{{Key: "k"}}}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			data, err := proto.Marshal(tc.snap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := busy(t)
-			before := r.snapshot()
-			if err := r.m.Restore(data); err == nil {
-				t.Fatalf("Restore accepted an inconsistent snapshot; consistent() says: %v", consistent(r.m))
-			} else if !strings.HasPrefix(err.Error(), "fsm: ") {
-				t.Fatalf("error %q lacks the package prefix", err)
-			}
-			if !bytes.Equal(before, r.snapshot()) {
-				t.Fatal("failed Restore changed the state")
-			}
-		})
+		for enc, data := range encodings(t, tc.snap) {
+			t.Run(tc.name+"/"+enc, func(t *testing.T) {
+				r := busy(t)
+				before := r.snapshot()
+				if err := r.m.Restore(data); err == nil {
+					t.Fatalf("Restore accepted an inconsistent snapshot; consistent() says: %v", consistent(r.m))
+				} else if !strings.HasPrefix(err.Error(), "fsm: ") {
+					t.Fatalf("error %q lacks the package prefix", err)
+				}
+				if !bytes.Equal(before, r.snapshot()) {
+					t.Fatal("failed Restore changed the state")
+				}
+			})
+		}
 	}
 }
 
@@ -160,19 +158,34 @@ func TestRestoreAcceptsEdgeCases(t *testing.T) {
 		"kv at the newest token":  {Token: 3, Kv: []*fsmpb.KV{{Key: "k", Value: []byte("v"), Token: 3}}},
 		"empty lease id and name": {Token: 1, Sessions: []*fsmpb.Session{{}}, Locks: []*fsmpb.Lock{{Holder: &fsmpb.Holding{Token: 1}}}},
 	} {
-		t.Run(name, func(t *testing.T) {
-			data, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := New(DefaultLimits())
-			if err := m.Restore(data); err != nil {
-				t.Fatal(err)
-			}
-			if err := consistent(m); err != nil {
-				t.Fatal(err)
-			}
-			roundTrip(t, m)
-		})
+		for enc, data := range encodings(t, snap) {
+			t.Run(name+"/"+enc, func(t *testing.T) {
+				m := New(DefaultLimits())
+				if err := m.Restore(data); err != nil {
+					t.Fatal(err)
+				}
+				if err := consistent(m); err != nil {
+					t.Fatal(err)
+				}
+				roundTrip(t, m)
+			})
+		}
 	}
+}
+
+// encodings returns snap in both formats Restore reads: the snapshot
+// stream (records in the order given, unsorted) and the single message of
+// the format before streams.
+func encodings(t *testing.T, snap *fsmpb.Snapshot) map[string][]byte {
+	t.Helper()
+	legacy, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &View{header: &fsmpb.SnapshotHeader{Token: snap.GetToken()}, sessions: snap.GetSessions(), locks: snap.GetLocks(), kv: snap.GetKv(), nodes: snap.GetNodes()}
+	var stream bytes.Buffer
+	if _, err := v.write(&stream); err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{"stream": stream.Bytes(), "legacy": legacy}
 }

@@ -24,7 +24,7 @@ type cluster struct {
 	promotedToken map[string][]uint64
 }
 
-func newCluster(t *testing.T, size int) *cluster {
+func newCluster(t *testing.T, size int, configure ...func(i int, cfg *Config)) *cluster {
 	c := &cluster{t: t, promotedToken: map[string][]uint64{}}
 	var peers []Peer
 	for i := range size {
@@ -44,6 +44,9 @@ func newCluster(t *testing.T, size int) *cluster {
 		cfg.NodeID = peers[i].ID
 		cfg.Transport = c.trans[i]
 		cfg.Bootstrap = peers
+		for _, f := range configure {
+			f(i, &cfg)
+		}
 		var self *Node
 		var selfMu sync.Mutex
 		cfg.OnLeadership = func(leader bool) {

@@ -139,6 +139,27 @@ func state(t *testing.T, n *Node) ([]byte, uint64) {
 	return data, token
 }
 
+// waitFloorRaised waits until n, leading after a restart, has raised its
+// token floor, and until every entry before is applied.
+func waitFloorRaised(t *testing.T, n *Node) {
+	t.Helper()
+	eventually(t, "the restart floor", func() bool { return !n.floorPending.Load() })
+	if err := n.ReadIndex(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withoutHeader drops the header record (token counter and grant clock)
+// of a snapshot stream.
+func withoutHeader(t *testing.T, snap []byte) []byte {
+	t.Helper()
+	body, err := fsm.SnapshotBody(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
 func create(lease string, ttlMs int64) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: lease, TtlMs: ttlMs, Owner: "owner-" + lease}}}
 }

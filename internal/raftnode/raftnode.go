@@ -5,9 +5,12 @@
 // A single node is a Raft group of one, on the same code path as a cluster.
 // Commands from concurrent callers are batched by raft into one log append
 // (one fsync for many commands). The state machine (fsm.Machine) is guarded
-// by one RWMutex: Apply, Snapshot and Restore take it for writing, Read for
-// reading. The Observer is called after each entry is applied, in log order,
-// without that lock held; it must not block.
+// by one RWMutex: Apply and the swap at the end of Restore take it for
+// writing; Read, and Snapshot while it captures a view, for reading (the
+// view is written to disk without the lock, see fsm.go). The Observer is
+// called after each entry is applied, in log order, without that lock
+// held; it must not block. A node that started from existing state raises
+// the token floor when it first leads (see restore.go).
 package raftnode
 
 import (
@@ -61,6 +64,10 @@ type Config struct {
 	Limits fsm.Limits
 	// Observer is called after every applied entry (may be nil).
 	Observer func(index uint64, res *fsm.Result)
+	// OnRestore is called (on the goroutine that calls Observer) after the
+	// state was replaced by a snapshot: the entries it covers were never
+	// observed here. May be nil.
+	OnRestore func()
 	// OnLeadership is called (from one goroutine, in order) when this node
 	// becomes leader — after a barrier, so every earlier entry is applied —
 	// and when it stops being leader. May be nil.
@@ -81,6 +88,9 @@ type Config struct {
 	TrailingLogs      uint64
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Now is the wall clock the token floor of a restart is computed from
+	// (see restore.go). Default time.Now.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults described on Config (DataDir unset).
@@ -139,6 +149,9 @@ type Node struct {
 	// its barrier: every entry of earlier terms is applied. ReadIndex waits
 	// for it to equal the current term.
 	barrierTerm atomic.Uint64
+	// floorPending is true while this node, started from existing state,
+	// has not yet raised the token floor as leader (see restore.go).
+	floorPending atomic.Bool
 
 	wg      sync.WaitGroup
 	done    chan struct{} // closed by Close: stops watchLeadership
@@ -161,7 +174,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer}}
+	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -221,6 +234,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: inspect state: %w", err)
 	}
+	n.floorPending.Store(existing)
 	if !existing && !cfg.Join {
 		peers := cfg.Bootstrap
 		if len(peers) == 0 {
@@ -259,7 +273,7 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 		if isLeader == leader {
 			continue
 		}
-		if isLeader && !n.barrier() {
+		if isLeader && (!n.barrier() || !n.raiseFloor()) {
 			continue // leadership is gone (a false notification follows) or closing
 		}
 		leader = isLeader
@@ -313,6 +327,9 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 	if err := n.leaderErr(); err != nil {
 		return fsm.Result{}, err
 	}
+	if err := n.waitFloor(ctx, cmd); err != nil {
+		return fsm.Result{}, err
+	}
 	timeout := 5 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), time.Millisecond)
@@ -326,7 +343,8 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 			return fsm.Result{}, fmt.Errorf("%w: the node closed while the command was in flight", ErrOutcomeUnknown)
 		case errors.Is(err, raft.ErrNotLeader):
 			return fsm.Result{}, ErrNotLeader
-		case errors.Is(err, raft.ErrEnqueueTimeout):
+		case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			// Refused before the entry was appended.
 			return fsm.Result{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return fsm.Result{}, fmt.Errorf("%w: %w", ErrShutdown, err)
@@ -461,63 +479,6 @@ func closeTransport(t raft.Transport) {
 		_ = c.Close()
 	}
 }
-
-// raftFSM adapts fsm.Machine to raft.FSM.
-type raftFSM struct {
-	observer func(uint64, *fsm.Result)
-
-	mu sync.RWMutex // protects following
-	m  *fsm.Machine
-}
-
-func (f *raftFSM) Apply(l *raft.Log) any {
-	var cmd fsmpb.Command
-	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
-		// A committed entry that does not decode is corruption: no node may
-		// skip it and stay equal to the others.
-		panic(fmt.Sprintf("raftnode: undecodable log entry %d: %v", l.Index, err))
-	}
-	f.mu.Lock()
-	res := f.m.Apply(l.Index, &cmd)
-	f.mu.Unlock()
-	if f.observer != nil {
-		f.observer(l.Index, &res)
-	}
-	return &res
-}
-
-func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	data, err := f.m.Snapshot()
-	if err != nil {
-		return nil, err
-	}
-	return fsmSnapshot(data), nil
-}
-
-func (f *raftFSM) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return fmt.Errorf("raftnode: read snapshot: %w", err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.m.Restore(data)
-}
-
-type fsmSnapshot []byte
-
-func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s); err != nil {
-		_ = sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-func (fsmSnapshot) Release() {}
 
 // slogWriter forwards hclog's lines to slog.
 type slogWriter struct{ l *slog.Logger }

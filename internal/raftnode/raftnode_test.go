@@ -26,15 +26,14 @@ func TestReopenRecoversState(t *testing.T) {
 
 	n = open(t, testConfig(t, dir))
 	waitLeader(t, n)
-	if err := n.ReadIndex(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	waitFloorRaised(t, n)
 	after, token := state(t, n)
-	if !bytes.Equal(before, after) {
+	if !bytes.Equal(withoutHeader(t, before), withoutHeader(t, after)) {
 		t.Fatal("the reopened node's state differs from the state before Close")
 	}
-	if token != last {
-		t.Fatalf("token counter %d after reopen, want %d", token, last)
+	// The restart floor raised the counter; only order is promised.
+	if token <= last {
+		t.Fatalf("token counter %d after reopen, want above %d", token, last)
 	}
 	checkPopulated(t, n)
 	mustApply(t, n, create("s4", 5000))
@@ -56,8 +55,9 @@ func TestReadIndexRightAfterRestart(t *testing.T) {
 		}
 		n = open(t, testConfig(t, dir))
 		eventually(t, "ReadIndex to succeed", func() bool { return n.ReadIndex(ctxT(t)) == nil })
-		if _, token := state(t, n); token != last {
-			t.Fatalf("restart %d: the first read after ReadIndex saw token %d, want %d", i, token, last)
+		// The restart floor may already have raised the counter.
+		if _, token := state(t, n); token < last {
+			t.Fatalf("restart %d: the first read after ReadIndex saw token %d, want at least %d", i, token, last)
 		}
 	}
 }
@@ -89,19 +89,17 @@ func TestSnapshotRestore(t *testing.T) {
 
 		n = open(t, cfg)
 		waitLeader(t, n)
-		if err := n.ReadIndex(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
+		waitFloorRaised(t, n)
 		if idx, _ := strconv.ParseUint(n.Raft().Stats()["last_snapshot_index"], 10, 64); idx == 0 {
 			t.Fatal("the reopened node knows no snapshot")
 		}
 		after, token := state(t, n)
-		if !bytes.Equal(before, after) {
+		if !bytes.Equal(withoutHeader(t, before), withoutHeader(t, after)) {
 			t.Fatal("the state restored from snapshot and log differs from the state before Close")
 		}
 		checkPopulated(t, n)
-		if got := mustApply(t, n, acquire("e", "s5", 0)).Holding.GetToken(); got <= token || token != last {
-			t.Fatalf("counter %d (want %d), next grant %d", token, last, got)
+		if got := mustApply(t, n, acquire("e", "s5", 0)).Holding.GetToken(); got <= token || token <= last {
+			t.Fatalf("counter %d (want above %d), next grant %d", token, last, got)
 		}
 	})
 	t.Run("threshold", func(t *testing.T) {
@@ -123,12 +121,10 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 		n = open(t, cfg)
 		waitLeader(t, n)
-		if err := n.ReadIndex(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
+		waitFloorRaised(t, n)
 		after, token := state(t, n)
-		if !bytes.Equal(before, after) || token != last {
-			t.Fatalf("restored token %d (want %d); states equal: %v", token, last, bytes.Equal(before, after))
+		if eq := bytes.Equal(withoutHeader(t, before), withoutHeader(t, after)); !eq || token <= last {
+			t.Fatalf("restored token %d (want above %d); states equal: %v", token, last, eq)
 		}
 	})
 }

@@ -4,15 +4,23 @@ import (
 	"strings"
 	"sync"
 
-	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/internal/fsm"
 )
 
-// hub fans applied events out to Watch streams and to Acquire calls
-// waiting in a queue. publish runs on the raft apply goroutine and never
-// blocks: a watcher that falls behind by more than its buffer is dropped
-// (its stream ends with resource-exhausted), a waiter's channel is a
-// one-slot signal.
+// hub fans applied events out to Watch streams and wakes Acquire calls
+// waiting in a queue. publish and restored run on the raft apply goroutine
+// and never block, and nothing is dropped silently:
+//
+//   - a watcher that falls behind by more than its buffer is ended with
+//     resource-exhausted; when the node installs a snapshot (the events in
+//     between were never applied here) every watcher is ended with
+//     resync-required;
+//   - a waiter is not sent events: it gets a coalescing wake-up whenever
+//     an event concerns its (name, lease) — its own grant or withdrawal, or
+//     another request of the same session that replaced it in the queue —
+//     and reads the outcome of its wait id from the applied state, which is
+//     the truth however many events happened in between.
 type hub struct {
 	mu       sync.Mutex // protects following
 	watchers map[*watcher]struct{}
@@ -22,15 +30,17 @@ type hub struct {
 type watcher struct {
 	prefix string
 	ch     chan fsm.Event
-	// lagged is closed when the watcher was dropped for falling behind.
-	lagged chan struct{}
+	// ended is closed when the hub dropped the watcher; err says why.
+	ended chan struct{}
+	err   error // written once before ended is closed
 }
 
 type waitKey struct{ name, leaseID string }
 
-// waiter learns the outcome of one queued Acquire.
+// waiter is woken when the outcome of one queued Acquire may be known.
 type waiter struct {
-	ch chan fsm.Event // ACQUIRED or DEQUEUED/EXPIRED for (name, lease); buffered
+	key  waitKey
+	wake chan struct{} // buffered, one slot: "re-check the state"
 }
 
 const watchBuffer = 1024
@@ -40,7 +50,7 @@ func newHub() *hub {
 }
 
 func (h *hub) watch(prefix string) *watcher {
-	w := &watcher{prefix: prefix, ch: make(chan fsm.Event, watchBuffer), lagged: make(chan struct{})}
+	w := &watcher{prefix: prefix, ch: make(chan fsm.Event, watchBuffer), ended: make(chan struct{})}
 	h.mu.Lock()
 	h.watchers[w] = struct{}{}
 	h.mu.Unlock()
@@ -53,26 +63,38 @@ func (h *hub) unwatch(w *watcher) {
 	h.mu.Unlock()
 }
 
+// endLocked drops w, telling its stream why.
+func (h *hub) endLocked(w *watcher, err error) {
+	delete(h.watchers, w)
+	w.err = err
+	close(w.ended)
+}
+
 func (h *hub) wait(name, leaseID string) *waiter {
-	w := &waiter{ch: make(chan fsm.Event, 4)}
-	k := waitKey{name, leaseID}
+	w := &waiter{key: waitKey{name, leaseID}, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
-	if h.waiters[k] == nil {
-		h.waiters[k] = map[*waiter]struct{}{}
+	if h.waiters[w.key] == nil {
+		h.waiters[w.key] = map[*waiter]struct{}{}
 	}
-	h.waiters[k][w] = struct{}{}
+	h.waiters[w.key][w] = struct{}{}
 	h.mu.Unlock()
 	return w
 }
 
-func (h *hub) unwait(name, leaseID string, w *waiter) {
-	k := waitKey{name, leaseID}
+func (h *hub) unwait(w *waiter) {
 	h.mu.Lock()
-	delete(h.waiters[k], w)
-	if len(h.waiters[k]) == 0 {
-		delete(h.waiters, k)
+	delete(h.waiters[w.key], w)
+	if len(h.waiters[w.key]) == 0 {
+		delete(h.waiters, w.key)
 	}
 	h.mu.Unlock()
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default: // a wake-up is already pending; it covers this one
+	}
 }
 
 func (h *hub) publish(events []fsm.Event) {
@@ -89,18 +111,27 @@ func (h *hub) publish(events []fsm.Event) {
 			select {
 			case w.ch <- ev:
 			default:
-				delete(h.watchers, w)
-				close(w.lagged)
+				h.endLocked(w, api.Errorf(api.CodeResourceExhausted, "watcher fell more than %d events behind; watch again", watchBuffer))
 			}
 		}
-		switch ev.Type {
-		case leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, leaseholdv1.EventType_EVENT_TYPE_DEQUEUED:
-			for w := range h.waiters[waitKey{ev.Name, ev.LeaseID}] {
-				select {
-				case w.ch <- ev:
-				default: // the waiter already has an outcome to act on
-				}
-			}
+		for w := range h.waiters[waitKey{ev.Name, ev.LeaseID}] {
+			w.signal()
+		}
+	}
+}
+
+// restored runs after the node replaced its state with a snapshot: the
+// events in between were never applied here. Every watcher is ended with
+// resync-required and every waiter re-checks the state.
+func (h *hub) restored() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.watchers {
+		h.endLocked(w, api.Errorf(api.CodeResyncRequired, "this node installed a snapshot and skipped the events in between; read the state (ls, status) and watch again"))
+	}
+	for _, ws := range h.waiters {
+		for w := range ws {
+			w.signal()
 		}
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
+	"github.com/leasehold/leasehold/internal/raftnode"
 )
 
 // lockService implements leaseholdv1connect.LeaseholdServiceHandler.
@@ -124,15 +126,11 @@ func (h *lockService) TryAcquire(ctx context.Context, req *connect.Request[pb.Tr
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.TryAcquireRequest) (*pb.TryAcquireResponse, error) {
-		res, err := h.s.apply(ctx, acquireCmd(m.GetName(), m.GetLeaseId(), delay, true, 0))
+		res, err := h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, try: true, waitID: m.GetWaitId()})
 		if err != nil {
 			return nil, err
 		}
-		ttl, err := h.s.lessor.Renew(m.GetLeaseId())
-		if err != nil {
-			return nil, err
-		}
-		return &pb.TryAcquireResponse{Holding: holdingPB(m.GetName(), res.Holding, res.Session.GetOwner()), TtlMs: ttl.Milliseconds()}, nil
+		return &pb.TryAcquireResponse{Holding: res.Holding, TtlMs: res.TtlMs}, nil
 	}, client.TryAcquire)
 }
 
@@ -146,8 +144,8 @@ func checkAcquire(name, leaseID string, delayMs int64) (time.Duration, error) {
 	return lockDelay(delayMs)
 }
 
-func acquireCmd(name, leaseID string, delay time.Duration, try bool, waitID uint64) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: name, LeaseId: leaseID, LockDelayMs: delay.Milliseconds(), Try: try, WaitId: waitID}}}
+func acquireCmd(r acquireReq) *fsmpb.Command {
+	return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: r.name, LeaseId: r.leaseID, LockDelayMs: r.delay.Milliseconds(), Try: r.try, WaitId: r.waitID}}}
 }
 
 func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
@@ -161,20 +159,52 @@ func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.Acqui
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.AcquireRequest) (*pb.AcquireResponse, error) {
-		return h.s.acquire(ctx, m.GetName(), m.GetLeaseId(), delay, wait)
+		return h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, wait: wait, waitID: m.GetWaitId()})
 	}, client.Acquire)
 }
 
-// acquire grants name to leaseID or waits in its queue until the grant, the
-// end of wait (0: no bound), the end of ctx, or the end of the session.
-// A wait that ends without a grant withdraws from the queue with
-// CancelWait, which also releases a grant that raced with the withdrawal,
-// so a caller that was told "no" never holds the lock.
-func (s *Server) acquire(ctx context.Context, name, leaseID string, delay, wait time.Duration) (*pb.AcquireResponse, error) {
-	waitID := newWaitID()
-	w := s.hub.wait(name, leaseID)
-	defer s.hub.unwait(name, leaseID, w)
-	res, err := s.apply(ctx, acquireCmd(name, leaseID, delay, false, waitID))
+// acquireReq is one checked Acquire or TryAcquire.
+type acquireReq struct {
+	name, leaseID string
+	delay         time.Duration
+	wait          time.Duration // queue bound; 0: until ctx ends
+	try           bool
+	waitID        uint64 // the caller's id for CancelWait; 0: pick one
+}
+
+// acquire grants r.name to r.leaseID or waits in its queue until the
+// grant, the end of r.wait, the end of ctx, or the end of the session.
+//
+// A grant nobody learns is never kept. A wait that ends without a grant,
+// a grant made when the caller is already gone, and a proposal whose
+// outcome is unknown are all withdrawn with CancelWait, which also releases
+// a grant that raced with the withdrawal. The one exception is a holding
+// the session had before this request (a re-entrant acquire): its token is
+// known to whoever acquired it first, so it is never withdrawn here.
+func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse, error) {
+	if r.waitID == 0 {
+		r.waitID = api.NewWaitID()
+	}
+	w := s.hub.wait(r.name, r.leaseID)
+	defer s.hub.unwait(w)
+	var heldBefore bool
+	s.node.Read(func(m *fsm.Machine) {
+		h := m.Lock(r.name).Holder
+		heldBefore = h != nil && h.GetLeaseId() == r.leaseID
+	})
+	withdraw := func() {
+		if !heldBefore {
+			s.cancelWait(r.name, r.leaseID, r.waitID)
+		}
+	}
+	res, err := s.apply(ctx, acquireCmd(r))
+	if errors.Is(err, raftnode.ErrOutcomeUnknown) {
+		withdraw()
+		return nil, err
+	}
+	if errors.Is(err, fsm.ErrLocked) || errors.Is(err, fsm.ErrLockDelay) {
+		return nil, s.lockedErr(r.name)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -182,52 +212,106 @@ func (s *Server) acquire(ctx context.Context, name, leaseID string, delay, wait 
 	holding := res.Holding
 	if res.Queued {
 		var timeout <-chan time.Time
-		if wait > 0 {
-			timeout = s.clock.After(wait)
+		if r.wait > 0 {
+			timeout = s.clock.After(r.wait)
 		}
-		var why error
-	wait:
-		for {
+		for holding == nil {
+			var why error
 			select {
-			case ev := <-w.ch:
-				if ev.WaitID != waitID {
-					continue // another request of this session, on the same name
+			case <-w.wake:
+				h, done, err := s.waitOutcome(r)
+				if !done {
+					continue
 				}
-				if ev.Type == pb.EventType_EVENT_TYPE_ACQUIRED {
-					holding = &fsmpb.Holding{LeaseId: leaseID, Token: ev.Token, AcquiredUnixMs: ev.UnixMs, LockDelayMs: delay.Milliseconds(), WaitId: waitID}
-					break wait
+				if err != nil {
+					return nil, err // neither queued nor granted: nothing to withdraw
 				}
-				return nil, api.Errorf(api.CodeLeaseExpired, "session %s ended while waiting for %q", leaseID, name)
+				holding = h
+				continue
 			case <-timeout:
-				why = api.Errorf(api.CodeDeadlineExceeded, "waited %s for %q", wait, name)
+				why = api.Errorf(api.CodeDeadlineExceeded, "waited %s for %q", r.wait, r.name)
 			case <-ctx.Done():
-				why = api.Errorf(api.CodeDeadlineExceeded, "gave up waiting for %q: %v", name, context.Cause(ctx))
+				why = ctxErr(ctx, "gave up waiting for %q", r.name)
 			case <-s.drain:
-				why = api.Errorf(api.CodeUnavailable, "server shutting down while waiting for %q", name)
+				why = api.Errorf(api.CodeUnavailable, "server shutting down while waiting for %q", r.name)
 			}
-			break
-		}
-		if why != nil {
-			s.cancelWait(name, leaseID, waitID)
-			return nil, why
+			if why != nil {
+				withdraw()
+				return nil, why
+			}
 		}
 	}
-	ttl, err := s.lessor.Renew(leaseID)
+	if ctx.Err() != nil {
+		// Granted, but the caller is gone: nobody will learn the token.
+		withdraw()
+		return nil, ctxErr(ctx, "the caller gave up before the grant of %q was answered", r.name)
+	}
+	ttl, err := s.lessor.Renew(r.leaseID)
 	if err != nil {
 		if errors.Is(err, lessor.ErrNotLeader) {
 			// Granted, but leadership moved: the new leader tracks the
 			// session; report the TTL it was created with.
 			var sess *fsmpb.Session
-			s.node.Read(func(m *fsm.Machine) { sess = m.Session(leaseID) })
+			s.node.Read(func(m *fsm.Machine) { sess = m.Session(r.leaseID) })
 			if sess == nil {
-				return nil, api.Errorf(api.CodeLeaseExpired, "session %s ended", leaseID)
+				return nil, api.Errorf(api.CodeLeaseExpired, "session %s ended", r.leaseID)
 			}
 			ttl = time.Duration(sess.GetTtlMs()) * time.Millisecond
 		} else {
 			return nil, err
 		}
 	}
-	return &pb.AcquireResponse{Holding: holdingPB(name, holding, owner), TtlMs: ttl.Milliseconds()}, nil
+	return &pb.AcquireResponse{Holding: holdingPB(r.name, holding, owner), TtlMs: ttl.Milliseconds()}, nil
+}
+
+// waitOutcome reads what became of the queued request r: granted (the
+// holding), still queued (done false), or ended without a grant (an error).
+// The applied state is the truth, however many events came and went.
+func (s *Server) waitOutcome(r acquireReq) (holding *fsmpb.Holding, done bool, err error) {
+	s.node.Read(func(m *fsm.Machine) {
+		info := m.Lock(r.name)
+		if h := info.Holder; h != nil && h.GetLeaseId() == r.leaseID && h.GetWaitId() == r.waitID {
+			holding, done = h, true
+			return
+		}
+		for _, wt := range info.Waiters {
+			if wt.GetLeaseId() == r.leaseID && wt.GetWaitId() == r.waitID {
+				return // still waiting
+			}
+		}
+		done = true
+		if m.Session(r.leaseID) == nil {
+			err = api.Errorf(api.CodeLeaseExpired, "session %s ended while waiting for %q", r.leaseID, r.name)
+			return
+		}
+		err = api.Errorf(api.CodeUnavailable, "the wait for %q was withdrawn or replaced by another request of the session; not holding it", r.name)
+	})
+	return holding, done, err
+}
+
+// lockedErr is the refusal of a TryAcquire, naming who holds the lock or
+// how long its lock-delay is.
+func (s *Server) lockedErr(name string) error {
+	var info fsm.LockInfo
+	s.node.Read(func(m *fsm.Machine) { info = m.Lock(name) })
+	switch {
+	case info.Holder == nil && info.Delayed:
+		return api.Errorf(api.CodeLockDelay, "%q is in a lock-delay of %s after its holder (token %d) expired", name, time.Duration(info.DelayMs)*time.Millisecond, info.DelayToken)
+	case info.Holder != nil && info.Owner != "":
+		return api.Errorf(api.CodeLocked, "%q is held by %q (lease %s, token %d)", name, info.Owner, info.Holder.GetLeaseId(), info.Holder.GetToken())
+	case info.Holder != nil:
+		return api.Errorf(api.CodeLocked, "%q is held by lease %s (token %d)", name, info.Holder.GetLeaseId(), info.Holder.GetToken())
+	}
+	return api.Errorf(api.CodeLocked, "%q is free but %d other session(s) wait for it", name, len(info.Waiters))
+}
+
+// ctxErr says why ctx ended: the caller's deadline or its cancellation.
+func ctxErr(ctx context.Context, format string, args ...any) error {
+	code := api.CodeDeadlineExceeded
+	if errors.Is(ctx.Err(), context.Canceled) {
+		code = api.CodeCanceled
+	}
+	return api.Errorf(code, "%s: %v", fmt.Sprintf(format, args...), context.Cause(ctx))
 }
 
 // cancelWait withdraws a queue entry after the caller stopped waiting. It
@@ -410,8 +494,8 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 			return nil
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
-		case <-w.lagged:
-			return api.ToConnect(api.Errorf(api.CodeResourceExhausted, "watcher fell more than %d events behind", watchBuffer))
+		case <-w.ended:
+			return api.ToConnect(w.err)
 		case ev := <-w.ch:
 			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs}}); err != nil {
 				return err
@@ -433,6 +517,12 @@ func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRe
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KVPutRequest) (*pb.KVPutResponse, error) {
+		// A write that cannot fit is refused before it costs a log entry.
+		var full error
+		h.s.node.Read(func(fm *fsm.Machine) { full = fm.CheckKVPut(m.GetKey(), m.GetValue()) })
+		if full != nil {
+			return nil, full
+		}
 		_, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: m.GetKey(), Value: m.GetValue(), Token: m.GetToken(), Strict: m.GetStrict()}}})
 		if err != nil {
 			return nil, err
@@ -451,6 +541,26 @@ func (h *lockService) KVGet(ctx context.Context, req *connect.Request[pb.KVGetRe
 		if e == nil {
 			return nil, api.Errorf(api.CodeNotFound, "key %q has no value", m.GetKey())
 		}
+		if e.GetDeleted() {
+			return nil, api.Errorf(api.CodeNotFound, "key %q was deleted with token %d", m.GetKey(), e.GetToken())
+		}
 		return &pb.KVGetResponse{Key: e.GetKey(), Value: e.GetValue(), Token: e.GetToken()}, nil
 	}, client.KVGet)
+}
+
+func (h *lockService) KvDelete(ctx context.Context, req *connect.Request[pb.KvDeleteRequest]) (*connect.Response[pb.KvDeleteResponse], error) {
+	err := checkKey(req.Msg.GetKey())
+	if err == nil {
+		err = checkToken(req.Msg.GetToken())
+	}
+	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KvDeleteRequest) (*pb.KvDeleteResponse, error) {
+		_, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_KvDelete{KvDelete: &fsmpb.KVDelete{Key: m.GetKey(), Token: m.GetToken(), Strict: m.GetStrict()}}})
+		if err != nil {
+			return nil, err
+		}
+		return &pb.KvDeleteResponse{Key: m.GetKey(), Token: m.GetToken()}, nil
+	}, client.KvDelete)
 }

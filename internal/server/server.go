@@ -8,7 +8,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -137,10 +136,17 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Raft.Join = cfg.Join != ""
+	cfg.Raft.Now = cfg.Lessor.Clock.Now
 	cfg.Raft.Observer = s.observe
+	cfg.Raft.OnRestore = s.hub.restored
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
 		s.lessor.Close()
+		return nil, err
+	}
+	if err := s.registerStateGauges(reg); err != nil {
+		s.lessor.Close()
+		_ = s.node.Close()
 		return nil, err
 	}
 	s.wg.Go(s.registerLoop)
@@ -353,16 +359,6 @@ func newLeaseID() string {
 	var b [leaseIDLen / 2]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-func newWaitID() uint64 {
-	for {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
-			return id
-		}
-	}
 }
 
 // Handler returns the HTTP handler for every service, /metrics and /healthz.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -105,7 +106,11 @@ func lockDelay(ms int64) (time.Duration, error) {
 	if ms < 0 {
 		return 0, api.Errorf(api.CodeInvalidArgument, "lock_delay must be ≥ 0, got %dms", ms)
 	}
-	return min(time.Duration(ms)*time.Millisecond, MaxLockDelay), nil
+	// Compare before converting: ms·10⁶ wraps for ms > 9.2·10¹².
+	if ms >= MaxLockDelay.Milliseconds() {
+		return MaxLockDelay, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 func checkWait(ms int64) (time.Duration, error) {
@@ -134,7 +139,7 @@ func toAPI(err error) error {
 	}
 	var stale *fsm.StaleTokenError
 	if errors.As(err, &stale) {
-		return &api.Error{Code: api.CodeStaleToken, Message: stale.Error(), LastToken: stale.LastToken}
+		return &api.Error{Code: api.CodeStaleToken, Message: message(stale), LastToken: stale.LastToken}
 	}
 	table := []struct {
 		err  error
@@ -149,6 +154,8 @@ func toAPI(err error) error {
 		{fsm.ErrTooManyWaiters, api.CodeResourceExhausted},
 		{fsm.ErrTooManyLocks, api.CodeResourceExhausted},
 		{fsm.ErrTooManyKeys, api.CodeResourceExhausted},
+		{fsm.ErrQuota, api.CodeResourceExhausted},
+		{fsm.ErrKeyNotFound, api.CodeNotFound},
 		{fsm.ErrInvalidToken, api.CodeInvalidArgument},
 		{raftnode.ErrNotLeader, api.CodeNotLeader},
 		{lessor.ErrNotLeader, api.CodeNotLeader},
@@ -158,8 +165,18 @@ func toAPI(err error) error {
 	}
 	for _, e := range table {
 		if errors.Is(err, e.err) {
-			return &api.Error{Code: e.code, Message: err.Error()}
+			return &api.Error{Code: e.code, Message: message(err)}
 		}
 	}
 	return &api.Error{Code: api.CodeInternal, Message: err.Error()}
+}
+
+// message is err's text for a caller: without the names of the packages
+// below the API edge ("fsm: ", "raftnode: ", ...), which mean nothing to it.
+func message(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"fsm: ", "raftnode: ", "lessor: ", "raft: "} {
+		msg = strings.ReplaceAll(msg, p, "")
+	}
+	return msg
 }

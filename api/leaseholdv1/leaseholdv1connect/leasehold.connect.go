@@ -76,6 +76,9 @@ const (
 	LeaseholdServiceKVPutProcedure = "/leasehold.v1.LeaseholdService/KVPut"
 	// LeaseholdServiceKVGetProcedure is the fully-qualified name of the LeaseholdService's KVGet RPC.
 	LeaseholdServiceKVGetProcedure = "/leasehold.v1.LeaseholdService/KVGet"
+	// LeaseholdServiceKvDeleteProcedure is the fully-qualified name of the LeaseholdService's KvDelete
+	// RPC.
+	LeaseholdServiceKvDeleteProcedure = "/leasehold.v1.LeaseholdService/KvDelete"
 	// ClusterServiceMembersProcedure is the fully-qualified name of the ClusterService's Members RPC.
 	ClusterServiceMembersProcedure = "/leasehold.v1.ClusterService/Members"
 	// ClusterServiceAddMemberProcedure is the fully-qualified name of the ClusterService's AddMember
@@ -90,6 +93,8 @@ const (
 	// ClusterServiceBumpTokenProcedure is the fully-qualified name of the ClusterService's BumpToken
 	// RPC.
 	ClusterServiceBumpTokenProcedure = "/leasehold.v1.ClusterService/BumpToken"
+	// ClusterServiceSnapshotProcedure is the fully-qualified name of the ClusterService's Snapshot RPC.
+	ClusterServiceSnapshotProcedure = "/leasehold.v1.ClusterService/Snapshot"
 )
 
 // LeaseholdServiceClient is a client for the leasehold.v1.LeaseholdService service.
@@ -122,6 +127,9 @@ type LeaseholdServiceClient interface {
 	KVPut(context.Context, *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error)
 	// KVGet reads from the built-in fenced KV.
 	KVGet(context.Context, *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error)
+	// KvDelete removes a key's value iff the token is not stale (the rule of
+	// KVPut); a token-only tombstone keeps the fence.
+	KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error)
 }
 
 // NewLeaseholdServiceClient constructs a client for the leasehold.v1.LeaseholdService service. By
@@ -213,6 +221,12 @@ func NewLeaseholdServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(leaseholdServiceMethods.ByName("KVGet")),
 			connect.WithClientOptions(opts...),
 		),
+		kvDelete: connect.NewClient[leaseholdv1.KvDeleteRequest, leaseholdv1.KvDeleteResponse](
+			httpClient,
+			baseURL+LeaseholdServiceKvDeleteProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("KvDelete")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -231,6 +245,7 @@ type leaseholdServiceClient struct {
 	watch           *connect.Client[leaseholdv1.WatchRequest, leaseholdv1.WatchResponse]
 	kVPut           *connect.Client[leaseholdv1.KVPutRequest, leaseholdv1.KVPutResponse]
 	kVGet           *connect.Client[leaseholdv1.KVGetRequest, leaseholdv1.KVGetResponse]
+	kvDelete        *connect.Client[leaseholdv1.KvDeleteRequest, leaseholdv1.KvDeleteResponse]
 }
 
 // CreateSession calls leasehold.v1.LeaseholdService.CreateSession.
@@ -298,6 +313,11 @@ func (c *leaseholdServiceClient) KVGet(ctx context.Context, req *connect.Request
 	return c.kVGet.CallUnary(ctx, req)
 }
 
+// KvDelete calls leasehold.v1.LeaseholdService.KvDelete.
+func (c *leaseholdServiceClient) KvDelete(ctx context.Context, req *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error) {
+	return c.kvDelete.CallUnary(ctx, req)
+}
+
 // LeaseholdServiceHandler is an implementation of the leasehold.v1.LeaseholdService service.
 type LeaseholdServiceHandler interface {
 	// CreateSession grants a new session (lease) with the TTL the server chose.
@@ -328,6 +348,9 @@ type LeaseholdServiceHandler interface {
 	KVPut(context.Context, *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error)
 	// KVGet reads from the built-in fenced KV.
 	KVGet(context.Context, *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error)
+	// KvDelete removes a key's value iff the token is not stale (the rule of
+	// KVPut); a token-only tombstone keeps the fence.
+	KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error)
 }
 
 // NewLeaseholdServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -415,6 +438,12 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 		connect.WithSchema(leaseholdServiceMethods.ByName("KVGet")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseholdServiceKvDeleteHandler := connect.NewUnaryHandler(
+		LeaseholdServiceKvDeleteProcedure,
+		svc.KvDelete,
+		connect.WithSchema(leaseholdServiceMethods.ByName("KvDelete")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/leasehold.v1.LeaseholdService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseholdServiceCreateSessionProcedure:
@@ -443,6 +472,8 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 			leaseholdServiceKVPutHandler.ServeHTTP(w, r)
 		case LeaseholdServiceKVGetProcedure:
 			leaseholdServiceKVGetHandler.ServeHTTP(w, r)
+		case LeaseholdServiceKvDeleteProcedure:
+			leaseholdServiceKvDeleteHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -504,6 +535,10 @@ func (UnimplementedLeaseholdServiceHandler) KVGet(context.Context, *connect.Requ
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KVGet is not implemented"))
 }
 
+func (UnimplementedLeaseholdServiceHandler) KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KvDelete is not implemented"))
+}
+
 // ClusterServiceClient is a client for the leasehold.v1.ClusterService service.
 type ClusterServiceClient interface {
 	// Members lists the voters and their state as this node sees it.
@@ -518,6 +553,9 @@ type ClusterServiceClient interface {
 	// cluster restored from an old backup issues only tokens above any the
 	// lost cluster could have issued. It never lowers the counter.
 	BumpToken(context.Context, *connect.Request[leaseholdv1.BumpTokenRequest]) (*connect.Response[leaseholdv1.BumpTokenResponse], error)
+	// Snapshot streams a consistent snapshot of the state from the leader:
+	// first a message with info, then the snapshot stream in chunks.
+	Snapshot(context.Context, *connect.Request[leaseholdv1.SnapshotRequest]) (*connect.ServerStreamForClient[leaseholdv1.SnapshotResponse], error)
 }
 
 // NewClusterServiceClient constructs a client for the leasehold.v1.ClusterService service. By
@@ -561,6 +599,12 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("BumpToken")),
 			connect.WithClientOptions(opts...),
 		),
+		snapshot: connect.NewClient[leaseholdv1.SnapshotRequest, leaseholdv1.SnapshotResponse](
+			httpClient,
+			baseURL+ClusterServiceSnapshotProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Snapshot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -571,6 +615,7 @@ type clusterServiceClient struct {
 	removeMember   *connect.Client[leaseholdv1.RemoveMemberRequest, leaseholdv1.RemoveMemberResponse]
 	transferLeader *connect.Client[leaseholdv1.TransferLeaderRequest, leaseholdv1.TransferLeaderResponse]
 	bumpToken      *connect.Client[leaseholdv1.BumpTokenRequest, leaseholdv1.BumpTokenResponse]
+	snapshot       *connect.Client[leaseholdv1.SnapshotRequest, leaseholdv1.SnapshotResponse]
 }
 
 // Members calls leasehold.v1.ClusterService.Members.
@@ -598,6 +643,11 @@ func (c *clusterServiceClient) BumpToken(ctx context.Context, req *connect.Reque
 	return c.bumpToken.CallUnary(ctx, req)
 }
 
+// Snapshot calls leasehold.v1.ClusterService.Snapshot.
+func (c *clusterServiceClient) Snapshot(ctx context.Context, req *connect.Request[leaseholdv1.SnapshotRequest]) (*connect.ServerStreamForClient[leaseholdv1.SnapshotResponse], error) {
+	return c.snapshot.CallServerStream(ctx, req)
+}
+
 // ClusterServiceHandler is an implementation of the leasehold.v1.ClusterService service.
 type ClusterServiceHandler interface {
 	// Members lists the voters and their state as this node sees it.
@@ -612,6 +662,9 @@ type ClusterServiceHandler interface {
 	// cluster restored from an old backup issues only tokens above any the
 	// lost cluster could have issued. It never lowers the counter.
 	BumpToken(context.Context, *connect.Request[leaseholdv1.BumpTokenRequest]) (*connect.Response[leaseholdv1.BumpTokenResponse], error)
+	// Snapshot streams a consistent snapshot of the state from the leader:
+	// first a message with info, then the snapshot stream in chunks.
+	Snapshot(context.Context, *connect.Request[leaseholdv1.SnapshotRequest], *connect.ServerStream[leaseholdv1.SnapshotResponse]) error
 }
 
 // NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -651,6 +704,12 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("BumpToken")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceSnapshotHandler := connect.NewServerStreamHandler(
+		ClusterServiceSnapshotProcedure,
+		svc.Snapshot,
+		connect.WithSchema(clusterServiceMethods.ByName("Snapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/leasehold.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterServiceMembersProcedure:
@@ -663,6 +722,8 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceTransferLeaderHandler.ServeHTTP(w, r)
 		case ClusterServiceBumpTokenProcedure:
 			clusterServiceBumpTokenHandler.ServeHTTP(w, r)
+		case ClusterServiceSnapshotProcedure:
+			clusterServiceSnapshotHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -690,4 +751,8 @@ func (UnimplementedClusterServiceHandler) TransferLeader(context.Context, *conne
 
 func (UnimplementedClusterServiceHandler) BumpToken(context.Context, *connect.Request[leaseholdv1.BumpTokenRequest]) (*connect.Response[leaseholdv1.BumpTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.ClusterService.BumpToken is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Snapshot(context.Context, *connect.Request[leaseholdv1.SnapshotRequest], *connect.ServerStream[leaseholdv1.SnapshotResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.ClusterService.Snapshot is not implemented"))
 }

@@ -41,6 +41,8 @@ type Command struct {
 	//	*Command_KvPut
 	//	*Command_RegisterNode
 	//	*Command_BumpToken
+	//	*Command_KvDelete
+	//	*Command_TokenFloor
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -180,6 +182,24 @@ func (x *Command) GetBumpToken() *BumpToken {
 	return nil
 }
 
+func (x *Command) GetKvDelete() *KVDelete {
+	if x != nil {
+		if x, ok := x.Op.(*Command_KvDelete); ok {
+			return x.KvDelete
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetTokenFloor() *TokenFloor {
+	if x != nil {
+		if x, ok := x.Op.(*Command_TokenFloor); ok {
+			return x.TokenFloor
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -224,6 +244,14 @@ type Command_BumpToken struct {
 	BumpToken *BumpToken `protobuf:"bytes,19,opt,name=bump_token,json=bumpToken,proto3,oneof"`
 }
 
+type Command_KvDelete struct {
+	KvDelete *KVDelete `protobuf:"bytes,22,opt,name=kv_delete,json=kvDelete,proto3,oneof"`
+}
+
+type Command_TokenFloor struct {
+	TokenFloor *TokenFloor `protobuf:"bytes,23,opt,name=token_floor,json=tokenFloor,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -243,6 +271,10 @@ func (*Command_KvPut) isCommand_Op() {}
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_BumpToken) isCommand_Op() {}
+
+func (*Command_KvDelete) isCommand_Op() {}
+
+func (*Command_TokenFloor) isCommand_Op() {}
 
 type CreateSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -715,6 +747,125 @@ func (x *KVPut) GetStrict() bool {
 	return false
 }
 
+// KVDelete removes key's value under the fencing rule of KVPut; a token-only
+// tombstone keeps the fence, so an older token stays refused.
+type KVDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Strict        bool                   `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVDelete) Reset() {
+	*x = KVDelete{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVDelete) ProtoMessage() {}
+
+func (x *KVDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
+func (*KVDelete) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *KVDelete) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KVDelete) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *KVDelete) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+// TokenFloor raises the token counter to at least min before a restored
+// state serves a grant (a restart uses BumpToken, which older versions
+// apply too); drop_sessions also ends every session,
+// holding, queue entry and lock-delay without events (a restore from backup:
+// the lost cluster's holders must acquire again).
+type TokenFloor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Min           uint64                 `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	DropSessions  bool                   `protobuf:"varint,2,opt,name=drop_sessions,json=dropSessions,proto3" json:"drop_sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenFloor) Reset() {
+	*x = TokenFloor{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenFloor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenFloor) ProtoMessage() {}
+
+func (x *TokenFloor) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenFloor.ProtoReflect.Descriptor instead.
+func (*TokenFloor) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TokenFloor) GetMin() uint64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *TokenFloor) GetDropSessions() bool {
+	if x != nil {
+		return x.DropSessions
+	}
+	return false
+}
+
 type RegisterNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -725,7 +876,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +888,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +901,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -777,7 +928,7 @@ type BumpToken struct {
 
 func (x *BumpToken) Reset() {
 	*x = BumpToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +940,7 @@ func (x *BumpToken) String() string {
 func (*BumpToken) ProtoMessage() {}
 
 func (x *BumpToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +953,7 @@ func (x *BumpToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpToken.ProtoReflect.Descriptor instead.
 func (*BumpToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BumpToken) GetMin() uint64 {
@@ -824,7 +975,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +987,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1000,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Session) GetLeaseId() string {
@@ -894,7 +1045,7 @@ type Holding struct {
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1057,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1070,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Holding) GetLeaseId() string {
@@ -969,7 +1120,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1132,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1145,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Waiter) GetLeaseId() string {
@@ -1040,7 +1191,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1203,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1216,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Lock) GetName() string {
@@ -1104,17 +1255,19 @@ func (x *Lock) GetDelayMs() int64 {
 }
 
 type KV struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Token uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// deleted marks a tombstone: the value is gone, the token keeps the fence.
+	Deleted       bool `protobuf:"varint,4,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1279,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1292,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KV) GetKey() string {
@@ -1163,6 +1316,13 @@ func (x *KV) GetToken() uint64 {
 	return 0
 }
 
+func (x *KV) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 type Node struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1173,7 +1333,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1345,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1358,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Node) GetId() string {
@@ -1215,7 +1375,283 @@ func (x *Node) GetApiAddr() string {
 	return ""
 }
 
-// Snapshot is the whole state machine.
+// SnapshotHeader is the first record of a snapshot stream: the counter and
+// the grant clock that the token floor of a restore is computed from.
+type SnapshotHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Token uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	// last_grant_unix_ms is the newest leader stamp of a grant (or floor).
+	LastGrantUnixMs int64 `protobuf:"varint,2,opt,name=last_grant_unix_ms,json=lastGrantUnixMs,proto3" json:"last_grant_unix_ms,omitempty"`
+	// rate_second and rate_count count the grants stamped in one second;
+	// peak_rate is the largest such count seen.
+	RateSecond    int64  `protobuf:"varint,3,opt,name=rate_second,json=rateSecond,proto3" json:"rate_second,omitempty"`
+	RateCount     uint64 `protobuf:"varint,4,opt,name=rate_count,json=rateCount,proto3" json:"rate_count,omitempty"`
+	PeakRate      uint64 `protobuf:"varint,5,opt,name=peak_rate,json=peakRate,proto3" json:"peak_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotHeader) Reset() {
+	*x = SnapshotHeader{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotHeader) ProtoMessage() {}
+
+func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
+func (*SnapshotHeader) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SnapshotHeader) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetLastGrantUnixMs() int64 {
+	if x != nil {
+		return x.LastGrantUnixMs
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetRateSecond() int64 {
+	if x != nil {
+		return x.RateSecond
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetRateCount() uint64 {
+	if x != nil {
+		return x.RateCount
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetPeakRate() uint64 {
+	if x != nil {
+		return x.PeakRate
+	}
+	return 0
+}
+
+// SnapshotEnd is the last record of a snapshot stream; records counts the
+// records before it, so a truncated stream is refused.
+type SnapshotEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       uint64                 `protobuf:"varint,1,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotEnd) Reset() {
+	*x = SnapshotEnd{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotEnd) ProtoMessage() {}
+
+func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotEnd.ProtoReflect.Descriptor instead.
+func (*SnapshotEnd) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SnapshotEnd) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+// SnapshotRecord is one length-delimited record of a snapshot stream:
+// a header, then sessions, locks, KV entries and nodes, then the end.
+type SnapshotRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Rec:
+	//
+	//	*SnapshotRecord_Header
+	//	*SnapshotRecord_Session
+	//	*SnapshotRecord_Lock
+	//	*SnapshotRecord_Kv
+	//	*SnapshotRecord_Node
+	//	*SnapshotRecord_End
+	Rec           isSnapshotRecord_Rec `protobuf_oneof:"rec"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRecord) Reset() {
+	*x = SnapshotRecord{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRecord) ProtoMessage() {}
+
+func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
+func (*SnapshotRecord) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
+	if x != nil {
+		return x.Rec
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetHeader() *SnapshotHeader {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetSession() *Session {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Session); ok {
+			return x.Session
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetLock() *Lock {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Lock); ok {
+			return x.Lock
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetKv() *KV {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Kv); ok {
+			return x.Kv
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetNode() *Node {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Node); ok {
+			return x.Node
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetEnd() *SnapshotEnd {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
+type isSnapshotRecord_Rec interface {
+	isSnapshotRecord_Rec()
+}
+
+type SnapshotRecord_Header struct {
+	Header *SnapshotHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type SnapshotRecord_Session struct {
+	Session *Session `protobuf:"bytes,2,opt,name=session,proto3,oneof"`
+}
+
+type SnapshotRecord_Lock struct {
+	Lock *Lock `protobuf:"bytes,3,opt,name=lock,proto3,oneof"`
+}
+
+type SnapshotRecord_Kv struct {
+	Kv *KV `protobuf:"bytes,4,opt,name=kv,proto3,oneof"`
+}
+
+type SnapshotRecord_Node struct {
+	Node *Node `protobuf:"bytes,5,opt,name=node,proto3,oneof"`
+}
+
+type SnapshotRecord_End struct {
+	End *SnapshotEnd `protobuf:"bytes,6,opt,name=end,proto3,oneof"`
+}
+
+func (*SnapshotRecord_Header) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Session) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Lock) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Kv) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Node) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_End) isSnapshotRecord_Rec() {}
+
+// Snapshot is the whole state machine in the format before snapshot
+// streams; Restore still reads it.
 type Snapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
@@ -1229,7 +1665,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1677,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1690,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Snapshot) GetToken() uint64 {
@@ -1296,7 +1732,7 @@ var File_leasehold_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x9b\x05\n" +
+	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x97\x06\n" +
 	"\aCommand\x12\x17\n" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12H\n" +
 	"\x0ecreate_session\x18\n" +
@@ -1311,7 +1747,10 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06kv_put\x18\x11 \x01(\v2\x17.leasehold.fsm.v1.KVPutH\x00R\x05kvPut\x12E\n" +
 	"\rregister_node\x18\x12 \x01(\v2\x1e.leasehold.fsm.v1.RegisterNodeH\x00R\fregisterNode\x12<\n" +
 	"\n" +
-	"bump_token\x18\x13 \x01(\v2\x1b.leasehold.fsm.v1.BumpTokenH\x00R\tbumpTokenB\x04\n" +
+	"bump_token\x18\x13 \x01(\v2\x1b.leasehold.fsm.v1.BumpTokenH\x00R\tbumpToken\x129\n" +
+	"\tkv_delete\x18\x16 \x01(\v2\x1a.leasehold.fsm.v1.KVDeleteH\x00R\bkvDelete\x12?\n" +
+	"\vtoken_floor\x18\x17 \x01(\v2\x1c.leasehold.fsm.v1.TokenFloorH\x00R\n" +
+	"tokenFloorB\x04\n" +
 	"\x02op\"W\n" +
 	"\rCreateSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
@@ -1343,7 +1782,15 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06strict\x18\x04 \x01(\bR\x06strict\"9\n" +
+	"\x06strict\x18\x04 \x01(\bR\x06strict\"J\n" +
+	"\bKVDelete\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\"C\n" +
+	"\n" +
+	"TokenFloor\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\x04R\x03min\x12#\n" +
+	"\rdrop_sessions\x18\x02 \x01(\bR\fdropSessions\"9\n" +
 	"\fRegisterNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bapi_addr\x18\x02 \x01(\tR\aapiAddr\"\x1d\n" +
@@ -1371,14 +1818,33 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\awaiters\x18\x03 \x03(\v2\x18.leasehold.fsm.v1.WaiterR\awaiters\x12\x1f\n" +
 	"\vdelay_token\x18\x04 \x01(\x04R\n" +
 	"delayToken\x12\x19\n" +
-	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\"B\n" +
+	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\"\\\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"1\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x18\n" +
+	"\adeleted\x18\x04 \x01(\bR\adeleted\"1\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
-	"\bapi_addr\x18\x02 \x01(\tR\aapiAddr\"\xd9\x01\n" +
+	"\bapi_addr\x18\x02 \x01(\tR\aapiAddr\"\xb0\x01\n" +
+	"\x0eSnapshotHeader\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12+\n" +
+	"\x12last_grant_unix_ms\x18\x02 \x01(\x03R\x0flastGrantUnixMs\x12\x1f\n" +
+	"\vrate_second\x18\x03 \x01(\x03R\n" +
+	"rateSecond\x12\x1d\n" +
+	"\n" +
+	"rate_count\x18\x04 \x01(\x04R\trateCount\x12\x1b\n" +
+	"\tpeak_rate\x18\x05 \x01(\x04R\bpeakRate\"'\n" +
+	"\vSnapshotEnd\x12\x18\n" +
+	"\arecords\x18\x01 \x01(\x04R\arecords\"\xc1\x02\n" +
+	"\x0eSnapshotRecord\x12:\n" +
+	"\x06header\x18\x01 \x01(\v2 .leasehold.fsm.v1.SnapshotHeaderH\x00R\x06header\x125\n" +
+	"\asession\x18\x02 \x01(\v2\x19.leasehold.fsm.v1.SessionH\x00R\asession\x12,\n" +
+	"\x04lock\x18\x03 \x01(\v2\x16.leasehold.fsm.v1.LockH\x00R\x04lock\x12&\n" +
+	"\x02kv\x18\x04 \x01(\v2\x14.leasehold.fsm.v1.KVH\x00R\x02kv\x12,\n" +
+	"\x04node\x18\x05 \x01(\v2\x16.leasehold.fsm.v1.NodeH\x00R\x04node\x121\n" +
+	"\x03end\x18\x06 \x01(\v2\x1d.leasehold.fsm.v1.SnapshotEndH\x00R\x03endB\x05\n" +
+	"\x03rec\"\xd9\x01\n" +
 	"\bSnapshot\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x125\n" +
 	"\bsessions\x18\x02 \x03(\v2\x19.leasehold.fsm.v1.SessionR\bsessions\x12,\n" +
@@ -1398,26 +1864,31 @@ func file_leasehold_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leasehold_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
-	(*Command)(nil),       // 0: leasehold.fsm.v1.Command
-	(*CreateSession)(nil), // 1: leasehold.fsm.v1.CreateSession
-	(*CloseSession)(nil),  // 2: leasehold.fsm.v1.CloseSession
-	(*Expire)(nil),        // 3: leasehold.fsm.v1.Expire
-	(*Acquire)(nil),       // 4: leasehold.fsm.v1.Acquire
-	(*CancelWait)(nil),    // 5: leasehold.fsm.v1.CancelWait
-	(*Release)(nil),       // 6: leasehold.fsm.v1.Release
-	(*EndLockDelay)(nil),  // 7: leasehold.fsm.v1.EndLockDelay
-	(*KVPut)(nil),         // 8: leasehold.fsm.v1.KVPut
-	(*RegisterNode)(nil),  // 9: leasehold.fsm.v1.RegisterNode
-	(*BumpToken)(nil),     // 10: leasehold.fsm.v1.BumpToken
-	(*Session)(nil),       // 11: leasehold.fsm.v1.Session
-	(*Holding)(nil),       // 12: leasehold.fsm.v1.Holding
-	(*Waiter)(nil),        // 13: leasehold.fsm.v1.Waiter
-	(*Lock)(nil),          // 14: leasehold.fsm.v1.Lock
-	(*KV)(nil),            // 15: leasehold.fsm.v1.KV
-	(*Node)(nil),          // 16: leasehold.fsm.v1.Node
-	(*Snapshot)(nil),      // 17: leasehold.fsm.v1.Snapshot
+	(*Command)(nil),        // 0: leasehold.fsm.v1.Command
+	(*CreateSession)(nil),  // 1: leasehold.fsm.v1.CreateSession
+	(*CloseSession)(nil),   // 2: leasehold.fsm.v1.CloseSession
+	(*Expire)(nil),         // 3: leasehold.fsm.v1.Expire
+	(*Acquire)(nil),        // 4: leasehold.fsm.v1.Acquire
+	(*CancelWait)(nil),     // 5: leasehold.fsm.v1.CancelWait
+	(*Release)(nil),        // 6: leasehold.fsm.v1.Release
+	(*EndLockDelay)(nil),   // 7: leasehold.fsm.v1.EndLockDelay
+	(*KVPut)(nil),          // 8: leasehold.fsm.v1.KVPut
+	(*KVDelete)(nil),       // 9: leasehold.fsm.v1.KVDelete
+	(*TokenFloor)(nil),     // 10: leasehold.fsm.v1.TokenFloor
+	(*RegisterNode)(nil),   // 11: leasehold.fsm.v1.RegisterNode
+	(*BumpToken)(nil),      // 12: leasehold.fsm.v1.BumpToken
+	(*Session)(nil),        // 13: leasehold.fsm.v1.Session
+	(*Holding)(nil),        // 14: leasehold.fsm.v1.Holding
+	(*Waiter)(nil),         // 15: leasehold.fsm.v1.Waiter
+	(*Lock)(nil),           // 16: leasehold.fsm.v1.Lock
+	(*KV)(nil),             // 17: leasehold.fsm.v1.KV
+	(*Node)(nil),           // 18: leasehold.fsm.v1.Node
+	(*SnapshotHeader)(nil), // 19: leasehold.fsm.v1.SnapshotHeader
+	(*SnapshotEnd)(nil),    // 20: leasehold.fsm.v1.SnapshotEnd
+	(*SnapshotRecord)(nil), // 21: leasehold.fsm.v1.SnapshotRecord
+	(*Snapshot)(nil),       // 22: leasehold.fsm.v1.Snapshot
 }
 var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
@@ -1428,19 +1899,27 @@ var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	6,  // 5: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
 	7,  // 6: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
 	8,  // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
-	9,  // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
-	10, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
-	12, // 10: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
-	13, // 11: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
-	11, // 12: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
-	14, // 13: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
-	15, // 14: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
-	16, // 15: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	11, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
+	12, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
+	9,  // 10: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
+	10, // 11: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
+	14, // 12: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
+	15, // 13: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
+	19, // 14: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
+	13, // 15: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
+	16, // 16: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
+	17, // 17: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
+	18, // 18: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
+	20, // 19: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
+	13, // 20: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
+	16, // 21: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
+	17, // 22: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
+	18, // 23: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_fsm_v1_fsm_proto_init() }
@@ -1459,6 +1938,16 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*Command_KvPut)(nil),
 		(*Command_RegisterNode)(nil),
 		(*Command_BumpToken)(nil),
+		(*Command_KvDelete)(nil),
+		(*Command_TokenFloor)(nil),
+	}
+	file_leasehold_fsm_v1_fsm_proto_msgTypes[21].OneofWrappers = []any{
+		(*SnapshotRecord_Header)(nil),
+		(*SnapshotRecord_Session)(nil),
+		(*SnapshotRecord_Lock)(nil),
+		(*SnapshotRecord_Kv)(nil),
+		(*SnapshotRecord_Node)(nil),
+		(*SnapshotRecord_End)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1466,7 +1955,7 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_fsm_v1_fsm_proto_rawDesc), len(file_leasehold_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,190 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/server"
+)
+
+// cutHandler serves the real API but, while cuts > 0, cuts the reply off
+// after its headers: the request runs to completion on the server, the
+// caller gets the response headers, and then the stream is reset.
+type cutHandler struct {
+	h    http.Handler
+	cuts atomic.Int32
+}
+
+func (c *cutHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c.cuts.Add(-1) < 0 {
+		c.cuts.Add(1)
+		c.h.ServeHTTP(w, r)
+		return
+	}
+	c.h.ServeHTTP(&headersOnly{ResponseWriter: w}, r)
+	panic(http.ErrAbortHandler) // reset the stream: the body never arrives
+}
+
+// headersOnly sends the response headers at once, then the first 3 bytes
+// of the body (an incomplete gRPC envelope), and swallows the rest.
+type headersOnly struct {
+	http.ResponseWriter
+	sent    bool
+	partial bool
+}
+
+func (w *headersOnly) WriteHeader(code int) {
+	if !w.sent {
+		w.sent = true
+		w.ResponseWriter.WriteHeader(code)
+		w.ResponseWriter.(http.Flusher).Flush()
+	}
+}
+
+func (w *headersOnly) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	if !w.partial && len(b) >= 3 {
+		w.partial = true
+		_, _ = w.ResponseWriter.Write(b[:3])
+		w.ResponseWriter.(http.Flusher).Flush()
+	}
+	return len(b), nil
+}
+
+func (w *headersOnly) Flush() {}
+
+// serveCut serves ts's API through a cutHandler on a new 127.0.0.1 port.
+func serveCut(t *testing.T, ts *testServer) (string, *cutHandler) {
+	ch := &cutHandler{h: ts.srv.Handler()}
+	return serveHandler(t, ch), ch
+}
+
+// A reply cut off after the request was sent: a write says
+// outcome-unknown (it did apply), never internal; a read is asked again.
+func TestCutReply(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	direct := dial(t, ts.Addr)
+	addr, cut := serveCut(t, ts)
+	c := dial(t, addr)
+	s := newSession(t, direct)
+	l, err := s.Acquire(ctx, "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cut.cuts.Store(1)
+	err = c.KVPut(ctx, "cut", []byte("v"), l.Token(), false)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("KVPut with its reply cut = %v (code %s), want outcome-unknown", err, api.CodeOf(err))
+	}
+	if v, _, err := direct.KVGet(ctx, "cut"); err != nil || string(v) != "v" {
+		t.Fatalf("the KVPut did apply: KVGet = %q, %v", v, err)
+	}
+
+	cut.cuts.Store(1)
+	if _, _, err := c.KVGet(ctx, "cut"); err != nil {
+		t.Fatalf("KVGet with its first reply cut = %v (code %s), want it asked again", err, api.CodeOf(err))
+	}
+	cut.cuts.Store(1)
+	if _, err := c.Status(ctx, "cut"); err != nil {
+		t.Fatalf("Status with its first reply cut = %v (code %s), want it asked again", err, api.CodeOf(err))
+	}
+
+	cut.cuts.Store(1)
+	err = c.Release(ctx, "cut", l.LeaseID(), l.Token())
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("Release with its reply cut = %v (code %s), want outcome-unknown", err, api.CodeOf(err))
+	}
+	if info, err := direct.Status(ctx, "cut"); err != nil || info.GetHolder() != nil {
+		t.Fatalf("the Release did apply: %v, %v", info, err)
+	}
+
+	// A caller's own deadline on a write it sent: outcome-unknown too.
+	dctx, cancel := context.WithCancel(ctx)
+	cut.cuts.Store(0)
+	l2, err := s.Acquire(ctx, "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &cancelOnRequest{h: ts.srv.Handler(), cancel: cancel}
+	addr2 := serveHandler(t, slow)
+	c2 := dial(t, addr2)
+	err = c2.KVPut(dctx, "cut", []byte("w"), l2.Token(), false)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("KVPut cancelled by its caller after it was sent = %v (code %s), want outcome-unknown", err, api.CodeOf(err))
+	}
+	// Cancelled before anything was sent: canceled, not deadline-exceeded.
+	if _, err := c2.Status(dctx, "cut"); !errors.Is(err, client.ErrCanceled) {
+		t.Fatalf("Status with a cancelled context = %v (code %s), want canceled", err, api.CodeOf(err))
+	}
+}
+
+// cancelOnRequest cancels the caller's context once the request reached
+// the server, then serves it: the answer arrives after the caller left.
+type cancelOnRequest struct {
+	h      http.Handler
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnRequest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.cancel()
+	c.h.ServeHTTP(w, r)
+}
+
+// serveHandler serves h on a new 127.0.0.1 port until the test ends.
+func serveHandler(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := server.NewHTTPServer(h)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = hs.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// A watch whose connection breaks ends with unavailable (watch again), not
+// internal.
+func TestWatchCutIsUnavailable(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	conns := make(chan net.Conn, 16)
+	addr := forward(t, ts.Addr, func(wg *sync.WaitGroup, _ <-chan struct{}, cc, sc net.Conn) {
+		conns <- cc
+		wg.Go(func() { _, _ = io.Copy(sc, cc); sc.Close() })
+		wg.Go(func() { _, _ = io.Copy(cc, sc); cc.Close() })
+	})
+	c := dial(t, addr)
+	events, err := c.Watch(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	(<-conns).Close()
+	for ev, err := range events {
+		if err != nil {
+			if !errors.Is(err, client.ErrUnavailable) {
+				t.Fatalf("watch cut off: %v (code %s), want unavailable", err, api.CodeOf(err))
+			}
+			return
+		}
+		t.Fatalf("unexpected event %v", ev)
+	}
+	t.Fatal("the watch ended without an error")
+}
