@@ -222,6 +222,9 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		// WaitId); the caller reads the result after the state is released.
 		res.Holding = proto.CloneOf(res.Holding)
 	}
+	if afterApply != nil {
+		afterApply(m, index, &res)
+	}
 	return res
 }
 
@@ -368,10 +371,10 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 
 // grant makes s the holder of the free lock l with the next token.
 func (m *Machine) grant(a *applyCtx, l *lock, s *session, lockDelayMs int64, waitID uint64) *fsmpb.Holding {
-	m.token++
+	token := nextToken(m, l.name)
 	m.noteGrant(a.unixMs)
-	l.holder = &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: m.token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID}
-	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, m.token, waitID)
+	l.holder = &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID}
+	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, token, waitID)
 	return l.holder
 }
 
@@ -416,7 +419,7 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 func (m *Machine) release(a *applyCtx, c *fsmpb.Release) {
 	l := m.locks[c.GetName()]
 	s := m.sessions[c.GetLeaseId()]
-	if l == nil || s == nil || l.holder == nil || l.holder.LeaseId != c.GetLeaseId() || l.holder.Token != c.GetToken() {
+	if l == nil || s == nil || l.holder == nil || l.holder.LeaseId != c.GetLeaseId() || !holdingMatches(l.holder.Token, c.GetToken()) {
 		a.res.Err = ErrNotHolder
 		return
 	}

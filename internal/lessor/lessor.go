@@ -149,7 +149,7 @@ func (l *Lessor) Promote(sessions []*fsmpb.Session, delays []fsm.LockDelay) {
 	now := l.cfg.Clock.Now()
 	for _, s := range sessions {
 		ttl := time.Duration(s.GetTtlMs()) * time.Millisecond
-		l.extendLocked(s.GetLeaseId(), ttl, now.Add(l.cfg.Grace+l.grantorTTL(ttl)))
+		l.extendLocked(s.GetLeaseId(), ttl, promoteDeadline(now, l.cfg.Grace, l.grantorTTL(ttl)))
 	}
 	for _, d := range delays {
 		l.delays[delayKey{d.Name, d.Token}] = now.Add(l.cfg.Grace + l.grantorTTL(time.Duration(d.Ms)*time.Millisecond))
@@ -215,9 +215,7 @@ func (l *Lessor) Renew(leaseID string) (time.Duration, error) {
 	if !ok || e.expiring {
 		return 0, ErrNotFound
 	}
-	if d := l.cfg.Clock.Now().Add(l.grantorTTL(e.ttl)); d.After(e.deadline) {
-		e.deadline = d
-	}
+	e.deadline = renewTo(e.deadline, l.cfg.Clock.Now().Add(l.grantorTTL(e.ttl)))
 	return e.ttl, nil
 }
 

@@ -80,9 +80,10 @@ func percentile(v []int64, p int) int64 {
 }
 
 // saveFailure writes a failing seed's fault log, histories and porcupine's
-// HTML visualizations to a directory that outlives the test.
+// HTML visualizations to a directory that outlives the test (under
+// $LEASEHOLD_SIM_FAILDIR when set, else the system's temp dir).
 func saveFailure(t *testing.T, rep Report) string {
-	dir, err := os.MkdirTemp("", fmt.Sprintf("leasehold-sim-seed-%d-", rep.Seed))
+	dir, err := os.MkdirTemp(os.Getenv("LEASEHOLD_SIM_FAILDIR"), fmt.Sprintf("leasehold-sim-seed-%d-", rep.Seed))
 	if err != nil {
 		t.Logf("keep failure: %v", err)
 		return "(not saved)"
