@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -18,7 +19,7 @@ var (
 	seedFlag     = flag.Uint64("seed", 0, "run only this seed (replay)")
 	seedsFlag    = flag.Int("seeds", 20, "number of seeds to run, from -first")
 	firstFlag    = flag.Uint64("first", 1, "first seed of a -seeds run")
-	durationFlag = flag.Duration("duration", 60*time.Second, "cluster time of each seed's fault phase")
+	durationFlag = flag.Duration("duration", 30*time.Second, "cluster time of each seed's fault phase")
 )
 
 // seeds returns the seeds this invocation runs.
@@ -38,23 +39,22 @@ func seeds() []uint64 {
 // Across a run of ten or more seeds, every fault and outcome family must
 // have fired, and the unfenced control resource must have lost writes.
 func TestSim(t *testing.T) {
+	var mu sync.Mutex // protects total and runs
 	var total Counters
 	var runs int
-	for _, seed := range seeds() {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			var rep Report
-			synctest.Test(t, func(t *testing.T) {
-				rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true})
+	t.Run("seeds", func(t *testing.T) {
+		for _, seed := range seeds() {
+			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+				t.Parallel()
+				runSeed(t, seed, func(rep Report) {
+					mu.Lock()
+					defer mu.Unlock()
+					total.Add(rep.Counters)
+					runs++
+				})
 			})
-			total.Add(rep.Counters)
-			runs++
-			if len(rep.Violations) > 0 {
-				dir := saveFailure(t, rep)
-				t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test ./internal/sim -run TestSim -seed %d\nhistory and visualization: %s\ncounters: %v",
-					seed, strings.Join(rep.Violations, "\n  "), seed, dir, rep.Counters)
-			}
-		})
-	}
+		}
+	})
 	t.Logf("%d seeds: %v failover_ms p50=%d p99=%d", runs, total, percentile(total.FailoverMs, 50), percentile(total.FailoverMs, 99))
 	if runs < 10 {
 		return
@@ -67,6 +67,21 @@ func TestSim(t *testing.T) {
 		if n == 0 {
 			t.Errorf("coverage: no %s across %d seeds", name, runs)
 		}
+	}
+}
+
+// runSeed runs one seed in a synctest bubble and reports a violation with
+// the command that replays it.
+func runSeed(t *testing.T, seed uint64, done func(Report)) {
+	var rep Report
+	synctest.Test(t, func(t *testing.T) {
+		rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true})
+	})
+	done(rep)
+	if len(rep.Violations) > 0 {
+		dir := saveFailure(t, rep)
+		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test ./internal/sim -run TestSim -seed %d\nhistory and visualization: %s\ncounters: %v",
+			seed, strings.Join(rep.Violations, "\n  "), seed, dir, rep.Counters)
 	}
 }
 
