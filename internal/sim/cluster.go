@@ -67,6 +67,8 @@ type Counters struct {
 	Delays           int
 	Drops            int
 	Crashes          int
+	PowerLosses      int // every node crashed at once
+	EarlyExpiries    int // P7 failures (violations only when CheckP7)
 	Operations       int // client operations checked
 	LostUnfenced     int // acknowledged writes the unfenced control resource lost
 	FailoverMs       []int64
@@ -83,6 +85,8 @@ func (c *Counters) Add(o Counters) {
 	c.Delays += o.Delays
 	c.Drops += o.Drops
 	c.Crashes += o.Crashes
+	c.PowerLosses += o.PowerLosses
+	c.EarlyExpiries += o.EarlyExpiries
 	c.Operations += o.Operations
 	c.LostUnfenced += o.LostUnfenced
 	c.FailoverMs = append(c.FailoverMs, o.FailoverMs...)
@@ -90,8 +94,8 @@ func (c *Counters) Add(o Counters) {
 
 // String prints the counters on one line.
 func (c Counters) String() string {
-	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d ops=%d lost_unfenced=%d",
-		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.Operations, c.LostUnfenced)
+	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d ops=%d lost_unfenced=%d",
+		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.Operations, c.LostUnfenced)
 }
 
 // Report is the outcome of one run.
@@ -240,10 +244,11 @@ func (c *Cluster) holderBound(ttl time.Duration) time.Duration {
 }
 
 func (c *Cluster) checkEarlyLocked(lease string, a ackInfo, ended time.Time) {
-	if !c.cfg.CheckP7 {
-		return
-	}
 	if safe := a.sent.Add(c.holderBound(a.ttl)); ended.Before(safe) {
+		c.counters.EarlyExpiries++
+		if !c.cfg.CheckP7 {
+			return
+		}
 		c.viol = append(c.viol, fmt.Sprintf("P7: session %s ended at %.3fs, %v before its holder's deadline (renewal sent at %.3fs, TTL %v)",
 			lease, ended.Sub(c.start).Seconds(), safe.Sub(ended), a.sent.Sub(c.start).Seconds(), a.ttl))
 	}

@@ -192,7 +192,7 @@ func (c *Cluster) faults(rng *rand.Rand) {
 		}
 		other := c.nodes[(slices.Index(c.nodes, victim)+1+rng.IntN(2))%len(c.nodes)]
 		c.failoverFrom(victim)
-		switch f := rng.IntN(5); f {
+		switch f := rng.IntN(6); f {
 		case 0:
 			c.logf("partition %s for %v", victim.id, hold)
 			c.count(&c.counters.Partitions)
@@ -215,6 +215,13 @@ func (c *Cluster) faults(rng *rand.Rand) {
 			c.logf("crash %s for %v", victim.id, hold)
 			c.count(&c.counters.Crashes)
 			victim.crash()
+		case 5:
+			c.logf("power loss of every node for %v", hold)
+			c.count(&c.counters.PowerLosses)
+			c.failoverFrom(c.leaderNode(victim))
+			for _, n := range c.nodes {
+				n.crash()
+			}
 		}
 		time.Sleep(hold)
 		c.heal()

@@ -62,7 +62,7 @@ func TestSim(t *testing.T) {
 	for name, n := range map[string]int{
 		"leader changes": total.LeaderChanges, "expiries": total.Expiries, "stale-token rejections": total.StaleRejections,
 		"snapshot installs": total.SnapshotInstalls, "partitions": total.Partitions, "one-way cuts": total.OneWayCuts,
-		"delays": total.Delays, "drops": total.Drops, "crashes": total.Crashes, "writes lost without fencing": total.LostUnfenced,
+		"delays": total.Delays, "drops": total.Drops, "crashes": total.Crashes, "power losses": total.PowerLosses, "writes lost without fencing": total.LostUnfenced,
 	} {
 		if n == 0 {
 			t.Errorf("coverage: no %s across %d seeds", name, runs)
@@ -83,6 +83,27 @@ func runSeed(t *testing.T, seed uint64, done func(Report)) {
 		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test ./internal/sim -run TestSim -seed %d\nhistory and visualization: %s\ncounters: %v",
 			seed, strings.Join(rep.Violations, "\n  "), seed, dir, rep.Counters)
 	}
+}
+
+// TestSimSkewBeyondBound runs W3 with lease clocks up to 20 % off, beyond
+// the 2 % drift bound: an early expiry (P7) may then happen and is only
+// counted, but every other property must still hold.
+func TestSimSkewBeyondBound(t *testing.T) {
+	var early int
+	for seed := uint64(9001); seed < 9004; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			var rep Report
+			synctest.Test(t, func(t *testing.T) {
+				rep = Run(Config{Seed: seed, Duration: *durationFlag, Skew: 0.2})
+			})
+			early += rep.Counters.EarlyExpiries
+			if len(rep.Violations) > 0 {
+				dir := saveFailure(t, rep)
+				t.Errorf("seed %d (skew 20%%): VIOLATION\n  %s\nhistory: %s", seed, strings.Join(rep.Violations, "\n  "), dir)
+			}
+		})
+	}
+	t.Logf("early expiries with 20%% skew: %d", early)
 }
 
 func percentile(v []int64, p int) int64 {
