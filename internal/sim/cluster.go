@@ -22,7 +22,8 @@ type Config struct {
 	Duration time.Duration
 	// ElectionTimeout is raft's heartbeat and election timeout. Default 200 ms.
 	ElectionTimeout time.Duration
-	// LeaderLease is raft's leader lease and the lessor's grace. Default 100 ms.
+	// LeaderLease is raft's leader lease; the lessor's grace is twice it,
+	// as the server sets it. Default 100 ms.
 	LeaderLease time.Duration
 	// Drift is the lessor's and the clients' drift bound. Default 0.02.
 	Drift float64
@@ -31,7 +32,8 @@ type Config struct {
 	Skew float64
 	// CheckP7 fails the run on an early expiry (set when Skew ≤ Drift).
 	CheckP7 bool
-	// Margin is what a holder subtracts from its local deadline. Default 50 ms.
+	// Margin is what a holder subtracts from its local deadline. Default
+	// 100 ms, the client's.
 	Margin time.Duration
 }
 
@@ -52,7 +54,7 @@ func (c *Config) defaults() {
 		c.Skew = 0.015
 	}
 	if c.Margin == 0 {
-		c.Margin = 50 * time.Millisecond
+		c.Margin = 100 * time.Millisecond
 	}
 }
 

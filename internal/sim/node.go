@@ -163,7 +163,7 @@ func (n *node) start(bootstrap bool) error {
 	lcfg := lessor.DefaultConfig()
 	lcfg.Clock = n.clock
 	lcfg.Drift = c.cfg.Drift
-	lcfg.Grace = c.cfg.LeaderLease
+	lcfg.Grace = 2 * c.cfg.LeaderLease // as the server sets it
 	lcfg.Tick = 20 * time.Millisecond
 	lcfg.Logger = slog.New(slog.DiscardHandler)
 	l, err := lessor.New(lcfg, proposer{n})

@@ -307,7 +307,7 @@ func (c *Cluster) liveness() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	led := time.Now()
-	bound := w1TTL + time.Duration(float64(w1TTL)*c.cfg.Drift) + c.cfg.LeaderLease + time.Second
+	bound := w1TTL + time.Duration(float64(w1TTL)*c.cfg.Drift) + 2*c.cfg.LeaderLease + time.Second
 	lease := cl.createSession(time.Minute)
 	for _, name := range append(slices.Clone(w1Names), w2Names...) {
 		for {
