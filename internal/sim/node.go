@@ -228,15 +228,11 @@ func (n *node) watch(r *raft.Raft, l *lessor.Lessor, notify <-chan bool, done <-
 				continue
 			}
 			n.barrierTerm.Store(term)
-			var sessions []*fsmpb.Session
-			var delays []fsm.LockDelay
+			// As the server does, no entry is applied between reading the
+			// live sessions and the lessor tracking them.
 			n.fsm.mu.Lock()
-			for _, s := range n.fsm.m.Sessions() {
-				sessions = append(sessions, proto.CloneOf(s))
-			}
-			delays = n.fsm.m.LockDelays()
+			l.Promote(n.fsm.m.Sessions(), n.fsm.m.LockDelays())
 			n.fsm.mu.Unlock()
-			l.Promote(sessions, delays)
 			n.c.leaderElected(n.id)
 		} else {
 			l.Demote()
