@@ -50,6 +50,7 @@ func Run(cfg Config) Report {
 	c.heal()
 	c.liveness()
 	c.shutdown()
+	c.replay()
 
 	for k, lost := range fenced.lost() {
 		c.violate("P4", "fenced resource %s lost acknowledged writes %v", k, lost)

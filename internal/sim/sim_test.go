@@ -36,7 +36,7 @@ func seeds() []uint64 {
 
 // TestSim runs the fault schedules. A failing seed prints the command that
 // replays it and keeps its history, fault log and porcupine visualization.
-// Across a run of ten or more seeds, every fault and outcome family must
+// Across a run of twenty or more seeds, every fault and outcome family must
 // have fired, and the unfenced control resource must have lost writes.
 func TestSim(t *testing.T) {
 	var mu sync.Mutex // protects total and runs
@@ -56,7 +56,7 @@ func TestSim(t *testing.T) {
 		}
 	})
 	t.Logf("%d seeds: %v failover_ms p50=%d p99=%d", runs, total, percentile(total.FailoverMs, 50), percentile(total.FailoverMs, 99))
-	if runs < 10 {
+	if runs < 20 {
 		return
 	}
 	for name, n := range map[string]int{
