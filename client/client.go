@@ -24,6 +24,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"iter"
@@ -60,6 +61,7 @@ type endpoint struct {
 
 type dialOptions struct {
 	retryTimeout time.Duration
+	tls          *tls.Config // WithTLS (tls.go); nil: cleartext unless an endpoint says https://
 }
 
 // DialOption configures Dial.
@@ -72,26 +74,24 @@ func WithRetryTimeout(d time.Duration) DialOption {
 	return func(o *dialOptions) { o.retryTimeout = d }
 }
 
-// Dial returns a Client for the comma-separated endpoints ("host:port" or
-// "http://host:port"). It does not contact them: the first call does, and
-// fails at once with ErrUnavailable ("no server at ADDR") when every
-// endpoint refuses the connection.
+// Dial returns a Client for the comma-separated endpoints ("host:port",
+// "http://host:port" or "https://host:port"; see WithTLS). It does not
+// contact them: the first call does, and fails at once with ErrUnavailable
+// ("no server at ADDR") when every endpoint refuses the connection.
 func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, error) {
 	o := dialOptions{retryTimeout: 10 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	c := &Client{opts: o, httpc: &http.Client{Transport: &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 16}}}
+	c := &Client{opts: o, httpc: newHTTPClient(o)}
 	for _, ep := range strings.Split(endpoints, ",") {
 		ep = strings.TrimSpace(ep)
 		if ep == "" {
 			continue
 		}
-		base := ep
-		if !strings.Contains(base, "://") {
-			base = "http://" + base
+		base, err := o.baseURL(ep)
+		if err != nil {
+			return nil, err
 		}
 		c.eps = append(c.eps, endpoint{
 			addr:    ep,
@@ -221,7 +221,7 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 		if err == nil {
 			return resp.Msg, nil
 		}
-		e := classify(ctx, err, req)
+		e := c.opts.dialHint(classify(ctx, err, req), err)
 		if refused == attempt-1 && (api.Refused(err) || errors.Is(err, http.ErrSchemeMismatch)) {
 			if refused++; refused == len(c.eps) {
 				if api.Refused(err) {
@@ -391,7 +391,8 @@ func (c *Client) Members(ctx context.Context) ([]*Member, string, error) {
 	return res.GetMembers(), res.GetLeaderId(), nil
 }
 
-// AddMember adds a voter with its raft and API addresses.
+// AddMember adds a member with its raft and API addresses as a non-voter;
+// the leader promotes it to voter once it has caught up.
 func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) ([]*Member, error) {
 	res, err := call(ctx, c, "add member", cluster, csc.AddMember, &pb.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr})
 	if err != nil {
@@ -400,7 +401,8 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) ([
 	return res.GetMembers(), nil
 }
 
-// RemoveMember removes a voter.
+// RemoveMember removes a member; the leader refuses (invalid-argument) when
+// the voters left would not include a quorum of reachable members.
 func (c *Client) RemoveMember(ctx context.Context, id string) ([]*Member, error) {
 	res, err := call(ctx, c, "remove member", cluster, csc.RemoveMember, &pb.RemoveMemberRequest{Id: id})
 	if err != nil {

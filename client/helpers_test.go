@@ -42,8 +42,9 @@ type testServer struct {
 }
 
 // openServer starts a server on dir with timings short enough for tests
-// (an election in tens of milliseconds) and waits for it to lead.
-func openServer(dir string, logger *slog.Logger) (*testServer, error) {
+// (an election in tens of milliseconds), edited by configure, and waits for
+// it to lead.
+func openServer(dir string, logger *slog.Logger, configure ...func(*server.Config)) (*testServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -55,6 +56,9 @@ func openServer(dir string, logger *slog.Logger) (*testServer, error) {
 	cfg.Raft.LeaderLeaseTimeout = 50 * time.Millisecond
 	cfg.Raft.CommitTimeout = 5 * time.Millisecond
 	cfg.Lessor.Grace = cfg.Raft.LeaderLeaseTimeout
+	for _, f := range configure {
+		f(&cfg)
+	}
 	srv, err := server.Open(cfg)
 	if err != nil {
 		_ = ln.Close()
@@ -83,9 +87,9 @@ func (ts *testServer) Stop() error {
 }
 
 // startServer starts a server that stops when the test ends.
-func startServer(t testing.TB) *testServer {
+func startServer(t testing.TB, configure ...func(*server.Config)) *testServer {
 	t.Helper()
-	ts, err := openServer(t.TempDir(), servertest.Logger(t))
+	ts, err := openServer(t.TempDir(), servertest.Logger(t), configure...)
 	if err != nil {
 		t.Fatalf("start server: %v", err)
 	}

@@ -48,6 +48,8 @@ type sessionOptions struct {
 	drift     float64
 	margin    time.Duration
 	keepalive time.Duration
+
+	sequencers bool // WithSequencers (sequencer.go)
 }
 
 // SessionOption configures NewSession.
@@ -82,7 +84,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "client: drift must be in [0, 1) and margin ≥ 0"}
 	}
 	sent := time.Now()
-	res, err := call(ctx, c, "create session", locks, lsc.CreateSession, &pb.CreateSessionRequest{TtlMs: o.ttl.Milliseconds(), Owner: o.owner})
+	res, err := call(ctx, c, "create session", locks, lsc.CreateSession, &pb.CreateSessionRequest{TtlMs: o.ttl.Milliseconds(), Owner: o.owner, Sequencers: o.sequencers})
 	if err != nil {
 		return nil, err
 	}

@@ -69,6 +69,7 @@ type httpOptions struct {
 	lockTimeout time.Duration
 	record      RecordPolicy
 	logger      *slog.Logger
+	seq         *sequencerOptions // verifying mode (verify.go); nil: plain tokens
 }
 
 // RecordPolicy selects when Middleware records an admitted token as the key's last token.
@@ -210,7 +211,7 @@ func Middleware(a *Admitter, opts ...HTTPOption) func(http.Handler) http.Handler
 		o.logger = slog.New(slog.DiscardHandler)
 	}
 	return func(next http.Handler) http.Handler {
-		return &admitHandler{a: a, o: o, next: next}
+		return o.withSequencers(&admitHandler{a: a, o: o, next: next})
 	}
 }
 

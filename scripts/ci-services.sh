@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ci-services.sh — install (when missing) and start the PostgreSQL and Redis servers that the
-# fence package's integration tests run against, on loopback, on fixed ports.
+# fence package's integration tests run against, on loopback, on fixed ports; and install
+# (when missing) the chromium and systemd-analyze that the dashboard and deploy tests use.
 #
 # Usage (CI and dev boxes alike):
 #
@@ -170,6 +171,16 @@ else
 		--save '' --appendonly no --protected-mode yes >&2 ||
 		die "redis-server failed to start (see $CI_DIR/redis.log)"
 	wait_for redis 30 redis_ready
+fi
+
+# ------------------------------------------------- Chromium (dashboard tests)
+# internal/web drives the dashboard in a headless Chromium; in CI it fails
+# without one. systemd-analyze checks deploy/systemd (the deploy tests).
+if ! command -v chromium >/dev/null 2>&1; then
+	apt_install chromium
+fi
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+	apt_install systemd
 fi
 
 printf "export LEASEHOLD_TEST_POSTGRES='%s'\n" "postgres://postgres@$HOST:$PG_PORT/postgres?sslmode=disable"

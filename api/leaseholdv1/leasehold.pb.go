@@ -158,7 +158,10 @@ type CreateSessionRequest struct {
 	// ttl_ms is the requested TTL; it must be > 0 and is clamped to [1s, 1h].
 	TtlMs int64 `protobuf:"varint,1,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// owner is a label for operators; never used for authorization.
-	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// sequencers asks for a signed sequencer with every grant of the session
+	// (Holding.sequencer); invalid-argument when the cluster has no signing key.
+	Sequencers    bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +208,13 @@ func (x *CreateSessionRequest) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *CreateSessionRequest) GetSequencers() bool {
+	if x != nil {
+		return x.Sequencers
+	}
+	return false
 }
 
 type CreateSessionResponse struct {
@@ -1031,8 +1041,12 @@ type Holding struct {
 	// acquired_unix_ms is the leader's wall clock at grant (for display only).
 	AcquiredUnixMs int64 `protobuf:"varint,5,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
 	LockDelayMs    int64 `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// sequencer is the grant signed by the cluster (package sequencer, binary
+	// form), set on Acquire/TryAcquire answers of sessions created with
+	// sequencers; empty otherwise.
+	Sequencer     []byte `protobuf:"bytes,20,opt,name=sequencer,proto3" json:"sequencer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Holding) Reset() {
@@ -1105,6 +1119,13 @@ func (x *Holding) GetLockDelayMs() int64 {
 		return x.LockDelayMs
 	}
 	return 0
+}
+
+func (x *Holding) GetSequencer() []byte {
+	if x != nil {
+		return x.Sequencer
+	}
+	return nil
 }
 
 type Waiter struct {
@@ -2455,10 +2476,14 @@ func (x *MembersResponse) GetLeaderId() string {
 }
 
 type AddMemberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	ApiAddr       string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	// fresh: the member starts with an empty data dir (serve --join). A
+	// member of that id that exists already lost its log and votes: it is
+	// removed and added back as a non-voter.
+	Fresh         bool `protobuf:"varint,4,opt,name=fresh,proto3" json:"fresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2514,9 +2539,19 @@ func (x *AddMemberRequest) GetApiAddr() string {
 	return ""
 }
 
+func (x *AddMemberRequest) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
+}
+
 type AddMemberResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// cluster_id identifies the cluster; a joining node stores it and uses
+	// it on every Raft connection.
+	ClusterId     string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2556,6 +2591,13 @@ func (x *AddMemberResponse) GetMembers() []*Member {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *AddMemberResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type RemoveMemberRequest struct {
@@ -2743,10 +2785,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\x02 \x01(\x04R\tlastToken\x12&\n" +
-	"\x0fleader_api_addr\x18\x03 \x01(\tR\rleaderApiAddr\"C\n" +
+	"\x0fleader_api_addr\x18\x03 \x01(\tR\rleaderApiAddr\"c\n" +
 	"\x14CreateSessionRequest\x12\x15\n" +
 	"\x06ttl_ms\x18\x01 \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\"_\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1e\n" +
+	"\n" +
+	"sequencers\x18\x14 \x01(\bR\n" +
+	"sequencers\"_\n" +
 	"\x15CreateSessionResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
@@ -2794,14 +2839,15 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\await_id\x18\x03 \x01(\x04R\x06waitId\"\x14\n" +
 	"\x12CancelWaitResponse\"<\n" +
 	"\x0fReleaseResponse\x12)\n" +
-	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xb2\x01\n" +
+	"\x04next\x18\x01 \x01(\v2\x15.leasehold.v1.HoldingR\x04next\"\xd0\x01\n" +
 	"\aHolding\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12(\n" +
 	"\x10acquired_unix_ms\x18\x05 \x01(\x03R\x0eacquiredUnixMs\x12\"\n" +
-	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\"_\n" +
+	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12\x1c\n" +
+	"\tsequencer\x18\x14 \x01(\fR\tsequencer\"_\n" +
 	"\x06Waiter\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12$\n" +
@@ -2886,13 +2932,16 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0eMembersRequest\"^\n" +
 	"\x0fMembersResponse\x12.\n" +
 	"\amembers\x18\x01 \x03(\v2\x14.leasehold.v1.MemberR\amembers\x12\x1b\n" +
-	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"Z\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"p\n" +
 	"\x10AddMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
-	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"C\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x14\n" +
+	"\x05fresh\x18\x04 \x01(\bR\x05fresh\"b\n" +
 	"\x11AddMemberResponse\x12.\n" +
-	"\amembers\x18\x01 \x03(\v2\x14.leasehold.v1.MemberR\amembers\"%\n" +
+	"\amembers\x18\x01 \x03(\v2\x14.leasehold.v1.MemberR\amembers\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"%\n" +
 	"\x13RemoveMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"F\n" +
 	"\x14RemoveMemberResponse\x12.\n" +

@@ -25,10 +25,10 @@ type memberJSON struct {
 func emitMembers(cmd *cobra.Command, g *globals, members []*client.Member, leader string) {
 	out := make([]memberJSON, 0, len(members))
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-8s %-10s %-22s %-22s %6s %8s %8s\n", "ID", "ROLE", "RAFT", "API", "TERM", "COMMIT", "APPLIED")
+	fmt.Fprintf(&b, "%-8s %-10s %-8s %-22s %-22s %6s %8s %8s\n", "ID", "ROLE", "SUFFRAGE", "RAFT", "API", "TERM", "COMMIT", "APPLIED")
 	for _, m := range members {
 		out = append(out, memberJSON{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr(), Role: m.GetRole(), Suffrage: m.GetSuffrage(), Term: m.GetTerm(), CommitIndex: m.GetCommitIndex(), AppliedIndex: m.GetAppliedIndex()})
-		fmt.Fprintf(&b, "%-8s %-10s %-22s %-22s %6d %8d %8d\n", m.GetId(), m.GetRole(), m.GetRaftAddr(), m.GetApiAddr(), m.GetTerm(), m.GetCommitIndex(), m.GetAppliedIndex())
+		fmt.Fprintf(&b, "%-8s %-10s %-8s %-22s %-22s %6d %8d %8d\n", m.GetId(), m.GetRole(), strings.ToLower(m.GetSuffrage()), m.GetRaftAddr(), m.GetApiAddr(), m.GetTerm(), m.GetCommitIndex(), m.GetAppliedIndex())
 	}
 	emit(cmd, g, map[string]any{"leader_id": leader, "members": out}, b.String())
 }
@@ -37,7 +37,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "Inspect and change the Raft membership"}
 	members := &cobra.Command{
 		Use:   "members",
-		Short: "List voters with role, term, commit and applied index",
+		Short: "List members with role, suffrage (voter/nonvoter), term, commit and applied index",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
@@ -52,8 +52,13 @@ func newClusterCmd(g *globals) *cobra.Command {
 	}
 	add := &cobra.Command{
 		Use:   "add ID RAFT_ADDR API_ADDR",
-		Short: "Add a voter (start it first with --join, or add it here and start it without --bootstrap)",
-		Args:  cobra.ExactArgs(3),
+		Short: "Add a member as a non-voter; start it with --join; the leader promotes it once caught up",
+		Long: `Add a member as a non-voter, then start it with serve --join API_ADDR (it refuses to start
+on an empty data dir without --join). The leader promotes it to voter once it has caught up,
+and only if the voters then still have a quorum of reachable members. Usually you need not
+run this at all: serve --join adds the node itself. A node started without --raft-addr
+cannot add members (invalid-argument).`,
+		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
 				ms, err := c.AddMember(ctx, args[0], args[1], args[2])
@@ -67,7 +72,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 	}
 	remove := &cobra.Command{
 		Use:   "remove ID",
-		Short: "Remove a voter",
+		Short: "Remove a member (refused when the voters left would have no quorum of reachable members)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {

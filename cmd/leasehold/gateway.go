@@ -16,8 +16,9 @@ import (
 )
 
 // newGatewayCmd returns `leasehold gateway`: the fencing reverse proxy of fence/gateway.
-func newGatewayCmd() *cobra.Command {
+func newGatewayCmd(gf *globals) *cobra.Command {
 	cfg := gateway.DefaultConfig()
+	var seq sequencerFlags
 	cmd := &cobra.Command{
 		Use:   "gateway --listen ADDR --upstream URL",
 		Short: "Proxy to a service that cannot check fencing tokens, refusing stale ones",
@@ -30,7 +31,17 @@ requests, answers a stale token with 409 {"error":{"code":"stale-token",...,"las
 without contacting the upstream, and records the token (fsync'd to --data) before forwarding
 the rest, so an upstream that applied a request and then failed never lets an older token in
 (--record unless-4xx: record after the answer unless it is 4xx). GET, HEAD and OPTIONS pass without a token unless
---fence-reads. The upstream must not be reachable except through this one gateway.`,
+--fence-reads. The upstream must not be reachable except through this one gateway.
+
+Verifying mode (--keyset): each fenced request carries a signed sequencer in the
+Fencing-Sequencer header instead of a bare token. A forged or altered sequencer, one signed by
+a key not in the key set, one from another cluster, or one for another lock than the key's
+(--lock KEY=LOCK, --lock-is-key) is refused with 403 permission-denied before its token is
+compared or recorded; a malformed or missing one with 400 invalid-argument.
+
+Without signatures, --token-counter URL refuses a token above the newest token the cluster
+has issued (403 permission-denied; 503 unavailable while the cluster cannot be asked).`,
+
 		Example: `  leasehold gateway --listen 127.0.0.1:7421 --upstream http://127.0.0.1:8080
   curl -X POST -H 'Fencing-Key: payments:stream-1' -H 'Fencing-Token: 18' \
        http://127.0.0.1:7421/charge`,
@@ -39,10 +50,14 @@ the rest, so an upstream that applied a request and then failed never lets an ol
 			if cfg.Logger == nil {
 				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			}
+			if err := seq.apply(&cfg, gf.tls); err != nil {
+				return err
+			}
 			g, err := gateway.New(cfg)
 			if err != nil {
 				return err
 			}
+			defer seq.reloadOnHUP(g, cfg.Logger)()
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -74,6 +89,7 @@ the rest, so an upstream that applied a request and then failed never lets an ol
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "bound on one upstream exchange (0: none)")
 	f.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most keys kept in --data; a new key beyond it gets 507 resource-exhausted")
 	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, `address of /healthz, /metrics and POST /admin/drop-idle?older-than=DUR ("" for none)`)
+	seq.add(f)
 	if err := cmd.MarkFlagRequired("upstream"); err != nil {
 		panic(errors.Join(errors.New("gateway: mark --upstream required"), err)) // a programming error
 	}

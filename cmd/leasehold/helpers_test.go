@@ -89,9 +89,15 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
+// tryServe starts serve with extra flags; with TLS flags (--cert) it waits for the node to
+// lead by its log instead of /healthz.
 func tryServe(t *testing.T, dir, addr string, extra ...string) (*serverProc, error) {
 	p := &serverProc{Addr: addr, Dir: dir, log: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(leaseholdBin, append([]string{"serve", "--data", dir, "--listen", addr, "--log-level", "info"}, extra...)...)
+	ready := func() bool { return healthy(addr) }
+	if slices.Contains(extra, "--cert") {
+		ready = func() bool { return strings.Contains(p.log.String(), "leader=true") }
+	}
 	p.cmd.Env = binEnv()
 	p.cmd.Stderr = p.log
 	p.cmd.Stdout = p.log
@@ -112,7 +118,7 @@ func tryServe(t *testing.T, dir, addr string, extra ...string) (*serverProc, err
 	// The serving line is logged only after the bind succeeded, so the
 	// answers below come from this process and not one that won the port.
 	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(p.log.String(), "leasehold serving") || !healthy(addr) {
+	for !strings.Contains(p.log.String(), "leasehold serving") || !ready() {
 		select {
 		case <-p.exited:
 			return nil, fmt.Errorf("serve on %s exited (%v): %s", addr, p.err, p.log.String())
@@ -128,7 +134,7 @@ func tryServe(t *testing.T, dir, addr string, extra ...string) (*serverProc, err
 
 func healthy(addr string) bool {
 	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + addr + "/healthz")
+	resp, err := c.Get("http://" + addr + "/readyz")
 	if err != nil {
 		return false
 	}
@@ -194,10 +200,16 @@ func (p *serverProc) cli(t *testing.T, args ...string) result {
 // status; it fails the test if the binary runs for more than 30 s.
 func cli(t *testing.T, args ...string) result {
 	t.Helper()
+	return cliEnv(t, nil, args...)
+}
+
+// cliEnv is cli with extra environment variables (NAME=value).
+func cliEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, leaseholdBin, args...)
-	cmd.Env = binEnv()
+	cmd.Env = binEnv(env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

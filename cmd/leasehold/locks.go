@@ -21,6 +21,8 @@ type holdingJSON struct {
 	Token   uint64 `json:"token"`
 	TTLMs   int64  `json:"ttl_ms"`
 	Owner   string `json:"owner"`
+
+	Sequencer string `json:"sequencer,omitempty"` // with --sequencer (sequencer.go)
 }
 
 // acquireLock applies the shared meaning of --wait: negative waits until granted,
@@ -49,6 +51,7 @@ func newAcquireCmd(g *globals) *cobra.Command {
 	var (
 		ttl, wait, lockDelay time.Duration
 		owner                string
+		seq                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire NAME",
@@ -61,7 +64,7 @@ command runs.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
-				s, err := c.NewSession(ctx, client.WithTTL(ttl), client.WithOwner(owner))
+				s, err := c.NewSession(ctx, sessionOptions(ttl, owner, seq)...)
 				if err != nil {
 					return err
 				}
@@ -71,8 +74,8 @@ command runs.`,
 					_ = s.Close(context.WithoutCancel(ctx)) // nothing acquired: do not leave the session behind
 					return err
 				}
-				emit(cmd, g, holdingJSON{Name: l.Name(), LeaseID: l.LeaseID(), Token: l.Token(), TTLMs: s.TTL().Milliseconds(), Owner: s.Owner()},
-					fmt.Sprintf("acquired %s\nlease_id %s\ntoken    %d\nttl      %s\nowner    %s", l.Name(), l.LeaseID(), l.Token(), s.TTL(), s.Owner()))
+				emit(cmd, g, holdingJSON{Name: l.Name(), LeaseID: l.LeaseID(), Token: l.Token(), TTLMs: s.TTL().Milliseconds(), Owner: s.Owner(), Sequencer: l.Sequencer()},
+					fmt.Sprintf("acquired %s\nlease_id %s\ntoken    %d\nttl      %s\nowner    %s", l.Name(), l.LeaseID(), l.Token(), s.TTL(), s.Owner())+sequencerLine(l))
 				return nil
 			})
 		},
@@ -82,6 +85,7 @@ command runs.`,
 	f.StringVar(&owner, "owner", "", "owner label shown to operators")
 	f.DurationVar(&wait, "wait", 0, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
+	sequencerFlag(f, &seq)
 	return cmd
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/buildinfo"
 )
 
 func main() {
@@ -72,7 +73,8 @@ type globals struct {
 	endpoints string
 	output    string
 	timeout   time.Duration
-	printed   bool // a command printed its error (see wrapErrors)
+	tls       clientTLSFlags // --cacert, --cert, --key (tls.go)
+	printed   bool           // a command printed its error (see wrapErrors)
 }
 
 func newRootCmd() (*cobra.Command, *globals) {
@@ -93,17 +95,20 @@ func newRootCmd() (*cobra.Command, *globals) {
 	if def == "" {
 		def = client.DefaultEndpoint
 	}
-	root.PersistentFlags().StringVar(&g.endpoints, "endpoints", def, "comma-separated server addresses (env LEASEHOLD_ENDPOINTS)")
+	root.PersistentFlags().StringVar(&g.endpoints, "endpoints", def, "comma-separated server addresses, host:port or https://host:port (env LEASEHOLD_ENDPOINTS)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 15*time.Second, "deadline of each request (waiting in a queue is bounded by --wait instead)")
+	g.tls.add(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	root.AddCommand(
-		newServeCmd(),
+		newServeCmd(g),
 		newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
 		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
 		newKVCmd(g), newClusterCmd(g), newSnapshotCmd(g),
-		newDemoCmd(g), newGatewayCmd(),
+		newDemoCmd(g), newGatewayCmd(g), newCertsCmd(g), newVersionCmd(g),
 	)
+	root.Version = buildinfo.Get().String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetErr(os.Stderr)
 	root.SetOut(os.Stdout)
 	wrapErrors(root, g)
@@ -203,9 +208,13 @@ func emit(cmd *cobra.Command, g *globals, v any, text string) {
 }
 
 func (g *globals) dial(ctx context.Context) (*client.Client, error) {
+	opts, err := g.tls.dialOptions()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	return client.Dial(ctx, g.endpoints)
+	return client.Dial(ctx, g.endpoints, opts...)
 }
 
 // do dials the endpoints and runs f with a context bounded by --timeout.

@@ -25,12 +25,14 @@ func newRunCmd(g *globals) *cobra.Command {
 		ttl, wait, lockDelay, killAfter time.Duration
 		owner                           string
 		shell                           bool
+		seq                             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME [flags] -- CMD [ARGS...]",
 		Short: "Hold a lock while a command runs; stop the command before the lease may be lost",
 		Long: `Acquire NAME (waiting in the queue by default), keep the session alive, and run CMD with
-LEASEHOLD_NAME, LEASEHOLD_TOKEN and LEASEHOLD_LEASE_ID in its environment, in a process group
+LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_LEASE_ID and LEASEHOLD_SEQUENCER (empty without
+--sequencer) in its environment, in a process group
 of its own. If no renewal is confirmed in time, the group gets SIGTERM at --kill-after before
 the local safe deadline and SIGKILL at the deadline; if the server says the lease expired, it
 gets SIGTERM at once and SIGKILL --kill-after later (at the latest at the deadline). On Linux,
@@ -74,7 +76,7 @@ to leasehold run are passed on to CMD's group.`,
 			defer c.Close()
 			cctx, ccancel := context.WithTimeout(ctx, g.timeout)
 			sent := time.Now()
-			s, err := c.NewSession(cctx, client.WithTTL(ttl), client.WithOwner(owner))
+			s, err := c.NewSession(cctx, sessionOptions(ttl, owner, seq)...)
 			ccancel()
 			if err != nil {
 				return err
@@ -113,6 +115,7 @@ to leasehold run are passed on to CMD's group.`,
 					"LEASEHOLD_NAME="+name,
 					"LEASEHOLD_TOKEN="+strconv.FormatUint(l.Token(), 10),
 					"LEASEHOLD_LEASE_ID="+l.LeaseID(),
+					"LEASEHOLD_SEQUENCER="+l.Sequencer(),
 				),
 				Stdin: os.Stdin, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 				KillAfter: killAfter,
@@ -142,6 +145,7 @@ to leasehold run are passed on to CMD's group.`,
 	f.StringVar(&owner, "owner", "", "owner label shown to operators (default: hostname:pid)")
 	f.DurationVar(&wait, "wait", -1, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
+	sequencerFlag(f, &seq)
 	f.DurationVar(&killAfter, "kill-after", 3*time.Second, "SIGTERM the command this long before SIGKILL at the lease's safe deadline; capped at TTL·0.98 − 0.1s − TTL/3 − min(TTL/6, 1s) (5.4s for a 10s TTL)")
 	f.BoolVar(&shell, "shell", false, "run CMD ARGS... joined by spaces through /bin/sh -c")
 	cmd.PreRun = func(*cobra.Command, []string) {

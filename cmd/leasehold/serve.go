@@ -1,8 +1,9 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -10,28 +11,52 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/leasehold/leasehold/internal/buildinfo"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/server"
 )
 
-func newServeCmd() *cobra.Command {
+func newServeCmd(g *globals) *cobra.Command {
 	var (
 		dataDir, listen, advertise, nodeID, raftAddr, bootstrap, join, logLevel string
 		quota                                                                   string
+		tlsFlags                                                                serveTLSFlags
+		forceNewCluster                                                         bool
 	)
+	var logFormat string
+	var accessLog bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a leasehold server (a single durable node with no flags)",
 		Long: `Run a leasehold node. With no flags it is a single-node cluster: data (Raft log, snapshots)
 in ./leasehold-data, fsync'd before any answer, API and metrics on 127.0.0.1:7420.
 
-A cluster: start every node with the same --bootstrap list and its own --node-id,
---raft-addr and --listen; or add a node to a running cluster with --join API_ADDR.
-A node restarted with its data dir rejoins by itself.
+A cluster: start every node of a new cluster with the same --bootstrap list and its own
+--node-id, --raft-addr and --listen; add a node to a running cluster with --join API_ADDR
+(it joins as a non-voter and becomes a voter once it has caught up). A node restarted with
+its data dir rejoins by itself. A node with a --raft-addr and an empty data dir starts only
+with --bootstrap or --join: if its data was lost, remove it (leasehold cluster remove ID)
+and start it with --join.
+
+--force-new-cluster is for a permanent loss of quorum: it keeps this node's data and token
+counter, makes it the only voter of a cluster with a new id, and the others are refused
+from then on. Run it on one survivor only, then grow the cluster again with --join.
+
+TLS: --cert and --key serve the API over TLS only (HTTP/2 and HTTP/1.1 on the one port);
+--client-ca also requires every client to present a certificate signed by that CA. Calls
+to other nodes then use https:// with this node's certificate, verifying theirs with the
+global --cacert (default: --client-ca). Without --cert, serve refuses a non-loopback --listen
+address unless --insecure is given. --peer-cert, --peer-key and --peer-ca run Raft peer
+traffic inside mutual TLS; a non-loopback --raft-addr without them needs --insecure.
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
-LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the command line wins.`,
+LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
+LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
+LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER); a flag on the command line wins.
+
+Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
+with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -40,14 +65,25 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 			if err := flagsFromEnv(cmd); err != nil {
 				return err
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usageErr("--log-level: %v", err)
+			logger, err := newLogger(os.Stderr, logFormat, logLevel)
+			if err != nil {
+				return err
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			quotaBytes, err := parseBytes(quota)
 			if err != nil {
 				return usageErr("--quota-bytes: %v", err)
+			}
+			serverTLS, peerTLS, err := tlsFlags.config(listen, g.tls.cacert)
+			if err != nil {
+				return err
+			}
+			signer, err := tlsFlags.signer()
+			if err != nil {
+				return err
+			}
+			raftTLS, err := tlsFlags.raftConfig(raftAddr)
+			if err != nil {
+				return err
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -58,10 +94,16 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 			}
 			cfg := server.DefaultConfig(dataDir, advertise)
 			cfg.Logger = logger
+			cfg.TLS, cfg.PeerClientTLS, cfg.Signer = serverTLS, peerTLS, signer
+			cfg.Raft.PeerTLS = raftTLS
+			if accessLog {
+				cfg.AccessLog = logger.With("log", "access")
+			}
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Raft.Limits.MaxStateBytes = quotaBytes
 			cfg.Join = join
+			cfg.Raft.ForceNewCluster = forceNewCluster
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
 				if err != nil {
@@ -71,13 +113,18 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 				cfg.Raft.Bootstrap = peers
 			}
 			s, err := server.Open(cfg)
+			if errors.Is(err, raftnode.ErrNoState) && !forceNewCluster {
+				err = usageErr("no state in %s; if this node's data was lost, remove it from the cluster with `leasehold cluster remove %s` and start it with --join ADDR (the API address of a running member); to start a brand-new cluster, give every first node the same --bootstrap list", dataDir, nodeID)
+			}
 			if err != nil {
 				_ = ln.Close()
 				return err
 			}
-			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir)
+			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir, "tls", serverTLS != nil, "version", buildinfo.Get().Version)
 			serveErr := s.Serve(cmd.Context(), ln)
+			logger.Info("leasehold shutting down", "node", nodeID, "cause", context.Cause(cmd.Context()))
 			closeErr := s.Close()
+			logger.Info("leasehold stopped", "node", nodeID, "err", errors.Join(serveErr, closeErr))
 			if serveErr != nil {
 				return serveErr
 			}
@@ -92,8 +139,12 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_QUOTA_BYTES); a flag on the 
 	f.StringVar(&raftAddr, "raft-addr", "", "Raft peer address host:port (required in a cluster; empty = single node, no Raft port)")
 	f.StringVar(&bootstrap, "bootstrap", "", "voters of a new cluster: id=raftaddr,... (the same on every node; used only on an empty data dir)")
 	f.StringVar(&join, "join", "", "API address of a running member to join through")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text or json (one object per line)")
+	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
+	tlsFlags.add(f)
+	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	return cmd
 }
 

@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/sequencer"
 )
 
 // Record policies for Config.Record.
@@ -106,6 +107,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Transport makes the upstream requests. Nil uses a clone of http.DefaultTransport.
 	Transport http.RoundTripper
+	// Sequencers, when set, puts the gateway in verifying mode (verify.go).
+	Sequencers *SequencerConfig
+	// TokenCounter, when set, refuses tokens above the cluster's issued counter (counter.go).
+	TokenCounter *TokenCounterConfig
 }
 
 // Defaults.
@@ -185,7 +190,10 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
 	}
-	return nil
+	if err := c.TokenCounter.validate(); err != nil {
+		return err
+	}
+	return c.Sequencers.validate()
 }
 
 // validHeaderName reports whether s is a non-empty RFC 9110 token.
@@ -210,6 +218,7 @@ type Gateway struct {
 	log      *slog.Logger
 	store    *fence.BoltTokenStore
 	admitter *fence.Admitter
+	verifier *sequencer.Verifier // verifying mode; nil when off
 	handler  http.Handler
 	counts   statusCounts
 
@@ -236,6 +245,10 @@ func New(cfg Config) (*Gateway, error) {
 	if transport == nil {
 		transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
+	seqOpts, verifier, err := sequencerOptions(cfg.Sequencers)
+	if err != nil {
+		return nil, err
+	}
 	store, err := fence.OpenBoltTokenStore(cfg.DataFile, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -246,7 +259,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	store.SetMaxKeys(cfg.MaxKeys)
 	g := &Gateway{cfg: cfg, log: log, store: store, admitter: fence.NewAdmitter(store, fence.WithMode(mode)),
-		counts: statusCounts{n: map[int]uint64{}}}
+		counts: statusCounts{n: map[int]uint64{}}, verifier: verifier}
 
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -284,7 +297,8 @@ func New(cfg Config) (*Gateway, error) {
 	} else {
 		opts = append(opts, fence.WithKeyHeader(cfg.KeyHeader))
 	}
-	fenced := fence.Middleware(g.admitter, opts...)(upstreamHandler)
+	opts = append(opts, seqOpts...)
+	fenced := g.checkCounter(newCounter(cfg.TokenCounter), fence.Middleware(g.admitter, opts...)(upstreamHandler))
 	g.handler = g.counted(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.RLock()
 		defer g.mu.RUnlock()

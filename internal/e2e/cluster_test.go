@@ -99,13 +99,20 @@ func newProcs(t *testing.T, n int) []*proc {
 
 func startCluster(t *testing.T, n int) []*proc {
 	t.Helper()
+	return startClusterWith(t, n, http.DefaultClient, "http://")
+}
+
+// startClusterWith starts n nodes with extra serve flags and waits until each answers
+// scheme+api/healthz through hc.
+func startClusterWith(t *testing.T, n int, hc *http.Client, scheme string, extra ...string) []*proc {
+	t.Helper()
 	procs := newProcs(t, n)
 	var boot []string
 	for _, p := range procs {
 		boot = append(boot, p.id+"="+p.raft)
 	}
 	for _, p := range procs {
-		p.start(t, strings.Join(boot, ","))
+		p.start(t, strings.Join(boot, ","), extra...)
 	}
 	t.Cleanup(func() {
 		for _, p := range procs {
@@ -118,9 +125,25 @@ func startCluster(t *testing.T, n int) []*proc {
 		}
 	})
 	for _, p := range procs {
-		waitHealthy(t, p.api)
+		waitHealthyURL(t, hc, scheme+p.api)
 	}
 	return procs
+}
+
+// leaderOf returns the process that leads, as c's cluster reports it.
+func leaderOf(ctx context.Context, t *testing.T, c *client.Client, procs []*proc) *proc {
+	t.Helper()
+	_, leaderID, err := c.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.id == leaderID {
+			return p
+		}
+	}
+	t.Fatalf("leader %q not among %v", leaderID, procs)
+	return nil
 }
 
 func tail(s string, n int) string {
@@ -132,9 +155,15 @@ func tail(s string, n int) string {
 
 func waitHealthy(t *testing.T, addr string) {
 	t.Helper()
+	waitHealthyURL(t, http.DefaultClient, "http://"+addr)
+}
+
+func waitHealthyURL(t *testing.T, hc *http.Client, base string) {
+	t.Helper()
+	addr := base
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + addr + "/healthz")
+		resp, err := hc.Get(base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -236,19 +265,7 @@ func TestClusterKillLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, leaderID, err := c.Members(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var leader *proc
-	for _, p := range procs {
-		if p.id == leaderID {
-			leader = p
-		}
-	}
-	if leader == nil {
-		t.Fatalf("leader %q not among %v", leaderID, procs)
-	}
+	leader := leaderOf(ctx, t, c, procs)
 
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()

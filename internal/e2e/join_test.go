@@ -29,11 +29,12 @@ type membersOut struct {
 		Role         string `json:"role"`
 		APIAddr      string `json:"api_addr"`
 		AppliedIndex uint64 `json:"applied_index"`
+		Suffrage     string `json:"suffrage"`
 	} `json:"members"`
 }
 
-// waitMembers polls `cluster members` until it lists n members, each with a
-// known role and API address.
+// waitMembers polls `cluster members` until it lists n members, each a
+// voter with a known role and API address.
 func waitMembers(t *testing.T, endpoint string, n int) membersOut {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -42,7 +43,7 @@ func waitMembers(t *testing.T, endpoint string, n int) membersOut {
 		cli(t, &m, "cluster", "members", "--endpoints", endpoint)
 		ok := len(m.Members) == n && m.LeaderID != ""
 		for _, mem := range m.Members {
-			ok = ok && mem.APIAddr != "" && (mem.Role == "leader" || mem.Role == "follower")
+			ok = ok && mem.APIAddr != "" && (mem.Role == "leader" || mem.Role == "follower") && mem.Suffrage == "Voter"
 		}
 		if ok {
 			return m

@@ -28,11 +28,11 @@ func TestPackagesHaveDocs(t *testing.T) {
 	}
 }
 
-// The public packages a user imports (client, api, fence) never pull in
+// The public packages a user imports (client, api, fence, sequencer) never pull in
 // server code: a client binary stays small and the boundary stays real.
 func TestPublicPackagesImportNoServer(t *testing.T) {
 	const module = "github.com/leasehold/leasehold/"
-	for _, pkg := range []string{"./client", "./api/...", "./fence/..."} {
+	for _, pkg := range []string{"./client", "./api/...", "./fence/...", "./sequencer"} {
 		for _, dep := range goList(t, "-deps", pkg) {
 			rest, ok := strings.CutPrefix(dep, module)
 			if !ok {

@@ -238,7 +238,7 @@ func (m *Machine) createSession(a *applyCtx, c *fsmpb.CreateSession) {
 		return
 	}
 	s := &session{
-		pb:    &fsmpb.Session{LeaseId: c.GetLeaseId(), Owner: c.GetOwner(), TtlMs: c.GetTtlMs(), CreatedUnixMs: a.unixMs},
+		pb:    &fsmpb.Session{LeaseId: c.GetLeaseId(), Owner: c.GetOwner(), TtlMs: c.GetTtlMs(), CreatedUnixMs: a.unixMs, Sequencers: c.GetSequencers()},
 		locks: map[string]struct{}{},
 	}
 	if err := m.reserve(sessionBytes(s.pb)); err != nil {

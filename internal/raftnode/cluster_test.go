@@ -16,6 +16,7 @@ type cluster struct {
 	t      *testing.T
 	nodes  []*Node
 	trans  []*raft.InmemTransport
+	dirs   []string
 	closed []bool
 
 	mu sync.Mutex // protects following
@@ -40,7 +41,8 @@ func newCluster(t *testing.T, size int, configure ...func(i int, cfg *Config)) *
 		}
 	}
 	for i := range size {
-		cfg := testConfig(t, t.TempDir())
+		c.dirs = append(c.dirs, t.TempDir())
+		cfg := testConfig(t, c.dirs[i])
 		cfg.NodeID = peers[i].ID
 		cfg.Transport = c.trans[i]
 		cfg.Bootstrap = peers

@@ -15,3 +15,19 @@ var (
 	// ErrShutdown: the node is shutting down.
 	ErrShutdown = errors.New("raftnode: shut down")
 )
+
+// Errors of Open and of membership changes.
+var (
+	// ErrNoState: the data dir holds no Raft state and the node was told
+	// neither to bootstrap a new cluster nor to join one.
+	ErrNoState = errors.New("raftnode: no state in the data dir")
+	// ErrClusterMismatch: a peer, a request or the data dir belongs to
+	// another cluster (its cluster id differs).
+	ErrClusterMismatch = errors.New("raftnode: cluster id mismatch")
+	// ErrWouldLoseQuorum: the membership change would leave the voters
+	// without a quorum of reachable members; nothing was changed.
+	ErrWouldLoseQuorum = errors.New("raftnode: change would leave the voters without a quorum")
+	// ErrStandalone: the node runs without a Raft address (a single-node
+	// group on an in-memory transport) and cannot have other members.
+	ErrStandalone = errors.New("raftnode: single node without a raft address")
+)

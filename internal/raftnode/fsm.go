@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -17,6 +18,7 @@ import (
 type raftFSM struct {
 	observer  func(uint64, *fsm.Result)
 	onRestore func()
+	metrics   Metrics // may be nil
 
 	mu sync.RWMutex // protects following
 	m  *fsm.Machine
@@ -29,9 +31,13 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 		// skip it and stay equal to the others.
 		panic(fmt.Sprintf("raftnode: undecodable log entry %d: %v", l.Index, err))
 	}
+	start := time.Now()
 	f.mu.Lock()
 	res := f.m.Apply(l.Index, &cmd)
 	f.mu.Unlock()
+	if f.metrics != nil {
+		f.metrics.FSMApply(time.Since(start))
+	}
 	if f.observer != nil {
 		f.observer(l.Index, &res)
 	}

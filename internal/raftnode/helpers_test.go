@@ -3,6 +3,7 @@ package raftnode
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -217,4 +218,15 @@ func checkPopulated(t *testing.T, n *Node) {
 			t.Errorf("kv k = %v, want v1", kv)
 		}
 	})
+}
+
+// testLoggerTo logs to t.Log and to w.
+func testLoggerTo(t *testing.T, w io.Writer) *slog.Logger {
+	tw := &tWriter{t: t}
+	t.Cleanup(func() {
+		tw.mu.Lock()
+		tw.done = true
+		tw.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(io.MultiWriter(tw, w), &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

@@ -2,6 +2,14 @@
 // bbolt log and stable store (raft-boltdb, fsync'd on every append batch),
 // file snapshots, bootstrap and membership, and Apply with a context.
 //
+// Membership cannot fork the cluster: a node never bootstraps implicitly
+// (an empty data dir needs Bootstrap or Join, see Config.Bootstrap); the
+// cluster id created at bootstrap is stored in the data dir and checked by
+// a handshake on every Raft connection (stream.go); new members join as
+// non-voters and a change of the voter set that would leave no quorum of
+// reachable voters is refused (membership.go); ForceNewCluster recovers
+// from a permanent loss of quorum under a new id (recover.go).
+//
 // A single node is a Raft group of one, on the same code path as a cluster.
 // Commands from concurrent callers are batched by raft into one log append
 // (one fsync for many commands). The state machine (fsm.Machine) is guarded
@@ -15,18 +23,17 @@ package raftnode
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -52,12 +59,29 @@ type Config struct {
 	// single node on an in-memory transport (no port); a cluster needs it.
 	RaftAddr string
 	// Bootstrap lists the voters of a new cluster, this node included. It is
-	// used only when DataDir holds no state. Empty with Join false
-	// bootstraps a single-node cluster of this node.
+	// used only when DataDir holds no state. A node with a raft address (or
+	// a Transport) and no state starts only with Bootstrap or Join, never
+	// by bootstrapping itself: a member whose data dir was lost would
+	// otherwise form a cluster of its own (ErrNoState). Only the
+	// standalone node (no RaftAddr, no Transport) bootstraps itself alone.
 	Bootstrap []Peer
 	// Join is true when this node will be added to a running cluster by
 	// another node; it then starts without bootstrapping.
 	Join bool
+	// ClusterID is the id of the cluster joined (learnt from it), required
+	// with Join on an empty data dir. With existing state it is optional
+	// and, when set, must equal the stored id (ErrClusterMismatch).
+	ClusterID string
+	// ForceNewCluster rewrites the stored configuration to this node
+	// alone as the only voter, keeping its log, snapshots and state (its
+	// token counter), and gives the cluster a new id, so that members of
+	// the old configuration are refused. It is for the survivor of a
+	// permanent loss of quorum; a node whose configuration is already
+	// itself alone starts unchanged.
+	ForceNewCluster bool
+	// PeerTLS, when set, runs every Raft connection inside TLS with this
+	// config (server and client side; set ClientAuth for mutual TLS).
+	PeerTLS *tls.Config
 	// Transport overrides the transport (tests: raft.InmemTransport).
 	Transport raft.Transport
 	// Limits bound the state machine; every node must use the same.
@@ -91,6 +115,8 @@ type Config struct {
 	// Now is the wall clock the token floor of a restart is computed from
 	// (see restore.go). Default time.Now.
 	Now func() time.Time
+	// Metrics receives log-append and FSM-apply timings (may be nil).
+	Metrics Metrics
 }
 
 // DefaultConfig returns the defaults described on Config (DataDir unset).
@@ -124,6 +150,10 @@ func (c Config) Validate() error {
 		return errors.New("raftnode: LeaderLeaseTimeout must be in (0, HeartbeatTimeout]")
 	case c.Join && len(c.Bootstrap) > 0:
 		return errors.New("raftnode: Join and Bootstrap exclude each other")
+	case c.ForceNewCluster && (c.Join || len(c.Bootstrap) > 0):
+		return errors.New("raftnode: ForceNewCluster excludes Join and Bootstrap")
+	case c.ClusterID != "" && !validClusterID(c.ClusterID):
+		return fmt.Errorf("raftnode: %q is not a cluster id (32 hex digits)", c.ClusterID)
 	}
 	if len(c.Bootstrap) > 0 {
 		self := false
@@ -139,11 +169,13 @@ func (c Config) Validate() error {
 
 // Node is one member of the Raft group and its applied state machine.
 type Node struct {
-	cfg   Config
-	raft  *raft.Raft
-	store *raftboltdb.BoltStore
-	trans raft.Transport
-	fsm   *raftFSM
+	cfg       Config
+	raft      *raft.Raft
+	store     *raftboltdb.BoltStore
+	trans     raft.Transport
+	fsm       *raftFSM
+	clusterID string
+	health    peerHealth
 
 	// barrierTerm is the last term in which this node, as leader, applied
 	// its barrier: every entry of earlier terms is applied. ReadIndex waits
@@ -167,14 +199,13 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftnode: data dir: %w", err)
 	}
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
-	// bbolt locks the file: a second server on the same data dir fails
-	// after a second instead of waiting forever.
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"), BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	hlog := newHCLogger(cfg.Logger)
+	store, err := openStore(cfg.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", cfg.DataDir, err)
+		return nil, err
 	}
-	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore}}
+	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore, metrics: cfg.Metrics}}
+	n.health.failing = map[raft.ServerID]time.Time{}
 	ok := false
 	defer func() {
 		if !ok {
@@ -184,7 +215,7 @@ func Open(cfg Config) (*Node, error) {
 			}
 		}
 	}()
-	logs, err := raft.NewLogCache(512, store)
+	logs, err := raft.NewLogCache(512, withMetrics(store, cfg.Metrics))
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +223,38 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
+	existing, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: inspect state: %w", err)
+	}
+	stored, err := readClusterID(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ForceNewCluster && existing {
+		alone, err := aloneInConfig(cfg, logs, store, snaps, hlog)
+		if err != nil {
+			return nil, err
+		}
+		if alone {
+			cfg.Logger.Info("force-new-cluster: the configuration already is this node alone; starting unchanged", "node", cfg.NodeID)
+			cfg.ForceNewCluster = false
+			n.cfg.ForceNewCluster = false
+		}
+	}
+	bootstrap := false
+	n.clusterID, bootstrap, err = cfg.identity(existing, stored)
+	if err != nil {
+		return nil, err
+	}
+	if n.clusterID != stored {
+		// Before bootstrap: a crash in between leaves an id and no state,
+		// which the next start with the same flags reuses or replaces.
+		if err := writeClusterID(cfg.DataDir, n.clusterID); err != nil {
+			return nil, err
+		}
+	}
+
 	selfAddr := raft.ServerAddress(cfg.RaftAddr)
 	switch {
 	case cfg.Transport != nil:
@@ -200,15 +263,18 @@ func Open(cfg Config) (*Node, error) {
 	case cfg.RaftAddr == "":
 		selfAddr, n.trans = raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 	default:
-		tcpAddr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		sl, err := newStreamLayer(cfg.RaftAddr, cfg.PeerTLS, n.clusterID, cfg.NodeID, cfg.Logger)
 		if err != nil {
-			return nil, fmt.Errorf("raftnode: raft address: %w", err)
+			return nil, err
 		}
-		t, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, tcpAddr, 8, 5*time.Second, hlog)
-		if err != nil {
-			return nil, fmt.Errorf("raftnode: raft transport: %w", err)
+		sl.known = n.served
+		if bootstrap {
+			if err := refuseRebootstrap(cfg, sl); err != nil {
+				_ = sl.Close()
+				return nil, err
+			}
 		}
-		n.trans = t
+		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: sl, MaxPool: 8, Timeout: 5 * time.Second, Logger: hlog})
 	}
 
 	rc := raft.DefaultConfig()
@@ -230,12 +296,13 @@ func Open(cfg Config) (*Node, error) {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	existing, err := raft.HasExistingState(logs, store, snaps)
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: inspect state: %w", err)
+	if cfg.ForceNewCluster {
+		if err := n.forceNewCluster(rc, logs, snaps, selfAddr); err != nil {
+			return nil, err
+		}
 	}
 	n.floorPending.Store(existing)
-	if !existing && !cfg.Join {
+	if bootstrap {
 		peers := cfg.Bootstrap
 		if len(peers) == 0 {
 			peers = []Peer{{ID: cfg.NodeID, RaftAddr: string(selfAddr)}}
@@ -254,7 +321,11 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.raft = r
 	ok = true
+	obs := make(chan raft.Observation, 64)
+	r.RegisterObserver(raft.NewObserver(obs, false, healthFilter))
+	n.wg.Go(func() { n.health.watch(obs, n.done) })
 	n.wg.Go(func() { n.watchLeadership(notify) })
+	n.cfg.Logger.Info("raft node open", "node", cfg.NodeID, "cluster_id", n.clusterID, "bootstrapped", bootstrap)
 	return n, nil
 }
 
@@ -475,24 +546,23 @@ func (n *Node) Close() error {
 }
 
 func closeTransport(t raft.Transport) {
+	if nt, ok := t.(*raft.NetworkTransport); ok {
+		nt.CloseStreams() // the pooled outgoing connections
+	}
 	if c, ok := t.(io.Closer); ok {
 		_ = c.Close()
 	}
 }
 
-// slogWriter forwards hclog's lines to slog.
-type slogWriter struct{ l *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.l.Warn(string(trimNewline(p)), "component", "raft")
-	return len(p), nil
-}
-
-func trimNewline(p []byte) []byte {
-	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
-		p = p[:len(p)-1]
+// openStore opens the Raft log and stable store in dir. bbolt locks the
+// file: a second server on the same data dir fails after a second instead
+// of waiting forever.
+func openStore(dir string) (*raftboltdb.BoltStore, error) {
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", dir, err)
 	}
-	return p
+	return store, nil
 }
 
 // RaftAddr returns the address peers reach this node's raft transport at.

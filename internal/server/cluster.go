@@ -53,9 +53,10 @@ func (c *clusterService) Members(ctx context.Context, req *connect.Request[pb.Me
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+m.ApiAddr, connect.WithGRPC())
+			cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(m.ApiAddr), connect.WithGRPC())
 			lr := connect.NewRequest(&pb.MembersRequest{})
 			lr.Header().Set(localHeader, "1")
+			lr.Header().Set(clusterIDHeader, s.node.ClusterID())
 			resp, err := cc.Members(ctx, lr)
 			if err != nil || len(resp.Msg.GetMembers()) != 1 {
 				return
@@ -107,17 +108,20 @@ func leaderCluster[Req, Res any](
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
-	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
+	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
 	res, err := remote(cc, ctx, fwd)
 	return res, forwardErr(err)
 }
 
 type clusterClient = leaseholdv1connect.ClusterServiceClient
 
-// AddMember adds a voter, or, when the voter already exists at that raft
-// address, only records its API address (every node calls it at start).
+// AddMember adds a non-voter (promoted once caught up, see promoteLoop),
+// re-adds a fresh member that lost its data as a non-voter, or, when the
+// member exists at that raft address, only records its API address (every
+// node calls it at start).
 func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[pb.AddMemberRequest]) (*connect.Response[pb.AddMemberResponse], error) {
 	m := req.Msg
 	if err := checkNameLike("member id", m.GetId(), false); err != nil {
@@ -126,24 +130,17 @@ func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[pb.
 	if m.GetRaftAddr() == "" || m.GetApiAddr() == "" {
 		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "raft_addr and api_addr are required"))
 	}
+	if c.s.node.Standalone() {
+		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "node %s runs without a Raft address (serve --raft-addr): a single node cannot add members; start a cluster with --raft-addr and --bootstrap", c.s.node.ID()))
+	}
 	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.AddMemberRequest) (*pb.AddMemberResponse, error) {
 		s := c.s
-		r := s.node.Raft()
-		f := r.GetConfiguration()
-		if err := f.Error(); err != nil {
+		changed, err := s.node.AddMember(ctx, m.GetId(), m.GetRaftAddr(), m.GetFresh())
+		if err != nil {
 			return nil, err
 		}
-		present := false
-		for _, srv := range f.Configuration().Servers {
-			if string(srv.ID) == m.GetId() && string(srv.Address) == m.GetRaftAddr() {
-				present = true
-			}
-		}
-		if !present {
-			if err := r.AddVoter(raft.ServerID(m.GetId()), raft.ServerAddress(m.GetRaftAddr()), 0, timeoutOf(ctx)).Error(); err != nil {
-				return nil, err
-			}
-			s.cfg.Logger.Info("member added", "id", m.GetId(), "raft_addr", m.GetRaftAddr())
+		if changed {
+			s.cfg.Logger.Info("member added as a non-voter", "id", m.GetId(), "raft_addr", m.GetRaftAddr(), "fresh", m.GetFresh())
 		}
 		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_RegisterNode{RegisterNode: &fsmpb.RegisterNode{Id: m.GetId(), ApiAddr: m.GetApiAddr()}}}); err != nil {
 			return nil, err
@@ -152,16 +149,18 @@ func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[pb.
 		if err != nil {
 			return nil, err
 		}
-		return &pb.AddMemberResponse{Members: members.Msg.GetMembers()}, nil
+		return &pb.AddMemberResponse{Members: members.Msg.GetMembers(), ClusterId: s.node.ClusterID()}, nil
 	}, clusterClient.AddMember)
 }
 
+// RemoveMember removes a member, unless the voters left would not include
+// a quorum of reachable members.
 func (c *clusterService) RemoveMember(ctx context.Context, req *connect.Request[pb.RemoveMemberRequest]) (*connect.Response[pb.RemoveMemberResponse], error) {
 	if err := checkNameLike("member id", req.Msg.GetId(), false); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.RemoveMemberRequest) (*pb.RemoveMemberResponse, error) {
-		if err := c.s.node.Raft().RemoveServer(raft.ServerID(m.GetId()), 0, timeoutOf(ctx)).Error(); err != nil {
+		if err := c.s.node.RemoveMember(ctx, m.GetId()); err != nil {
 			return nil, err
 		}
 		c.s.cfg.Logger.Info("member removed", "id", m.GetId())
@@ -227,11 +226,4 @@ func (c *clusterService) BumpToken(ctx context.Context, req *connect.Request[pb.
 		c.s.cfg.Logger.Info("token counter bumped", "min", m.GetMinToken(), "token", tok)
 		return &pb.BumpTokenResponse{Token: tok}, nil
 	}, clusterClient.BumpToken)
-}
-
-func timeoutOf(ctx context.Context) time.Duration {
-	if dl, ok := ctx.Deadline(); ok {
-		return max(time.Until(dl), time.Millisecond)
-	}
-	return 10 * time.Second
 }

@@ -28,12 +28,15 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 	if err == nil {
 		err = checkOwner(req.Msg.GetOwner())
 	}
+	if err == nil {
+		err = h.s.checkSequencers(req.Msg.GetSequencers())
+	}
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
 		id := newLeaseID()
-		if _, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner()}}}); err != nil {
+		if _, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers()}}}); err != nil {
 			return nil, err
 		}
 		_, _ = h.s.lessor.Renew(id) // the TTL counts from this answer
@@ -130,7 +133,7 @@ func (h *lockService) TryAcquire(ctx context.Context, req *connect.Request[pb.Tr
 		if err != nil {
 			return nil, err
 		}
-		return &pb.TryAcquireResponse{Holding: res.Holding, TtlMs: res.TtlMs}, nil
+		return &pb.TryAcquireResponse{Holding: h.s.signed(res.Holding), TtlMs: res.TtlMs}, nil
 	}, client.TryAcquire)
 }
 
@@ -261,7 +264,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 			return nil, err
 		}
 	}
-	return &pb.AcquireResponse{Holding: holdingPB(r.name, holding, owner), TtlMs: ttl.Milliseconds()}, nil
+	return &pb.AcquireResponse{Holding: s.signed(holdingPB(r.name, holding, owner)), TtlMs: ttl.Milliseconds()}, nil
 }
 
 // waitOutcome reads what became of the queued request r: granted (the

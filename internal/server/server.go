@@ -8,9 +8,9 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,6 +28,8 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/internal/web"
+	"github.com/leasehold/leasehold/sequencer"
 )
 
 // Peer is one voter of a cluster being bootstrapped.
@@ -55,6 +57,14 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, makes Serve speak TLS only (tls.go).
+	TLS *tls.Config
+	// PeerClientTLS, when set, is the TLS configuration of calls to other nodes (tls.go).
+	PeerClientTLS *tls.Config
+	// Signer, when set, signs the grants of sessions that ask for sequencers (sequencer.go).
+	Signer *sequencer.Signer
+	// AccessLog, when set, gets one line per HTTP request and RPC.
+	AccessLog *slog.Logger
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -75,6 +85,7 @@ type Server struct {
 	node   *raftnode.Node
 	lessor *lessor.Lessor
 	hub    *hub
+	feed   *web.Feed // the dashboard's event feed
 	met    *metrics
 	http   *http.Client // for forwarding to the leader
 
@@ -122,12 +133,13 @@ func Open(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		clock:   cfg.Lessor.Clock,
 		hub:     newHub(),
+		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
-		http:    h2cClient(),
+		http:    peerClient(cfg.PeerClientTLS),
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
-	met, err := newMetrics(reg)
+	met, err := newMetrics(reg, s)
 	if err != nil {
 		return nil, err
 	}
@@ -137,8 +149,13 @@ func Open(cfg Config) (*Server, error) {
 	}
 	cfg.Raft.Join = cfg.Join != ""
 	cfg.Raft.Now = cfg.Lessor.Clock.Now
+	if err := prepareJoin(&cfg); err != nil {
+		s.lessor.Close()
+		return nil, err
+	}
 	cfg.Raft.Observer = s.observe
 	cfg.Raft.OnRestore = s.hub.restored
+	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
 		s.lessor.Close()
@@ -150,6 +167,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.wg.Go(s.registerLoop)
+	s.wg.Go(s.promoteLoop)
 	return s, nil
 }
 
@@ -191,10 +209,11 @@ func (s *Server) Close() error {
 func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
 
 // observe runs after every applied entry, on every node.
-func (s *Server) observe(_ uint64, res *fsm.Result) {
+func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
 	s.hub.publish(res.Events)
 	s.met.observe(res)
+	s.publishWeb(index, res)
 }
 
 func (s *Server) onLeadership(leader bool) {
@@ -246,9 +265,11 @@ func (s *Server) register(ctx context.Context) error {
 		}
 		addr = s.cfg.Join // not a member yet: ask the member we were told of
 	}
-	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	id, raftAddr := s.node.ID(), s.node.RaftAddr()
-	_, err = cc.AddMember(ctx, connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr}))
+	req := connect.NewRequest(&addMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: s.cfg.APIAddr})
+	req.Header().Set(clusterIDHeader, s.node.ClusterID())
+	_, err = cc.AddMember(ctx, req)
 	return err
 }
 
@@ -297,7 +318,7 @@ func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, erro
 	defer s.mu.Unlock()
 	c, ok := s.clients[addr]
 	if !ok {
-		c = leaseholdv1connect.NewLeaseholdServiceClient(s.http, "http://"+addr, connect.WithGRPC(), connect.WithReadMaxBytes(MaxRequestSize*2))
+		c = leaseholdv1connect.NewLeaseholdServiceClient(s.http, s.peerURL(addr), connect.WithGRPC(), connect.WithReadMaxBytes(MaxRequestSize*2))
 		s.clients[addr] = c
 	}
 	return c, nil
@@ -337,6 +358,7 @@ func onLeader[Req, Res any](
 	}
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
+	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
 	s.met.forwarded.Inc()
 	res, err := remote(c, ctx, fwd)
 	return res, forwardErr(err)
@@ -361,23 +383,26 @@ func newLeaseID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Handler returns the HTTP handler for every service, /metrics and /healthz.
+// Handler returns the HTTP handler for every service, /metrics, the
+// probes (grpc.health.v1, reflection, /healthz, /readyz) and the dashboard
+// (/ui), behind the access log when Config.AccessLog is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(s.met.interceptor())}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor())}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	if s.cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		id, _ := s.node.Leader()
-		if id == "" {
-			http.Error(w, "no leader", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, "ok node=%s leader=%s\n", s.node.ID(), id)
-	})
+	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
+	mux.HandleFunc("GET "+KeysPath, s.serveKeys)
+	s.mountProbes(mux)
+	ui := web.Handler(webSource{s}, s.feed, s.drain)
+	mux.Handle("/ui/", ui)
+	mux.Handle("/ui", ui)
+	if s.cfg.AccessLog != nil {
+		return accessLog(s.cfg.AccessLog, mux)
+	}
 	return mux
 }
 
@@ -386,7 +411,7 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := NewHTTPServer(s.Handler())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- s.serveOn(hs, ln) }()
 	select {
 	case err := <-errc:
 		return err

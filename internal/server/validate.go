@@ -162,6 +162,9 @@ func toAPI(err error) error {
 		{raftnode.ErrUnavailable, api.CodeUnavailable},
 		{raftnode.ErrShutdown, api.CodeUnavailable},
 		{raftnode.ErrOutcomeUnknown, api.CodeOutcomeUnknown},
+		{raftnode.ErrWouldLoseQuorum, api.CodeInvalidArgument},
+		{raftnode.ErrStandalone, api.CodeInvalidArgument},
+		{raftnode.ErrClusterMismatch, api.CodePermissionDenied},
 	}
 	for _, e := range table {
 		if errors.Is(err, e.err) {

@@ -543,7 +543,8 @@ func (UnimplementedLeaseholdServiceHandler) KvDelete(context.Context, *connect.R
 type ClusterServiceClient interface {
 	// Members lists the voters and their state as this node sees it.
 	Members(context.Context, *connect.Request[leaseholdv1.MembersRequest]) (*connect.Response[leaseholdv1.MembersResponse], error)
-	// AddMember adds a voter (served by the leader; forwarded by followers).
+	// AddMember adds a non-voter, promoted to voter by the leader once it has
+	// caught up (served by the leader; forwarded by followers).
 	AddMember(context.Context, *connect.Request[leaseholdv1.AddMemberRequest]) (*connect.Response[leaseholdv1.AddMemberResponse], error)
 	// RemoveMember removes a voter.
 	RemoveMember(context.Context, *connect.Request[leaseholdv1.RemoveMemberRequest]) (*connect.Response[leaseholdv1.RemoveMemberResponse], error)
@@ -652,7 +653,8 @@ func (c *clusterServiceClient) Snapshot(ctx context.Context, req *connect.Reques
 type ClusterServiceHandler interface {
 	// Members lists the voters and their state as this node sees it.
 	Members(context.Context, *connect.Request[leaseholdv1.MembersRequest]) (*connect.Response[leaseholdv1.MembersResponse], error)
-	// AddMember adds a voter (served by the leader; forwarded by followers).
+	// AddMember adds a non-voter, promoted to voter by the leader once it has
+	// caught up (served by the leader; forwarded by followers).
 	AddMember(context.Context, *connect.Request[leaseholdv1.AddMemberRequest]) (*connect.Response[leaseholdv1.AddMemberResponse], error)
 	// RemoveMember removes a voter.
 	RemoveMember(context.Context, *connect.Request[leaseholdv1.RemoveMemberRequest]) (*connect.Response[leaseholdv1.RemoveMemberResponse], error)

@@ -277,10 +277,12 @@ func (*Command_KvDelete) isCommand_Op() {}
 func (*Command_TokenFloor) isCommand_Op() {}
 
 type CreateSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	TtlMs   int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Owner   string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// sequencers: the session's grants come with a signed sequencer.
+	Sequencers    bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +336,13 @@ func (x *CreateSession) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *CreateSession) GetSequencers() bool {
+	if x != nil {
+		return x.Sequencers
+	}
+	return false
 }
 
 type CloseSession struct {
@@ -969,6 +978,8 @@ type Session struct {
 	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	CreatedUnixMs int64                  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	// sequencers: the session's grants come with a signed sequencer.
+	Sequencers    bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1029,6 +1040,13 @@ func (x *Session) GetCreatedUnixMs() int64 {
 		return x.CreatedUnixMs
 	}
 	return 0
+}
+
+func (x *Session) GetSequencers() bool {
+	if x != nil {
+		return x.Sequencers
+	}
+	return false
 }
 
 type Holding struct {
@@ -1751,11 +1769,14 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tkv_delete\x18\x16 \x01(\v2\x1a.leasehold.fsm.v1.KVDeleteH\x00R\bkvDelete\x12?\n" +
 	"\vtoken_floor\x18\x17 \x01(\v2\x1c.leasehold.fsm.v1.TokenFloorH\x00R\n" +
 	"tokenFloorB\x04\n" +
-	"\x02op\"W\n" +
+	"\x02op\"w\n" +
 	"\rCreateSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05owner\x18\x03 \x01(\tR\x05owner\")\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x1e\n" +
+	"\n" +
+	"sequencers\x18\x14 \x01(\bR\n" +
+	"sequencers\")\n" +
 	"\fCloseSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"#\n" +
 	"\x06Expire\x12\x19\n" +
@@ -1795,12 +1816,15 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bapi_addr\x18\x02 \x01(\tR\aapiAddr\"\x1d\n" +
 	"\tBumpToken\x12\x10\n" +
-	"\x03min\x18\x01 \x01(\x04R\x03min\"y\n" +
+	"\x03min\x18\x01 \x01(\x04R\x03min\"\x99\x01\n" +
 	"\aSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\"\xa1\x01\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12\x1e\n" +
+	"\n" +
+	"sequencers\x18\x14 \x01(\bR\n" +
+	"sequencers\"\xa1\x01\n" +
 	"\aHolding\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12(\n" +

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold/client"
+)
+
+// sequencerFlag adds --sequencer to acquire and run.
+func sequencerFlag(f *pflag.FlagSet, seq *bool) {
+	f.BoolVar(seq, "sequencer", false, "ask for a signed sequencer with the grant (for resources in verifying mode; the cluster needs serve --sequencer-key)")
+}
+
+// sessionOptions are the session options of acquire and run.
+func sessionOptions(ttl time.Duration, owner string, seq bool) []client.SessionOption {
+	opts := []client.SessionOption{client.WithTTL(ttl), client.WithOwner(owner)}
+	if seq {
+		opts = append(opts, client.WithSequencers())
+	}
+	return opts
+}
+
+// sequencerLine is the text output's sequencer line ("" without one).
+func sequencerLine(l *client.Lock) string {
+	if s := l.Sequencer(); s != "" {
+		return "\nsequencer " + s
+	}
+	return ""
+}

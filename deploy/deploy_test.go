@@ -1,0 +1,221 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// need returns the path of a tool; without it the test is skipped on a
+// developer machine and fails in CI (CI=true), where
+// scripts/ci-services.sh installs it.
+func need(t *testing.T, tool, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not installed (apt-get install %s; scripts/ci-services.sh does)", tool, pkg)
+	}
+	t.Skipf("%s is not installed (apt-get install %s); CI fails here instead", tool, pkg)
+	return ""
+}
+
+// TestSystemdUnitVerifies runs systemd-analyze verify on the unit, with
+// ExecStart pointed at an existing executable (verify checks it exists).
+func TestSystemdUnitVerifies(t *testing.T) {
+	analyze := need(t, "systemd-analyze", "systemd")
+	unit, err := os.ReadFile("systemd/leasehold.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"DynamicUser=yes", "StateDirectory=leasehold", "ProtectSystem=strict", "NoNewPrivileges=yes",
+		"ProtectHome=yes", "PrivateTmp=yes", "CapabilityBoundingSet=\n", "ExecStart=/usr/local/bin/leasehold serve --data ${STATE_DIRECTORY}",
+	} {
+		if !bytes.Contains(unit, []byte(want)) {
+			t.Errorf("the unit lacks %q", want)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "leasehold.service")
+	if err := os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/local/bin/leasehold"), []byte(self)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
+	// verify also reports problems of unrelated units on the host; only
+	// lines about this unit count.
+	var ours []string
+	for line := range strings.Lines(string(out)) {
+		if strings.Contains(line, "leasehold.service") {
+			ours = append(ours, strings.TrimSpace(line))
+		}
+	}
+	if len(ours) > 0 || (err != nil && len(strings.TrimSpace(string(out))) == 0) {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// manifests decodes every document of kubernetes/*.yaml strictly into its
+// Kubernetes API type.
+func manifests(t *testing.T) (sts []appsv1.StatefulSet, svcs []corev1.Service, pdbs []policyv1.PodDisruptionBudget) {
+	t.Helper()
+	files, err := filepath.Glob("kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in kubernetes/: %v", err)
+	}
+	sep := regexp.MustCompile(`(?m)^---\s*$`)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range sep.Split(string(data), -1) {
+			if strings.TrimSpace(stripComments(doc)) == "" {
+				continue
+			}
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				t.Fatalf("%s document %d: %v", f, i, err)
+			}
+			where := fmt.Sprintf("%s document %d (%s %s)", f, i, tm.APIVersion, tm.Kind)
+			strict := func(v any) {
+				if err := yaml.UnmarshalStrict([]byte(doc), v); err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+			}
+			switch tm.APIVersion + " " + tm.Kind {
+			case "apps/v1 StatefulSet":
+				var o appsv1.StatefulSet
+				strict(&o)
+				sts = append(sts, o)
+			case "v1 Service":
+				var o corev1.Service
+				strict(&o)
+				svcs = append(svcs, o)
+			case "policy/v1 PodDisruptionBudget":
+				var o policyv1.PodDisruptionBudget
+				strict(&o)
+				pdbs = append(pdbs, o)
+			default:
+				t.Fatalf("%s: a kind this test does not validate", where)
+			}
+		}
+	}
+	return sts, svcs, pdbs
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for line := range strings.Lines(doc) {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// TestKubernetesManifests: the manifests decode strictly, and fit together:
+// a StatefulSet of three started in parallel (no pod is ready before a
+// quorum), its headless Service publishing not-ready pods, a PDB that
+// never lets two go, a --bootstrap list naming exactly the three pods at
+// their headless-Service DNS names, probes on the API port.
+func TestKubernetesManifests(t *testing.T) {
+	sts, svcs, pdbs := manifests(t)
+	if len(sts) != 1 || len(pdbs) != 1 {
+		t.Fatalf("%d StatefulSets and %d PodDisruptionBudgets, want 1 each", len(sts), len(pdbs))
+	}
+	s := sts[0]
+	if s.Spec.Replicas == nil || *s.Spec.Replicas != 3 {
+		t.Errorf("replicas = %v, want 3", s.Spec.Replicas)
+	}
+	if s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("podManagementPolicy = %q, want Parallel (OrderedReady waits forever for a quorum)", s.Spec.PodManagementPolicy)
+	}
+	podLabels := labels.Set(s.Spec.Template.Labels)
+	sel, err := metav1.LabelSelectorAsSelector(s.Spec.Selector)
+	if err != nil || !sel.Matches(podLabels) {
+		t.Errorf("the StatefulSet's selector does not match its pods: %v", err)
+	}
+	var headless *corev1.Service
+	for i := range svcs {
+		if svcs[i].Name == s.Spec.ServiceName {
+			headless = &svcs[i]
+		}
+		if !labels.SelectorFromSet(svcs[i].Spec.Selector).Matches(podLabels) {
+			t.Errorf("Service %s selects no leasehold pod", svcs[i].Name)
+		}
+	}
+	if headless == nil || headless.Spec.ClusterIP != corev1.ClusterIPNone || !headless.Spec.PublishNotReadyAddresses {
+		t.Fatalf("serviceName %q must be a headless Service (clusterIP None) that publishes not-ready addresses", s.Spec.ServiceName)
+	}
+	pdbSel, err := metav1.LabelSelectorAsSelector(pdbs[0].Spec.Selector)
+	if err != nil || !pdbSel.Matches(podLabels) {
+		t.Errorf("the PDB does not select the pods: %v", err)
+	}
+	if mu := pdbs[0].Spec.MaxUnavailable; mu == nil || mu.IntValue() != 1 {
+		t.Errorf("PDB maxUnavailable = %v, want 1", mu)
+	}
+
+	if len(s.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(s.Spec.Template.Spec.Containers))
+	}
+	c := s.Spec.Template.Spec.Containers[0]
+	flags := map[string]string{}
+	for _, a := range c.Args[1:] {
+		k, v, _ := strings.Cut(a, "=")
+		flags[k] = v
+	}
+	if c.Args[0] != "serve" {
+		t.Errorf("args[0] = %q, want serve", c.Args[0])
+	}
+	var want []string
+	for i := range int(*s.Spec.Replicas) {
+		pod := fmt.Sprintf("%s-%d", s.Name, i)
+		want = append(want, fmt.Sprintf("%s=%s.%s:7520", pod, pod, headless.Name))
+	}
+	if got := strings.Split(flags["--bootstrap"], ","); !slices.Equal(got, want) {
+		t.Errorf("--bootstrap = %v, want %v", got, want)
+	}
+	for flag, v := range map[string]string{
+		"--node-id": "$(POD_NAME)", "--raft-addr": "$(POD_NAME)." + headless.Name + ":7520",
+		"--advertise": "$(POD_NAME)." + headless.Name + ":7420", "--listen": "0.0.0.0:7420", "--data": "/data",
+	} {
+		if flags[flag] != v {
+			t.Errorf("%s = %q, want %q", flag, flags[flag], v)
+		}
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || c.ReadinessProbe.GRPC.Port != 7420 {
+		t.Errorf("readiness must be the gRPC health check on 7420: %+v", c.ReadinessProbe)
+	}
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("liveness must be GET /healthz: %+v", c.LivenessProbe)
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || (m.MountPath == "/data" && len(s.Spec.VolumeClaimTemplates) == 1 && m.Name == s.Spec.VolumeClaimTemplates[0].Name)
+	}
+	if !mounted {
+		t.Errorf("/data is not the volume claim template's volume")
+	}
+	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("the container must have a read-only root and no privilege escalation")
+	}
+}

@@ -1,0 +1,53 @@
+package server
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"net/http"
+)
+
+// TLS on the API port.
+//
+// With Config.TLS set, Serve speaks only TLS: HTTP/2 (negotiated by ALPN, what gRPC needs) and
+// HTTP/1.1 (Connect/JSON, /metrics, /healthz) on the one port; a plaintext client gets a TLS
+// handshake failure. With Config.TLS.ClientAuth set to require a verified certificate, every
+// caller (including other nodes) presents one signed by Config.TLS.ClientCAs.
+//
+// Calls this node makes to other nodes' APIs (forwarding to the leader, joining, listing
+// members) use https:// and Config.PeerClientTLS when it is set, and cleartext HTTP/2 otherwise.
+// In a TLS cluster every node's certificate must name the address it advertises (--advertise,
+// or the listen address) so that the others can verify it.
+
+// serveOn serves hs on ln, over TLS when the server is configured for it.
+func (s *Server) serveOn(hs *http.Server, ln net.Listener) error {
+	if s.cfg.TLS == nil {
+		return hs.Serve(ln)
+	}
+	hs.TLSConfig = s.cfg.TLS.Clone()
+	hs.ErrorLog = slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn) // refused handshakes
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	hs.Protocols = &p
+	return hs.ServeTLS(ln, "", "") // certificates come from TLSConfig; ServeTLS adds "h2" to ALPN
+}
+
+// peerClient returns the HTTP client for calls to other nodes: HTTP/2 over TLS with cfg, or
+// cleartext HTTP/2 with prior knowledge when cfg is nil.
+func peerClient(cfg *tls.Config) *http.Client {
+	if cfg == nil {
+		return h2cClient()
+	}
+	var p http.Protocols
+	p.SetHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p, TLSClientConfig: cfg.Clone(), MaxIdleConnsPerHost: 8}}
+}
+
+// peerURL returns the base URL of another node's API at addr (host:port).
+func (s *Server) peerURL(addr string) string {
+	if s.cfg.PeerClientTLS != nil {
+		return "https://" + addr
+	}
+	return "http://" + addr
+}
