@@ -254,25 +254,30 @@ func (n *node) crash() {
 			}
 		}
 	})
+	// n.mu is not held while waiting: inside the synctest bubble a
+	// goroutine blocked on a mutex stops virtual time, and raft's shutdown
+	// waits for RPC timers.
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if !n.up {
+		n.mu.Unlock()
 		return
 	}
+	n.up = false
+	r, f, l, trans, done := n.raft, n.fsm, n.lessor, n.trans, n.done
+	n.mu.Unlock()
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		n.fsm.mu.Lock()
-		applied := n.fsm.applied
-		n.fsm.mu.Unlock()
-		if applied >= n.raft.CommitIndex() {
+		f.mu.Lock()
+		applied := f.applied
+		f.mu.Unlock()
+		if applied >= r.CommitIndex() {
 			break
 		}
 	}
-	_ = n.raft.Shutdown().Error()
-	close(n.done)
+	_ = r.Shutdown().Error()
+	close(done)
 	n.watchWG.Wait()
-	n.lessor.Close()
-	_ = n.trans.Close()
-	n.up = false
+	l.Close()
+	_ = trans.Close()
 }
 
 // leading returns the node's raft and lessor when it believes it leads and
