@@ -45,9 +45,10 @@ const DefaultEndpoint = "127.0.0.1:7420"
 
 // Client talks to a leasehold cluster. It is safe for concurrent use.
 type Client struct {
-	opts  dialOptions
-	httpc *http.Client
-	eps   []endpoint
+	opts   dialOptions
+	httpc  *http.Client
+	eps    []endpoint
+	keeper *keeper // renews every session over one stream
 
 	mu  sync.Mutex // protects following
 	cur int        // index of the endpoint calls go to first
@@ -84,6 +85,7 @@ func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, err
 		opt(&o)
 	}
 	c := &Client{opts: o, httpc: newHTTPClient(o)}
+	c.keeper = newKeeper(c)
 	for _, ep := range strings.Split(endpoints, ",") {
 		ep = strings.TrimSpace(ep)
 		if ep == "" {
@@ -105,11 +107,20 @@ func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, err
 	return c, nil
 }
 
-// Close releases the client's connections. Sessions of the client stop
-// renewing; close them first.
+// Close stops the client's keepalive stream and releases its connections.
+// Sessions still open stop renewing and are lost at once (Done closes with
+// ErrLeaseLost); close them first. Close is idempotent.
 func (c *Client) Close() error {
+	c.keeper.close()
 	c.httpc.CloseIdleConnections()
 	return nil
+}
+
+// current returns the index of the endpoint calls go to first.
+func (c *Client) current() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
 }
 
 // retryable reports whether a call that failed with code may be sent again
@@ -135,7 +146,7 @@ func retryable(code api.Code, req any) bool {
 // transit only means "ask again".
 func isRead(req any) bool {
 	switch req.(type) {
-	case *pb.StatusRequest, *pb.ListRequest, *pb.KVGetRequest, *pb.MembersRequest, *pb.WatchRequest:
+	case *pb.StatusRequest, *pb.ListRequest, *pb.KvGetRequest, *pb.MembersRequest, *pb.WatchRequest:
 		return true
 	}
 	return false
@@ -359,7 +370,7 @@ func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, er
 // stale: token >= the key's last accepted token, or > when strict. A stale
 // token fails with ErrStaleToken (see api.Error.LastToken); nothing changes.
 func (c *Client) KVPut(ctx context.Context, key string, value []byte, token uint64, strict bool) error {
-	_, err := call(ctx, c, "kv put", locks, lsc.KVPut, &pb.KVPutRequest{Key: key, Value: value, Token: token, Strict: strict})
+	_, err := call(ctx, c, "kv put", locks, lsc.KvPut, &pb.KvPutRequest{Key: key, Value: value, Token: token, Strict: strict})
 	return err
 }
 
@@ -367,7 +378,7 @@ func (c *Client) KVPut(ctx context.Context, key string, value []byte, token uint
 // A missing key fails with ErrNotFound.
 func (c *Client) KVGet(ctx context.Context, key string, opts ...ReadOption) ([]byte, uint64, error) {
 	o := readOpts(opts)
-	res, err := call(ctx, c, "kv get", locks, lsc.KVGet, &pb.KVGetRequest{Key: key, Stale: o.stale})
+	res, err := call(ctx, c, "kv get", locks, lsc.KvGet, &pb.KvGetRequest{Key: key, Stale: o.stale})
 	if err != nil {
 		return nil, 0, err
 	}

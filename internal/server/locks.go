@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"connectrpc.com/connect"
@@ -36,77 +35,18 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
 		id := newLeaseID()
-		if _, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers()}}}); err != nil {
+		created, err := h.s.lim.reserveSession(ctx, id, h.s.endedSessions)
+		if err != nil {
+			return nil, err
+		}
+		_, err = h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers()}}})
+		created()
+		if err != nil {
 			return nil, err
 		}
 		_, _ = h.s.lessor.Renew(id) // the TTL counts from this answer
 		return &pb.CreateSessionResponse{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner()}, nil
 	}, client.CreateSession)
-}
-
-func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.KeepAliveRequest]) (*connect.Response[pb.KeepAliveResponse], error) {
-	if err := checkLeaseID(req.Msg.GetLeaseId()); err != nil {
-		return nil, api.ToConnect(err)
-	}
-	return onLeader(ctx, h.s, req, func(_ context.Context, m *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
-		ttl, err := h.s.lessor.Renew(m.GetLeaseId())
-		if err != nil {
-			return nil, err
-		}
-		return &pb.KeepAliveResponse{LeaseId: m.GetLeaseId(), TtlMs: ttl.Milliseconds()}, nil
-	}, client.KeepAlive)
-}
-
-// KeepAliveStream renews on this node when it leads, and otherwise sends
-// each renewal to the leader as a unary KeepAlive. It ends when the caller
-// closes its side, or at once when the server shuts down.
-func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiStream[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]) error {
-	type received struct {
-		msg *pb.KeepAliveStreamRequest
-		err error
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	in := make(chan received)
-	go func() { // Receive blocks; this goroutine ends when the stream does
-		for {
-			m, err := stream.Receive()
-			select {
-			case in <- received{m, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for {
-		var r received
-		select {
-		case <-h.s.drain:
-			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
-		case <-ctx.Done():
-			return nil
-		case r = <-in:
-		}
-		if errors.Is(r.err, io.EOF) {
-			return nil
-		}
-		if r.err != nil {
-			return r.err
-		}
-		resp := &pb.KeepAliveStreamResponse{LeaseId: r.msg.GetLeaseId()}
-		res, err := h.KeepAlive(ctx, connect.NewRequest(&pb.KeepAliveRequest{LeaseId: r.msg.GetLeaseId()}))
-		if err != nil {
-			resp.ErrorCode = string(api.CodeOf(err))
-		} else {
-			resp.TtlMs = res.Msg.GetTtlMs()
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
 }
 
 func (h *lockService) CloseSession(ctx context.Context, req *connect.Request[pb.CloseSessionRequest]) (*connect.Response[pb.CloseSessionResponse], error) {
@@ -485,6 +425,11 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
 	}
+	release, err := h.s.lim.stream(ctx, h.s.lim.watches)
+	if err != nil {
+		return err
+	}
+	defer release()
 	w := h.s.hub.watch(req.Msg.GetPrefix())
 	defer h.s.hub.unwatch(w)
 	// Send headers now so the caller knows the watch is registered.
@@ -507,7 +452,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	}
 }
 
-func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRequest]) (*connect.Response[pb.KVPutResponse], error) {
+func (h *lockService) KvPut(ctx context.Context, req *connect.Request[pb.KvPutRequest]) (*connect.Response[pb.KvPutResponse], error) {
 	m := req.Msg
 	err := checkKey(m.GetKey())
 	if err == nil {
@@ -519,7 +464,7 @@ func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRe
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
-	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KVPutRequest) (*pb.KVPutResponse, error) {
+	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KvPutRequest) (*pb.KvPutResponse, error) {
 		// A write that cannot fit is refused before it costs a log entry.
 		var full error
 		h.s.node.Read(func(fm *fsm.Machine) { full = fm.CheckKVPut(m.GetKey(), m.GetValue()) })
@@ -530,15 +475,15 @@ func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRe
 		if err != nil {
 			return nil, err
 		}
-		return &pb.KVPutResponse{Key: m.GetKey(), Token: m.GetToken()}, nil
-	}, client.KVPut)
+		return &pb.KvPutResponse{Key: m.GetKey(), Token: m.GetToken()}, nil
+	}, client.KvPut)
 }
 
-func (h *lockService) KVGet(ctx context.Context, req *connect.Request[pb.KVGetRequest]) (*connect.Response[pb.KVGetResponse], error) {
+func (h *lockService) KvGet(ctx context.Context, req *connect.Request[pb.KvGetRequest]) (*connect.Response[pb.KvGetResponse], error) {
 	if err := checkKey(req.Msg.GetKey()); err != nil {
 		return nil, api.ToConnect(err)
 	}
-	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.KVGetRequest) (*pb.KVGetResponse, error) {
+	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.KvGetRequest) (*pb.KvGetResponse, error) {
 		var e *fsmpb.KV
 		h.s.node.Read(func(fm *fsm.Machine) { e = fm.KV(m.GetKey()) })
 		if e == nil {
@@ -547,8 +492,8 @@ func (h *lockService) KVGet(ctx context.Context, req *connect.Request[pb.KVGetRe
 		if e.GetDeleted() {
 			return nil, api.Errorf(api.CodeNotFound, "key %q was deleted with token %d", m.GetKey(), e.GetToken())
 		}
-		return &pb.KVGetResponse{Key: e.GetKey(), Value: e.GetValue(), Token: e.GetToken()}, nil
-	}, client.KVGet)
+		return &pb.KvGetResponse{Key: e.GetKey(), Value: e.GetValue(), Token: e.GetToken()}, nil
+	}, client.KvGet)
 }
 
 func (h *lockService) KvDelete(ctx context.Context, req *connect.Request[pb.KvDeleteRequest]) (*connect.Response[pb.KvDeleteResponse], error) {

@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,6 +49,8 @@ type Config struct {
 	// is registered in the replicated state so followers can forward to
 	// the leader. Required.
 	APIAddr string
+	// Limits bound what this node accepts from clients (DefaultLimits).
+	Limits Limits
 	// Join is the API address of a running member; when set, this node
 	// starts without bootstrapping and asks that member to add it.
 	Join string
@@ -65,6 +68,9 @@ type Config struct {
 	Signer *sequencer.Signer
 	// AccessLog, when set, gets one line per HTTP request and RPC.
 	AccessLog *slog.Logger
+	// Pprof serves net/http/pprof under /debug/pprof/ on the API address.
+	// Default off: profiles expose internals and cost CPU while they run.
+	Pprof bool
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -75,7 +81,7 @@ func DefaultConfig(dataDir, apiAddr string) Config {
 	lc := lessor.DefaultConfig()
 	lc.Grace = 0 // Open: twice the leader-lease timeout
 	lc.Logger = nil
-	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Logger: slog.Default()}
+	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Limits: DefaultLimits(), Logger: slog.Default()}
 }
 
 // Server is one leasehold node's API.
@@ -87,6 +93,7 @@ type Server struct {
 	hub    *hub
 	feed   *web.Feed // the dashboard's event feed
 	met    *metrics
+	lim    *limiter
 	http   *http.Client // for forwarding to the leader
 
 	mu      sync.Mutex // protects following
@@ -144,6 +151,9 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.met = met
+	if s.lim, err = newLimiter(cfg.Limits, cfg.Lessor.Clock, reg); err != nil {
+		return nil, err
+	}
 	if s.lessor, err = lessor.New(cfg.Lessor, proposer{s}); err != nil {
 		return nil, err
 	}
@@ -276,8 +286,14 @@ func (s *Server) register(ctx context.Context) error {
 // proposer adapts the server to lessor.Proposer.
 type proposer struct{ s *Server }
 
+// Propose marks the errors after which the command certainly did not
+// apply (lessor.ErrNotApplied); any other error leaves the outcome unknown.
 func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	return p.s.node.Apply(ctx, cmd)
+	res, err := p.s.node.Apply(ctx, cmd)
+	if errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, raftnode.ErrUnavailable) {
+		err = fmt.Errorf("%w: %w", lessor.ErrNotApplied, err)
+	}
+	return res, err
 }
 
 // apply stamps cmd with the leader's wall clock (display only), proposes it
@@ -313,6 +329,14 @@ func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, erro
 	addr, err := s.leaderAPIAddr()
 	if err != nil {
 		return nil, err
+	}
+	// A follower that has not heard from the leader for longer than the
+	// heartbeat timeout (an election is about to start) does not forward:
+	// the leader is paused, partitioned or gone, and a request sent there
+	// would wait out the caller's deadline. Nothing was sent, so the answer
+	// is `unavailable` at once and the client tries another node.
+	if since := time.Since(s.node.Raft().LastContact()); since > s.cfg.Raft.HeartbeatTimeout {
+		return nil, api.Errorf(api.CodeUnavailable, "node %s has not heard from the leader for %v", s.node.ID(), since.Round(time.Millisecond))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -359,6 +383,7 @@ func onLeader[Req, Res any](
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(forwardedHeader, s.node.ID())
 	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
+	fwd.Header().Set(principalHeader, principal(ctx))
 	s.met.forwarded.Inc()
 	res, err := remote(c, ctx, fwd)
 	return res, forwardErr(err)
@@ -388,7 +413,8 @@ func newLeaseID() string {
 // (/ui), behind the access log when Config.AccessLog is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor())}
+	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor()), connect.WithCompressMinBytes(1024)}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	if s.cfg.Gatherer != nil {
@@ -400,16 +426,20 @@ func (s *Server) Handler() http.Handler {
 	ui := web.Handler(webSource{s}, s.feed, s.drain)
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
-	if s.cfg.AccessLog != nil {
-		return accessLog(s.cfg.AccessLog, mux)
+	if s.cfg.Pprof {
+		mountPprof(mux)
 	}
-	return mux
+	var hd http.Handler = s.limitHandler(mux)
+	if s.cfg.AccessLog != nil {
+		hd = accessLog(s.cfg.AccessLog, hd)
+	}
+	return hd
 }
 
 // Serve serves Handler on ln (HTTP/1.1 and cleartext HTTP/2, as gRPC
 // needs) until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := NewHTTPServer(s.Handler())
+	hs, ln := s.limited(NewHTTPServer(s.Handler()), ln)
 	errc := make(chan error, 1)
 	go func() { errc <- s.serveOn(hs, ln) }()
 	select {

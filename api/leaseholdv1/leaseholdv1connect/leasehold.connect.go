@@ -72,10 +72,10 @@ const (
 	LeaseholdServiceListProcedure = "/leasehold.v1.LeaseholdService/List"
 	// LeaseholdServiceWatchProcedure is the fully-qualified name of the LeaseholdService's Watch RPC.
 	LeaseholdServiceWatchProcedure = "/leasehold.v1.LeaseholdService/Watch"
-	// LeaseholdServiceKVPutProcedure is the fully-qualified name of the LeaseholdService's KVPut RPC.
-	LeaseholdServiceKVPutProcedure = "/leasehold.v1.LeaseholdService/KVPut"
-	// LeaseholdServiceKVGetProcedure is the fully-qualified name of the LeaseholdService's KVGet RPC.
-	LeaseholdServiceKVGetProcedure = "/leasehold.v1.LeaseholdService/KVGet"
+	// LeaseholdServiceKvPutProcedure is the fully-qualified name of the LeaseholdService's KvPut RPC.
+	LeaseholdServiceKvPutProcedure = "/leasehold.v1.LeaseholdService/KvPut"
+	// LeaseholdServiceKvGetProcedure is the fully-qualified name of the LeaseholdService's KvGet RPC.
+	LeaseholdServiceKvGetProcedure = "/leasehold.v1.LeaseholdService/KvGet"
 	// LeaseholdServiceKvDeleteProcedure is the fully-qualified name of the LeaseholdService's KvDelete
 	// RPC.
 	LeaseholdServiceKvDeleteProcedure = "/leasehold.v1.LeaseholdService/KvDelete"
@@ -103,7 +103,8 @@ type LeaseholdServiceClient interface {
 	CreateSession(context.Context, *connect.Request[leaseholdv1.CreateSessionRequest]) (*connect.Response[leaseholdv1.CreateSessionResponse], error)
 	// KeepAlive renews one session; it is not written to the log.
 	KeepAlive(context.Context, *connect.Request[leaseholdv1.KeepAliveRequest]) (*connect.Response[leaseholdv1.KeepAliveResponse], error)
-	// KeepAliveStream renews sessions over one stream: one response per request.
+	// KeepAliveStream renews sessions over one stream: one response per
+	// request, in order. A client process keeps one and batches its sessions.
 	KeepAliveStream(context.Context) *connect.BidiStreamForClient[leaseholdv1.KeepAliveStreamRequest, leaseholdv1.KeepAliveStreamResponse]
 	// CloseSession ends a session, releasing its locks without lock-delay.
 	CloseSession(context.Context, *connect.Request[leaseholdv1.CloseSessionRequest]) (*connect.Response[leaseholdv1.CloseSessionResponse], error)
@@ -123,12 +124,12 @@ type LeaseholdServiceClient interface {
 	List(context.Context, *connect.Request[leaseholdv1.ListRequest]) (*connect.Response[leaseholdv1.ListResponse], error)
 	// Watch streams lock events for names with the prefix, from now on.
 	Watch(context.Context, *connect.Request[leaseholdv1.WatchRequest]) (*connect.ServerStreamForClient[leaseholdv1.WatchResponse], error)
-	// KVPut writes to the built-in fenced KV iff the token is not stale.
-	KVPut(context.Context, *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error)
-	// KVGet reads from the built-in fenced KV.
-	KVGet(context.Context, *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error)
+	// KvPut writes to the built-in fenced KV iff the token is not stale.
+	KvPut(context.Context, *connect.Request[leaseholdv1.KvPutRequest]) (*connect.Response[leaseholdv1.KvPutResponse], error)
+	// KvGet reads from the built-in fenced KV.
+	KvGet(context.Context, *connect.Request[leaseholdv1.KvGetRequest]) (*connect.Response[leaseholdv1.KvGetResponse], error)
 	// KvDelete removes a key's value iff the token is not stale (the rule of
-	// KVPut); a token-only tombstone keeps the fence.
+	// KvPut); a token-only tombstone keeps the fence.
 	KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error)
 }
 
@@ -209,16 +210,16 @@ func NewLeaseholdServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(leaseholdServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
-		kVPut: connect.NewClient[leaseholdv1.KVPutRequest, leaseholdv1.KVPutResponse](
+		kvPut: connect.NewClient[leaseholdv1.KvPutRequest, leaseholdv1.KvPutResponse](
 			httpClient,
-			baseURL+LeaseholdServiceKVPutProcedure,
-			connect.WithSchema(leaseholdServiceMethods.ByName("KVPut")),
+			baseURL+LeaseholdServiceKvPutProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("KvPut")),
 			connect.WithClientOptions(opts...),
 		),
-		kVGet: connect.NewClient[leaseholdv1.KVGetRequest, leaseholdv1.KVGetResponse](
+		kvGet: connect.NewClient[leaseholdv1.KvGetRequest, leaseholdv1.KvGetResponse](
 			httpClient,
-			baseURL+LeaseholdServiceKVGetProcedure,
-			connect.WithSchema(leaseholdServiceMethods.ByName("KVGet")),
+			baseURL+LeaseholdServiceKvGetProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("KvGet")),
 			connect.WithClientOptions(opts...),
 		),
 		kvDelete: connect.NewClient[leaseholdv1.KvDeleteRequest, leaseholdv1.KvDeleteResponse](
@@ -243,8 +244,8 @@ type leaseholdServiceClient struct {
 	status          *connect.Client[leaseholdv1.StatusRequest, leaseholdv1.StatusResponse]
 	list            *connect.Client[leaseholdv1.ListRequest, leaseholdv1.ListResponse]
 	watch           *connect.Client[leaseholdv1.WatchRequest, leaseholdv1.WatchResponse]
-	kVPut           *connect.Client[leaseholdv1.KVPutRequest, leaseholdv1.KVPutResponse]
-	kVGet           *connect.Client[leaseholdv1.KVGetRequest, leaseholdv1.KVGetResponse]
+	kvPut           *connect.Client[leaseholdv1.KvPutRequest, leaseholdv1.KvPutResponse]
+	kvGet           *connect.Client[leaseholdv1.KvGetRequest, leaseholdv1.KvGetResponse]
 	kvDelete        *connect.Client[leaseholdv1.KvDeleteRequest, leaseholdv1.KvDeleteResponse]
 }
 
@@ -303,14 +304,14 @@ func (c *leaseholdServiceClient) Watch(ctx context.Context, req *connect.Request
 	return c.watch.CallServerStream(ctx, req)
 }
 
-// KVPut calls leasehold.v1.LeaseholdService.KVPut.
-func (c *leaseholdServiceClient) KVPut(ctx context.Context, req *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error) {
-	return c.kVPut.CallUnary(ctx, req)
+// KvPut calls leasehold.v1.LeaseholdService.KvPut.
+func (c *leaseholdServiceClient) KvPut(ctx context.Context, req *connect.Request[leaseholdv1.KvPutRequest]) (*connect.Response[leaseholdv1.KvPutResponse], error) {
+	return c.kvPut.CallUnary(ctx, req)
 }
 
-// KVGet calls leasehold.v1.LeaseholdService.KVGet.
-func (c *leaseholdServiceClient) KVGet(ctx context.Context, req *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error) {
-	return c.kVGet.CallUnary(ctx, req)
+// KvGet calls leasehold.v1.LeaseholdService.KvGet.
+func (c *leaseholdServiceClient) KvGet(ctx context.Context, req *connect.Request[leaseholdv1.KvGetRequest]) (*connect.Response[leaseholdv1.KvGetResponse], error) {
+	return c.kvGet.CallUnary(ctx, req)
 }
 
 // KvDelete calls leasehold.v1.LeaseholdService.KvDelete.
@@ -324,7 +325,8 @@ type LeaseholdServiceHandler interface {
 	CreateSession(context.Context, *connect.Request[leaseholdv1.CreateSessionRequest]) (*connect.Response[leaseholdv1.CreateSessionResponse], error)
 	// KeepAlive renews one session; it is not written to the log.
 	KeepAlive(context.Context, *connect.Request[leaseholdv1.KeepAliveRequest]) (*connect.Response[leaseholdv1.KeepAliveResponse], error)
-	// KeepAliveStream renews sessions over one stream: one response per request.
+	// KeepAliveStream renews sessions over one stream: one response per
+	// request, in order. A client process keeps one and batches its sessions.
 	KeepAliveStream(context.Context, *connect.BidiStream[leaseholdv1.KeepAliveStreamRequest, leaseholdv1.KeepAliveStreamResponse]) error
 	// CloseSession ends a session, releasing its locks without lock-delay.
 	CloseSession(context.Context, *connect.Request[leaseholdv1.CloseSessionRequest]) (*connect.Response[leaseholdv1.CloseSessionResponse], error)
@@ -344,12 +346,12 @@ type LeaseholdServiceHandler interface {
 	List(context.Context, *connect.Request[leaseholdv1.ListRequest]) (*connect.Response[leaseholdv1.ListResponse], error)
 	// Watch streams lock events for names with the prefix, from now on.
 	Watch(context.Context, *connect.Request[leaseholdv1.WatchRequest], *connect.ServerStream[leaseholdv1.WatchResponse]) error
-	// KVPut writes to the built-in fenced KV iff the token is not stale.
-	KVPut(context.Context, *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error)
-	// KVGet reads from the built-in fenced KV.
-	KVGet(context.Context, *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error)
+	// KvPut writes to the built-in fenced KV iff the token is not stale.
+	KvPut(context.Context, *connect.Request[leaseholdv1.KvPutRequest]) (*connect.Response[leaseholdv1.KvPutResponse], error)
+	// KvGet reads from the built-in fenced KV.
+	KvGet(context.Context, *connect.Request[leaseholdv1.KvGetRequest]) (*connect.Response[leaseholdv1.KvGetResponse], error)
 	// KvDelete removes a key's value iff the token is not stale (the rule of
-	// KVPut); a token-only tombstone keeps the fence.
+	// KvPut); a token-only tombstone keeps the fence.
 	KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error)
 }
 
@@ -426,16 +428,16 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 		connect.WithSchema(leaseholdServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
-	leaseholdServiceKVPutHandler := connect.NewUnaryHandler(
-		LeaseholdServiceKVPutProcedure,
-		svc.KVPut,
-		connect.WithSchema(leaseholdServiceMethods.ByName("KVPut")),
+	leaseholdServiceKvPutHandler := connect.NewUnaryHandler(
+		LeaseholdServiceKvPutProcedure,
+		svc.KvPut,
+		connect.WithSchema(leaseholdServiceMethods.ByName("KvPut")),
 		connect.WithHandlerOptions(opts...),
 	)
-	leaseholdServiceKVGetHandler := connect.NewUnaryHandler(
-		LeaseholdServiceKVGetProcedure,
-		svc.KVGet,
-		connect.WithSchema(leaseholdServiceMethods.ByName("KVGet")),
+	leaseholdServiceKvGetHandler := connect.NewUnaryHandler(
+		LeaseholdServiceKvGetProcedure,
+		svc.KvGet,
+		connect.WithSchema(leaseholdServiceMethods.ByName("KvGet")),
 		connect.WithHandlerOptions(opts...),
 	)
 	leaseholdServiceKvDeleteHandler := connect.NewUnaryHandler(
@@ -468,10 +470,10 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 			leaseholdServiceListHandler.ServeHTTP(w, r)
 		case LeaseholdServiceWatchProcedure:
 			leaseholdServiceWatchHandler.ServeHTTP(w, r)
-		case LeaseholdServiceKVPutProcedure:
-			leaseholdServiceKVPutHandler.ServeHTTP(w, r)
-		case LeaseholdServiceKVGetProcedure:
-			leaseholdServiceKVGetHandler.ServeHTTP(w, r)
+		case LeaseholdServiceKvPutProcedure:
+			leaseholdServiceKvPutHandler.ServeHTTP(w, r)
+		case LeaseholdServiceKvGetProcedure:
+			leaseholdServiceKvGetHandler.ServeHTTP(w, r)
 		case LeaseholdServiceKvDeleteProcedure:
 			leaseholdServiceKvDeleteHandler.ServeHTTP(w, r)
 		default:
@@ -527,12 +529,12 @@ func (UnimplementedLeaseholdServiceHandler) Watch(context.Context, *connect.Requ
 	return connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.Watch is not implemented"))
 }
 
-func (UnimplementedLeaseholdServiceHandler) KVPut(context.Context, *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KVPut is not implemented"))
+func (UnimplementedLeaseholdServiceHandler) KvPut(context.Context, *connect.Request[leaseholdv1.KvPutRequest]) (*connect.Response[leaseholdv1.KvPutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KvPut is not implemented"))
 }
 
-func (UnimplementedLeaseholdServiceHandler) KVGet(context.Context, *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KVGet is not implemented"))
+func (UnimplementedLeaseholdServiceHandler) KvGet(context.Context, *connect.Request[leaseholdv1.KvGetRequest]) (*connect.Response[leaseholdv1.KvGetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KvGet is not implemented"))
 }
 
 func (UnimplementedLeaseholdServiceHandler) KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error) {
