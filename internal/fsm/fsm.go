@@ -239,6 +239,9 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		// WaitId); the caller reads the result after the state is released.
 		res.Holding = proto.CloneOf(res.Holding)
 	}
+	if afterApply != nil {
+		afterApply(m, index, &res)
+	}
 	return res
 }
 
@@ -398,11 +401,11 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 // grant adds s to the holders of l, which has room for mode, with the next
 // token and the lowest free slot.
 func (m *Machine) grant(a *applyCtx, l *lock, s *session, mode fsmpb.Mode, lockDelayMs int64, waitID uint64, value []byte) *fsmpb.Holding {
-	m.token++
+	token := nextToken(m, l.name)
 	m.noteGrant(a.unixMs)
-	h := &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: m.token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID, Mode: mode, Slot: l.freeSlot(mode), Value: value}
+	h := &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID, Mode: mode, Slot: l.freeSlot(mode), Value: value}
 	l.holders = append(l.holders, h)
-	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, m.token, waitID)
+	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, token, waitID)
 	a.res.Events[len(a.res.Events)-1].Value = string(value)
 	return h
 }
@@ -464,7 +467,7 @@ func (m *Machine) holding(name, leaseID string, token uint64) (*lock, *session, 
 		return nil, nil, 0, false
 	}
 	i := l.holderIndex(leaseID)
-	if i < 0 || l.holders[i].GetToken() != token {
+	if i < 0 || !holdingMatches(l.holders[i].GetToken(), token) {
 		return nil, nil, 0, false
 	}
 	return l, s, i, true

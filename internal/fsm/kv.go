@@ -16,7 +16,7 @@ func (m *Machine) fence(key string, token uint64, strict bool) (*fsmpb.KV, error
 		return nil, fmt.Errorf("%w: token %d was never issued (newest is %d)", ErrInvalidToken, token, m.token)
 	}
 	e := m.kv[key]
-	if e != nil && (token < e.Token || (strict && token == e.Token)) {
+	if e != nil && staleKV(token, e.Token, strict) {
 		return nil, &StaleTokenError{Key: key, Token: token, LastToken: e.Token, Strict: strict}
 	}
 	return e, nil

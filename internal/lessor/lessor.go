@@ -267,7 +267,7 @@ func (l *Lessor) Promote(sessions []*fsmpb.Session, delays []fsm.LockDelay) {
 			e.deadline = now.Add(rem + time.Duration(float64(rem)*l.cfg.Drift))
 			e.short, e.nextCP = true, now.Add(l.checkpointEvery(ttl))
 		} else {
-			e.deadline = now.Add(l.cfg.Grace + l.grantorTTL(ttl))
+			e.deadline = promoteDeadline(now, l.cfg.Grace, l.grantorTTL(ttl))
 		}
 		l.sessions[e.id] = e
 		l.scheduleLocked(e)
@@ -345,9 +345,7 @@ func (l *Lessor) removeLocked(e *entry) {
 
 // renewLocked moves e's deadline to at least now + TTL·(1+Drift).
 func (l *Lessor) renewLocked(e *entry, now time.Time) {
-	if d := now.Add(l.grantorTTL(e.ttl)); d.After(e.deadline) {
-		e.deadline = d
-	}
+	e.deadline = renewTo(e.deadline, now.Add(l.grantorTTL(e.ttl)))
 	if now.After(e.renewed) {
 		e.renewed = now
 	}

@@ -1,0 +1,20 @@
+package fsm
+
+// Seams of the state machine's core decisions. A build with a mutant_* tag
+// replaces one (see the mutant_*.go files) so that internal/sim can prove it
+// catches the bug; a build with leasehold_invariants sets afterApply. Normal
+// builds never change them.
+var (
+	// holdingMatches reports whether a release's token names the holding.
+	holdingMatches = func(held, given uint64) bool { return held == given }
+	// staleKV reports whether a fenced write with token is stale over the
+	// key's last accepted token.
+	staleKV = func(token, last uint64, strict bool) bool { return token < last || (strict && token == last) }
+	// nextToken advances the counter for a grant of name and returns the token.
+	nextToken = func(m *Machine, name string) uint64 {
+		m.token++
+		return m.token
+	}
+	// afterApply, when set, checks the state after every Apply.
+	afterApply func(m *Machine, index uint64, res *Result)
+)

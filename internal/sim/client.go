@@ -1,0 +1,212 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/lessor"
+)
+
+// opTimeout bounds one attempt of a client call; an attempt that times out
+// after it was proposed has an unknown outcome.
+const opTimeout = time.Second
+
+// client is one workload goroutine. It calls the nodes directly, as the
+// server's handlers do: a request goes to a node that believes it leads
+// (possibly a deposed leader that has not noticed yet) and is retried
+// elsewhere only when it was certainly not applied.
+type client struct {
+	c   *Cluster
+	id  int
+	rng *rand.Rand
+	n   int // sessions created
+}
+
+// pick returns a node that believes it leads, waiting up to a few election
+// timeouts for one.
+func (cl *client) pick(ctx context.Context) *node {
+	for {
+		var leading []*node
+		for _, n := range cl.c.nodes {
+			if _, _, ok := n.leading(); ok {
+				leading = append(leading, n)
+			}
+		}
+		if len(leading) > 0 {
+			return leading[cl.rng.IntN(len(leading))]
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// apply proposes cmd until it is applied, its outcome is unknown, or
+// a bounded number of attempts met no leader.
+func (cl *client) apply(cmd *fsmpb.Command) (fsm.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*opTimeout)
+	defer cancel()
+	for {
+		n := cl.pick(ctx)
+		if n == nil {
+			return fsm.Result{}, errNotLeader
+		}
+		actx, acancel := context.WithTimeout(ctx, opTimeout)
+		res, err := n.apply(actx, cmd)
+		acancel()
+		if !errors.Is(err, errNotLeader) {
+			return res, err
+		}
+	}
+}
+
+// createSession returns a new session, or "" when none was created for certain.
+func (cl *client) createSession(ttl time.Duration) string {
+	cl.n++
+	lease := "c" + strconv.Itoa(cl.id) + "." + strconv.Itoa(cl.n)
+	sent := time.Now()
+	cmd := &fsmpb.Command{UnixMs: sent.UnixMilli(), Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: lease, TtlMs: ttl.Milliseconds(), Owner: lease}}}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		n := cl.pick(ctx)
+		cancel()
+		if n == nil {
+			return ""
+		}
+		actx, acancel := context.WithTimeout(context.Background(), opTimeout)
+		res, err := n.apply(actx, cmd)
+		acancel()
+		if errors.Is(err, errNotLeader) {
+			continue
+		}
+		if err != nil || res.Err != nil {
+			return ""
+		}
+		if _, l, ok := n.leading(); ok {
+			if _, err := l.Renew(lease); err == nil {
+				cl.c.acked(lease, sent, ttl)
+			}
+		}
+		return lease
+	}
+}
+
+// keepalive renews lease; false means the grantor no longer knows it.
+func (cl *client) keepalive(lease string, ttl time.Duration) bool {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*opTimeout)
+	defer cancel()
+	for {
+		n := cl.pick(ctx)
+		if n == nil {
+			return true // no answer: the local deadline decides
+		}
+		_, l, ok := n.leading()
+		if !ok {
+			continue
+		}
+		_, err := l.Renew(lease)
+		switch {
+		case err == nil:
+			cl.c.acked(lease, sent, ttl)
+			return true
+		case errors.Is(err, lessor.ErrNotFound):
+			return false
+		}
+	}
+}
+
+func (cl *client) acquire(name, lease string) (uint64, string) {
+	call := cl.c.now()
+	in := lockInput{Op: opAcquire, Name: name, Lease: lease}
+	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: name, LeaseId: lease, Try: true}}})
+	out := lockOutput{}
+	switch {
+	case errors.Is(err, errNotLeader):
+		return 0, "" // never proposed
+	case err != nil:
+		out.Out = outUnknown
+	case res.Err == nil && res.Holding != nil:
+		out.Out, out.Token = outOK, res.Holding.GetToken()
+	case errors.Is(res.Err, fsm.ErrLocked), errors.Is(res.Err, fsm.ErrLockDelay):
+		out.Out = outLocked
+	case errors.Is(res.Err, fsm.ErrSessionNotFound):
+		out.Out = outExpired
+	default:
+		return 0, "" // a limit: nothing changed
+	}
+	cl.c.record(false, cl.id, call, in, out)
+	return out.Token, out.Out
+}
+
+func (cl *client) release(name, lease string, token uint64) string {
+	call := cl.c.now()
+	in := lockInput{Op: opRelease, Name: name, Lease: lease, Token: token}
+	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_Release{Release: &fsmpb.Release{Name: name, LeaseId: lease, Token: token}}})
+	out := lockOutput{}
+	switch {
+	case errors.Is(err, errNotLeader):
+		return ""
+	case err != nil:
+		out.Out = outUnknown
+	case res.Err == nil:
+		out.Out = outOK
+	case errors.Is(res.Err, fsm.ErrNotHolder):
+		out.Out = outNoHolder
+	default:
+		return ""
+	}
+	cl.c.record(false, cl.id, call, in, out)
+	return out.Out
+}
+
+// put writes the built-in fenced KV under key with token.
+func (cl *client) put(key string, token uint64, value []byte) string {
+	call := cl.c.now()
+	in := lockInput{Op: opPut, Name: key, Token: token}
+	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: key, Value: value, Token: token}}})
+	out := lockOutput{}
+	switch {
+	case errors.Is(err, errNotLeader):
+		return ""
+	case err != nil:
+		out.Out = outUnknown
+	case res.Err == nil:
+		out.Out = outOK
+	case errors.Is(res.Err, fsm.ErrStaleToken):
+		out.Out = outStale
+	default:
+		cl.c.violate("P4", "put(%s, %d) refused with %v", key, token, res.Err)
+		return ""
+	}
+	cl.c.record(true, cl.id, call, in, out)
+	return out.Out
+}
+
+// status reads name's holder through a linearizable read.
+func (cl *client) status(name string) {
+	call := cl.c.now()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	n := cl.pick(ctx)
+	if n == nil {
+		return
+	}
+	var out lockOutput
+	if err := n.read(ctx, func(m *fsm.Machine) {
+		out.Out = outOK
+		if h := m.Lock(name).Holder; h != nil {
+			out.Lease, out.Token = h.GetLeaseId(), h.GetToken()
+		}
+	}); err != nil {
+		return
+	}
+	cl.c.record(false, cl.id, call, lockInput{Op: opStatus, Name: name}, out)
+}

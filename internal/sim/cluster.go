@@ -1,0 +1,317 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/hashicorp/raft"
+
+	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/fsm"
+)
+
+// Config is one simulation run.
+type Config struct {
+	Seed uint64
+	// Duration is the cluster time of the fault phase. Default 60 s.
+	Duration time.Duration
+	// ElectionTimeout is raft's heartbeat and election timeout. Default 200 ms.
+	ElectionTimeout time.Duration
+	// LeaderLease is raft's leader lease; the lessor's grace is twice it,
+	// as the server sets it. Default 100 ms.
+	LeaderLease time.Duration
+	// Drift is the lessor's and the clients' drift bound. Default 0.02.
+	Drift float64
+	// Skew is the largest |rate−1| of a node's lease clock. Default 0.015
+	// (within Drift). Beyond Drift, P7 may fail; CheckP7 is then false.
+	Skew float64
+	// CheckP7 fails the run on an early expiry (set when Skew ≤ Drift).
+	CheckP7 bool
+	// Margin is what a holder subtracts from its local deadline. Default
+	// 100 ms, the client's.
+	Margin time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Duration == 0 {
+		c.Duration = 60 * time.Second
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = 200 * time.Millisecond
+	}
+	if c.LeaderLease == 0 {
+		c.LeaderLease = 100 * time.Millisecond
+	}
+	if c.Drift == 0 {
+		c.Drift = 0.02
+	}
+	if c.Skew == 0 {
+		c.Skew = 0.015
+	}
+	if c.Margin == 0 {
+		c.Margin = 100 * time.Millisecond
+	}
+}
+
+// Counters say which fault and outcome families a run exercised.
+type Counters struct {
+	LeaderChanges    int
+	Expiries         int
+	StaleRejections  int // fenced puts and resource writes refused
+	SnapshotInstalls int
+	Partitions       int
+	OneWayCuts       int
+	Delays           int
+	Drops            int
+	Crashes          int
+	PowerLosses      int // every node crashed at once
+	EarlyExpiries    int // P7 failures (violations only when CheckP7)
+	Operations       int // client operations checked
+	LostUnfenced     int // acknowledged writes the unfenced control resource lost
+	FailoverMs       []int64
+}
+
+// Add sums o into c.
+func (c *Counters) Add(o Counters) {
+	c.LeaderChanges += o.LeaderChanges
+	c.Expiries += o.Expiries
+	c.StaleRejections += o.StaleRejections
+	c.SnapshotInstalls += o.SnapshotInstalls
+	c.Partitions += o.Partitions
+	c.OneWayCuts += o.OneWayCuts
+	c.Delays += o.Delays
+	c.Drops += o.Drops
+	c.Crashes += o.Crashes
+	c.PowerLosses += o.PowerLosses
+	c.EarlyExpiries += o.EarlyExpiries
+	c.Operations += o.Operations
+	c.LostUnfenced += o.LostUnfenced
+	c.FailoverMs = append(c.FailoverMs, o.FailoverMs...)
+}
+
+// String prints the counters on one line.
+func (c Counters) String() string {
+	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d ops=%d lost_unfenced=%d",
+		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.Operations, c.LostUnfenced)
+}
+
+// Report is the outcome of one run.
+type Report struct {
+	Seed       uint64
+	Violations []string
+	Counters   Counters
+	// History and the porcupine check, kept for a failing seed's files.
+	lockOps, putOps []porcupine.Operation
+	lockInfo        porcupine.LinearizationInfo
+	putInfo         porcupine.LinearizationInfo
+	lockBad, putBad bool
+	Log             []string // fault schedule, as applied
+}
+
+// Cluster is three nodes, their network and the run's checks.
+type Cluster struct {
+	cfg   Config
+	net   *network
+	nodes []*node
+	start time.Time
+
+	mu        sync.Mutex // protects following
+	counters  Counters
+	viol      []string
+	hashes    map[uint64]uint64 // index → state hash, from the first node to apply it (P5)
+	expiredAt map[string]time.Time
+	lastAck   map[string]ackInfo
+	leader    string
+	healedAt  time.Time // zero unless waiting for a leader after healing
+	lockOps   []porcupine.Operation
+	putOps    []porcupine.Operation
+	log       []string
+}
+
+type ackInfo struct {
+	sent time.Time
+	ttl  time.Duration
+}
+
+func newCluster(cfg Config) *Cluster {
+	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
+	for i := range 3 {
+		rate := 1 + (rng.Float64()*2-1)*cfg.Skew
+		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("n%d", i+1), c: c, clock: skewClock{start: c.start, rate: rate}, store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()})
+	}
+	return c
+}
+
+func (c *Cluster) boot() error {
+	for _, n := range c.nodes {
+		if err := n.start(true); err != nil {
+			return err
+		}
+	}
+	c.connect()
+	return nil
+}
+
+// connect wires every running node's transport to every other's.
+func (c *Cluster) connect() {
+	for _, a := range c.nodes {
+		for _, b := range c.nodes {
+			if a != b && a.trans != nil && b.trans != nil {
+				a.trans.Connect(raft.ServerAddress(b.id), b.trans.InmemTransport)
+			}
+		}
+	}
+}
+
+func (c *Cluster) shutdown() {
+	for _, n := range c.nodes {
+		n.crash()
+	}
+}
+
+func (c *Cluster) now() int64 { return int64(time.Since(c.start)) }
+
+func (c *Cluster) logf(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.log = append(c.log, fmt.Sprintf("%8.3fs ", time.Since(c.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (c *Cluster) violate(prop, format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.viol = append(c.viol, prop+": "+fmt.Sprintf(format, args...))
+}
+
+func (c *Cluster) count(p *int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*p++
+}
+
+func (c *Cluster) leaderElected(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader != "" && c.leader != id {
+		c.counters.LeaderChanges++
+	}
+	c.leader = id
+	if !c.healedAt.IsZero() {
+		c.counters.FailoverMs = append(c.counters.FailoverMs, time.Since(c.healedAt).Milliseconds())
+		c.healedAt = time.Time{}
+	}
+}
+
+// applied records one applied entry: replicas must agree on the state hash
+// at every index (P5), and the first application of an expiry is checked
+// against the session's last acknowledged renewal (P7).
+func (c *Cluster) applied(id string, index, hash uint64, res *fsm.Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, seen := c.hashes[index]
+	if seen {
+		if h != hash {
+			c.viol = append(c.viol, fmt.Sprintf("P5: %s index %d: state hash %x, another replica had %x", id, index, hash, h))
+		}
+		return
+	}
+	c.hashes[index] = hash
+	now := time.Now()
+	for _, ev := range res.Events {
+		if ev.Type == leaseholdv1.EventType_EVENT_TYPE_EXPIRED {
+			c.counters.Expiries++
+		}
+	}
+	for _, lease := range res.EndedSessions {
+		if _, ok := c.expiredAt[lease]; ok {
+			continue
+		}
+		c.expiredAt[lease] = now
+		if a, ok := c.lastAck[lease]; ok {
+			c.checkEarlyLocked(lease, a, now)
+		}
+	}
+}
+
+// holderBound is how long after sending its last acknowledged renewal a
+// holder may still believe it holds: TTL·(1−drift) − margin.
+func (c *Cluster) holderBound(ttl time.Duration) time.Duration {
+	return ttl - time.Duration(float64(ttl)*c.cfg.Drift) - c.cfg.Margin
+}
+
+func (c *Cluster) checkEarlyLocked(lease string, a ackInfo, ended time.Time) {
+	if safe := a.sent.Add(c.holderBound(a.ttl)); ended.Before(safe) {
+		c.counters.EarlyExpiries++
+		if !c.cfg.CheckP7 {
+			return
+		}
+		c.viol = append(c.viol, fmt.Sprintf("P7: session %s ended at %.3fs, %v before its holder's deadline (renewal sent at %.3fs, TTL %v)",
+			lease, ended.Sub(c.start).Seconds(), safe.Sub(ended), a.sent.Sub(c.start).Seconds(), a.ttl))
+	}
+}
+
+// acked records a renewal (or creation) of lease sent at sent that the
+// grantor acknowledged.
+func (c *Cluster) acked(lease string, sent time.Time, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a, ok := c.lastAck[lease]; ok && a.sent.After(sent) {
+		return
+	}
+	a := ackInfo{sent: sent, ttl: ttl}
+	c.lastAck[lease] = a
+	if ended, ok := c.expiredAt[lease]; ok {
+		// Only an expiry applied by the time the acknowledgment was sent can
+		// be early with respect to it.
+		c.checkEarlyLocked(lease, a, ended)
+	}
+}
+
+// record adds one client operation to the history.
+func (c *Cluster) record(put bool, client int, call int64, in lockInput, out lockOutput) {
+	ret := c.now()
+	if out.Out == outUnknown {
+		ret = 1 << 62 // may take effect at any later time
+	}
+	op := porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counters.Operations++
+	if out.Out == outStale {
+		c.counters.StaleRejections++
+	}
+	if put {
+		c.putOps = append(c.putOps, op)
+	} else {
+		c.lockOps = append(c.lockOps, op)
+	}
+}
+
+func (c *Cluster) violations() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := append([]string(nil), c.viol...)
+	sort.Strings(v)
+	return v
+}
+
+// describe prints the nodes' views for a failure message.
+func (c *Cluster) describe() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		if n.up {
+			fmt.Fprintf(&b, "%s %s term %d commit %d; ", n.id, n.raft.State(), n.raft.CurrentTerm(), n.raft.CommitIndex())
+		} else {
+			fmt.Fprintf(&b, "%s down; ", n.id)
+		}
+		n.mu.Unlock()
+	}
+	return b.String()
+}

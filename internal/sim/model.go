@@ -1,0 +1,243 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Operation kinds of the lock-table history.
+const (
+	opAcquire = "acquire"
+	opRelease = "release"
+	opStatus  = "status"
+	opPut     = "put"
+)
+
+// Outcomes a client saw.
+const (
+	outOK       = "ok"
+	outUnknown  = "unknown"     // may or may not have been applied
+	outLocked   = "locked"      // TryAcquire: held by another session
+	outNoHolder = "not-holder"  // release refused
+	outExpired  = "lease-gone"  // the session no longer exists
+	outStale    = "stale-token" // fenced put refused
+)
+
+// lockInput is one call on the lock table (name partitions the history).
+type lockInput struct {
+	Op    string
+	Name  string
+	Lease string
+	Token uint64 // release and put: the holding's token
+}
+
+// lockOutput is what the call returned.
+type lockOutput struct {
+	Out   string
+	Token uint64 // acquire: the grant; status: the holder's token
+	Lease string // status: the holder ("" when free)
+}
+
+// lockState is a state of the expiring-mutex model. Sessions may expire at
+// any moment the model needs them to (an expiry is invisible to clients),
+// but an expired session never acts again: Dead lists them.
+type lockState struct {
+	Holder string
+	Token  uint64 // 0: granted, but its token is not yet observed
+	MaxTok uint64 // newest token observed for this name
+	Dead   string // sorted, comma-separated leases known to have expired
+}
+
+func (s lockState) dead(lease string) bool {
+	return slices.Contains(strings.Split(s.Dead, ","), lease)
+}
+
+func (s lockState) kill(lease string) lockState {
+	d := strings.Split(s.Dead, ",")
+	if s.Dead == "" {
+		d = nil
+	}
+	if !slices.Contains(d, lease) {
+		d = append(d, lease)
+		slices.Sort(d)
+	}
+	s.Dead = strings.Join(d, ",")
+	if s.Holder == lease {
+		s.Holder, s.Token = "", 0
+	}
+	return s
+}
+
+// expireHolder is s after its holder expired, or nothing when it is free.
+func (s lockState) expireHolder() []any {
+	if s.Holder == "" {
+		return nil
+	}
+	return []any{s.kill(s.Holder)}
+}
+
+// stepLock is the model of a mutex whose holder may expire on its own,
+// with tokens that only grow (P1, P2 per name, P3).
+func stepLock(st, in, out any) []any {
+	s, i, o := st.(lockState), in.(lockInput), out.(lockOutput)
+	switch i.Op {
+	case opAcquire:
+		switch o.Out {
+		case outUnknown:
+			next := []any{s}
+			if s.dead(i.Lease) {
+				return next
+			}
+			switch s.Holder {
+			case i.Lease:
+			case "":
+				next = append(next, lockState{Holder: i.Lease, MaxTok: s.MaxTok, Dead: s.Dead})
+			default:
+				k := s.kill(s.Holder)
+				next = append(next, lockState{Holder: i.Lease, MaxTok: k.MaxTok, Dead: k.Dead})
+			}
+			return next
+		case outOK:
+			if s.dead(i.Lease) {
+				return nil
+			}
+			if s.Holder == i.Lease {
+				if s.Token != 0 && s.Token != o.Token {
+					return nil
+				}
+				if s.Token == 0 && o.Token <= s.MaxTok {
+					return nil
+				}
+				s.Token, s.MaxTok = o.Token, max(s.MaxTok, o.Token)
+				return []any{s}
+			}
+			if o.Token <= s.MaxTok {
+				return nil
+			}
+			if s.Holder != "" {
+				s = s.kill(s.Holder)
+			}
+			s.Holder, s.Token, s.MaxTok = i.Lease, o.Token, o.Token
+			return []any{s}
+		case outLocked:
+			if s.Holder != "" && s.Holder != i.Lease {
+				return []any{s}
+			}
+			return nil
+		case outExpired:
+			return []any{s.kill(i.Lease)}
+		}
+	case opRelease:
+		mine := s.Holder == i.Lease && (s.Token == i.Token || s.Token == 0 && i.Token > s.MaxTok)
+		switch o.Out {
+		case outUnknown:
+			if mine {
+				return []any{s, lockState{MaxTok: max(s.MaxTok, i.Token), Dead: s.Dead}}
+			}
+			return []any{s}
+		case outOK:
+			if !mine || s.dead(i.Lease) {
+				return nil
+			}
+			return []any{lockState{MaxTok: max(s.MaxTok, i.Token), Dead: s.Dead}}
+		case outNoHolder, outExpired:
+			if mine {
+				return []any{s.kill(i.Lease)} // only if it expired first
+			}
+			return []any{s}
+		}
+	case opStatus:
+		switch {
+		case o.Out != outOK:
+			return []any{s}
+		case o.Lease == "":
+			if s.Holder == "" {
+				return []any{s}
+			}
+			return s.expireHolder()
+		case o.Lease == s.Holder && (s.Token == o.Token || s.Token == 0 && o.Token > s.MaxTok):
+			s.Token, s.MaxTok = o.Token, max(s.MaxTok, o.Token)
+			return []any{s}
+		}
+		return nil
+	}
+	panic(fmt.Sprintf("sim: no model for %+v → %+v", i, o))
+}
+
+// lockModel checks the lock table per name.
+var lockModel = porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		var names []string
+		for _, op := range h {
+			n := op.Input.(lockInput).Name
+			if _, ok := by[n]; !ok {
+				names = append(names, n)
+			}
+			by[n] = append(by[n], op)
+		}
+		slices.Sort(names)
+		out := make([][]porcupine.Operation, 0, len(names))
+		for _, n := range names {
+			out = append(out, by[n])
+		}
+		return out
+	},
+	Init:  func() []any { return []any{lockState{}} },
+	Step:  stepLock,
+	Equal: func(a, b any) bool { return a.(lockState) == b.(lockState) },
+	DescribeOperation: func(in, out any) string {
+		i, o := in.(lockInput), out.(lockOutput)
+		switch i.Op {
+		case opAcquire:
+			return fmt.Sprintf("acquire(%s) by %s → %s %d", i.Name, i.Lease, o.Out, o.Token)
+		case opStatus:
+			return fmt.Sprintf("status(%s) → %s %s %d", i.Name, o.Out, o.Lease, o.Token)
+		}
+		return fmt.Sprintf("%s(%s, %s, %d) → %s", i.Op, i.Name, i.Lease, i.Token, o.Out)
+	},
+	DescribeState: func(st any) string {
+		s := st.(lockState)
+		return fmt.Sprintf("holder=%s token=%d max=%d dead=[%s]", s.Holder, s.Token, s.MaxTok, s.Dead)
+	},
+}
+
+// registerState is the fenced register: the last accepted token of a key.
+type registerState struct{ Last uint64 }
+
+// stepRegister is the fenced-register model of the built-in KV: a put with
+// token t is accepted iff t ≥ last (P4 at the grantor's KV).
+func stepRegister(st, in, out any) []any {
+	s, i, o := st.(registerState), in.(lockInput), out.(lockOutput)
+	switch o.Out {
+	case outUnknown:
+		if i.Token >= s.Last {
+			return []any{s, registerState{Last: i.Token}}
+		}
+		return []any{s}
+	case outOK:
+		if i.Token >= s.Last {
+			return []any{registerState{Last: i.Token}}
+		}
+	case outStale:
+		if i.Token < s.Last {
+			return []any{s}
+		}
+	}
+	return nil
+}
+
+var registerModel = porcupine.NondeterministicModel{
+	Partition: lockModel.Partition,
+	Init:      func() []any { return []any{registerState{}} },
+	Step:      stepRegister,
+	Equal:     func(a, b any) bool { return a.(registerState) == b.(registerState) },
+	DescribeOperation: func(in, out any) string {
+		i, o := in.(lockInput), out.(lockOutput)
+		return fmt.Sprintf("put(%s, token %d) → %s", i.Name, i.Token, o.Out)
+	},
+	DescribeState: func(st any) string { return fmt.Sprintf("last=%d", st.(registerState).Last) },
+}

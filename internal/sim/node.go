@@ -1,0 +1,355 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/lessor"
+)
+
+// Errors of a node's operations, as a client sees them.
+var (
+	// errNotLeader: the node is not the leader; nothing was applied.
+	errNotLeader = errors.New("sim: not the leader")
+	// errUnknown: the command may or may not have been applied.
+	errUnknown = errors.New("sim: outcome unknown")
+)
+
+// node is one member: a hashicorp/raft instance on in-memory stores that
+// survive a crash (the log and stable store are treated as fsync'd on
+// every append, as bbolt's are), the real fsm.Machine behind a small
+// raft.FSM adapter, and a real lessor on the node's skewed clock.
+type node struct {
+	id    string
+	c     *Cluster
+	clock skewClock
+	store *raft.InmemStore // log and stable store; kept across restarts
+	snaps *raft.InmemSnapshotStore
+
+	mu      sync.Mutex // protects following
+	raft    *raft.Raft
+	trans   *faultTransport
+	lessor  *lessor.Lessor
+	fsm     *machine
+	done    chan struct{} // closed on crash: stops watch
+	watchWG sync.WaitGroup
+	up      bool
+	// barrierTerm is the term whose barrier this node applied as leader.
+	barrierTerm atomic.Uint64
+}
+
+// machine adapts fsm.Machine to raft.FSM and checks, after every applied
+// entry, the properties one replica can see alone (P2, P5, P6).
+type machine struct {
+	n *node
+
+	mu        sync.Mutex // protects following
+	m         *fsm.Machine
+	applied   uint64
+	holders   map[string]uint64 // name → token of the live grant, from events (P6)
+	lastToken uint64            // newest token granted, in apply order (P2)
+	running   bool              // raft is up: a Restore now is a snapshot install
+
+	lessor *lessor.Lessor // set before raft starts
+}
+
+func (f *machine) Apply(l *raft.Log) any {
+	var cmd fsmpb.Command
+	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+		panic(fmt.Sprintf("sim: undecodable log entry %d: %v", l.Index, err))
+	}
+	f.mu.Lock()
+	res := f.m.Apply(l.Index, &cmd)
+	f.applied = l.Index
+	f.checkLocked(l.Index, &res)
+	snap, err := f.m.Snapshot()
+	f.mu.Unlock()
+	if err != nil {
+		panic(err)
+	}
+	h := fnv.New64a()
+	h.Write(snap)
+	f.n.c.applied(f.n.id, l.Index, h.Sum64(), &res)
+	f.lessor.Observe(&res)
+	return &res
+}
+
+// checkLocked follows the events of one Apply: a grant while the name has a
+// live grant breaks P6, a token not above every earlier one breaks P2.
+func (f *machine) checkLocked(index uint64, res *fsm.Result) {
+	for _, ev := range res.Events {
+		switch ev.Type {
+		case leaseholdv1.EventType_EVENT_TYPE_ACQUIRED:
+			if t, ok := f.holders[ev.Name]; ok {
+				f.n.c.violate("P6", "%s index %d: %q granted token %d while token %d is live", f.n.id, index, ev.Name, ev.Token, t)
+			}
+			if ev.Token <= f.lastToken {
+				f.n.c.violate("P2", "%s index %d: %q granted token %d after token %d", f.n.id, index, ev.Name, ev.Token, f.lastToken)
+			}
+			f.holders[ev.Name] = ev.Token
+			f.lastToken = max(f.lastToken, ev.Token)
+		case leaseholdv1.EventType_EVENT_TYPE_RELEASED, leaseholdv1.EventType_EVENT_TYPE_EXPIRED:
+			delete(f.holders, ev.Name)
+		}
+	}
+}
+
+func (f *machine) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, err := f.m.Snapshot()
+	return snapshot(data), err
+}
+
+func (f *machine) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.m.Restore(data); err != nil {
+		return err
+	}
+	clear(f.holders)
+	locks, _ := f.m.List("", 1<<30)
+	for _, l := range locks {
+		if l.Holder != nil {
+			f.holders[l.Name] = l.Holder.GetToken()
+		}
+	}
+	f.lastToken = f.m.Token()
+	if f.running {
+		f.n.c.count(&f.n.c.counters.SnapshotInstalls)
+	}
+	return nil
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (snapshot) Release() {}
+
+// start boots (or reboots) the node on its surviving stores.
+func (n *node) start(bootstrap bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := n.c
+	_, inner := raft.NewInmemTransportWithTimeout(raft.ServerAddress(n.id), 200*time.Millisecond)
+	n.trans = &faultTransport{InmemTransport: inner, id: n.id, net: c.net, addr: func(a raft.ServerAddress) string { return string(a) }}
+	n.fsm = &machine{n: n, m: fsm.New(fsm.DefaultLimits()), holders: map[string]uint64{}}
+	lcfg := lessor.DefaultConfig()
+	lcfg.Clock = n.clock
+	lcfg.Drift = c.cfg.Drift
+	lcfg.Grace = 2 * c.cfg.LeaderLease // as the server sets it
+	lcfg.Tick = 20 * time.Millisecond
+	lcfg.Logger = slog.New(slog.DiscardHandler)
+	l, err := lessor.New(lcfg, proposer{n})
+	if err != nil {
+		return err
+	}
+	n.lessor = l
+	n.fsm.lessor = l
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.id)
+	rc.Logger = hclog.NewNullLogger()
+	rc.HeartbeatTimeout = c.cfg.ElectionTimeout
+	rc.ElectionTimeout = c.cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.cfg.LeaderLease
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.SnapshotInterval = 500 * time.Millisecond
+	rc.SnapshotThreshold = 40
+	rc.TrailingLogs = 20
+	notify := make(chan bool, 16)
+	rc.NotifyCh = notify
+	if bootstrap {
+		var conf raft.Configuration
+		for _, p := range c.nodes {
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.id), Address: raft.ServerAddress(p.id)})
+		}
+		if err := raft.BootstrapCluster(rc, n.store, n.store, n.snaps, n.trans, conf); err != nil {
+			return err
+		}
+	}
+	r, err := raft.NewRaft(rc, n.fsm, n.store, n.store, n.snaps, n.trans)
+	if err != nil {
+		return err
+	}
+	n.fsm.mu.Lock()
+	n.fsm.running = true
+	n.fsm.mu.Unlock()
+	n.raft = r
+	n.up = true
+	n.done = make(chan struct{})
+	done := n.done
+	n.watchWG.Go(func() { n.watch(r, l, notify, done) })
+	return nil
+}
+
+// watch runs the lessor while this node leads: after a barrier on
+// election, Promote with the applied sessions and lock-delays; Demote on loss.
+func (n *node) watch(r *raft.Raft, l *lessor.Lessor, notify <-chan bool, done <-chan struct{}) {
+	leader := false
+	for {
+		var is bool
+		select {
+		case is = <-notify:
+		case <-done:
+			return
+		}
+		if is == leader {
+			continue
+		}
+		if is {
+			term := r.CurrentTerm()
+			if r.Barrier(2*time.Second).Error() != nil {
+				continue
+			}
+			n.barrierTerm.Store(term)
+			// As the server does, no entry is applied between reading the
+			// live sessions and the lessor tracking them.
+			n.fsm.mu.Lock()
+			l.Promote(n.fsm.m.Sessions(), n.fsm.m.LockDelays())
+			n.fsm.mu.Unlock()
+			n.c.leaderElected(n.id)
+		} else {
+			l.Demote()
+		}
+		leader = is
+	}
+}
+
+// crash stops the node as kill -9 would: raft and the lessor stop, the
+// state machine is lost, the stores (fsync'd) survive. The node is first
+// cut off and left to apply what it committed, so that raft drops no
+// future it accepted.
+func (n *node) crash() {
+	n.c.net.set(func(nw *network) {
+		for _, p := range n.c.nodes {
+			if p != n {
+				nw.cut[[2]string{n.id, p.id}] = true
+				nw.cut[[2]string{p.id, n.id}] = true
+			}
+		}
+	})
+	// n.mu is not held while waiting: inside the synctest bubble a
+	// goroutine blocked on a mutex stops virtual time, and raft's shutdown
+	// waits for RPC timers.
+	n.mu.Lock()
+	if !n.up {
+		n.mu.Unlock()
+		return
+	}
+	n.up = false
+	r, f, l, trans, done := n.raft, n.fsm, n.lessor, n.trans, n.done
+	n.mu.Unlock()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		f.mu.Lock()
+		applied := f.applied
+		f.mu.Unlock()
+		if applied >= r.CommitIndex() {
+			break
+		}
+	}
+	_ = r.Shutdown().Error()
+	close(done)
+	n.watchWG.Wait()
+	l.Close()
+	_ = trans.Close()
+}
+
+// leading returns the node's raft and lessor when it believes it leads and
+// has applied its barrier; a deposed leader that has not noticed still does.
+func (n *node) leading() (*raft.Raft, *lessor.Lessor, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.up || n.raft.State() != raft.Leader || n.barrierTerm.Load() != n.raft.CurrentTerm() {
+		return nil, nil, false
+	}
+	return n.raft, n.lessor, true
+}
+
+// apply proposes cmd on this node if it leads. errNotLeader means nothing
+// was applied; errUnknown that it may have been.
+func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	r, _, ok := n.leading()
+	if !ok {
+		return fsm.Result{}, errNotLeader
+	}
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	f := r.Apply(data, time.Second)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return fsm.Result{}, errUnknown
+	}
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
+		return fsm.Result{}, errNotLeader
+	case err != nil:
+		return fsm.Result{}, errUnknown
+	}
+	return *f.Response().(*fsm.Result), nil
+}
+
+// read runs f on the applied state after a read barrier, as
+// raftnode.ReadIndex does: leadership confirmed by a quorum, and every entry
+// committed before the call applied here.
+func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
+	r, _, ok := n.leading()
+	if !ok {
+		return errNotLeader
+	}
+	commit := r.CommitIndex()
+	if r.VerifyLeader().Error() != nil {
+		return errNotLeader
+	}
+	for {
+		n.fsm.mu.Lock()
+		if n.fsm.applied >= commit {
+			f(n.fsm.m)
+			n.fsm.mu.Unlock()
+			return nil
+		}
+		n.fsm.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return errNotLeader
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// proposer lets the lessor propose through its node.
+type proposer struct{ n *node }
+
+func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	return p.n.apply(ctx, cmd)
+}

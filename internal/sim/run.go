@@ -1,0 +1,328 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Workload shapes.
+const (
+	w1TTL     = 10 * time.Second // W1: long-TTL lock table
+	w2TTL     = 1500 * time.Millisecond
+	w1Clients = 3
+	w2Clients = 3
+)
+
+var (
+	w1Names = []string{"l0", "l1", "l2"}
+	w2Names = []string{"w0", "w1"}
+)
+
+// Run runs one seed: boot three nodes, run the workloads under the seed's
+// fault schedule for cfg.Duration of cluster time, heal, check liveness and
+// then every history. It must run inside a testing/synctest bubble.
+func Run(cfg Config) Report {
+	cfg.defaults()
+	c := newCluster(cfg)
+	rep := Report{Seed: cfg.Seed}
+	if err := c.boot(); err != nil {
+		rep.Violations = []string{"boot: " + err.Error()}
+		return rep
+	}
+	fenced, unfenced := newResource(true), newResource(false)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range w1Clients {
+		cl := &client{c: c, id: i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(100+i)))}
+		wg.Go(func() { cl.lockTable(stop) })
+	}
+	for i := range w2Clients {
+		cl := &client{c: c, id: w1Clients + i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(200+i)))}
+		wg.Go(func() { cl.fencedWrites(stop, fenced, unfenced) })
+	}
+	c.faults(rand.New(rand.NewPCG(cfg.Seed, 2)))
+	close(stop)
+	wg.Wait()
+	c.heal()
+	c.liveness()
+	c.shutdown()
+	c.replay()
+
+	for k, lost := range fenced.lost() {
+		c.violate("P4", "fenced resource %s lost acknowledged writes %v", k, lost)
+	}
+	for _, lost := range unfenced.lost() {
+		c.counters.LostUnfenced += len(lost)
+	}
+	c.mu.Lock()
+	rep.lockOps, rep.putOps = c.lockOps, c.putOps
+	rep.Counters = c.counters
+	rep.Log = c.log
+	c.mu.Unlock()
+	var res porcupine.CheckResult
+	res, rep.lockInfo = porcupine.CheckOperationsVerbose(lockModel.ToModel(), rep.lockOps, 20*time.Second)
+	if res != porcupine.Ok {
+		rep.lockBad = true
+		c.violate("P1", "lock history is %s (%d operations)", res, len(rep.lockOps))
+	}
+	res, rep.putInfo = porcupine.CheckOperationsVerbose(registerModel.ToModel(), rep.putOps, 20*time.Second)
+	if res != porcupine.Ok {
+		rep.putBad = true
+		c.violate("P4", "fenced KV history is %s (%d puts)", res, len(rep.putOps))
+	}
+	rep.Violations = c.violations()
+	return rep
+}
+
+// lockTable is W1: sessions with a long TTL kept alive, try-acquires,
+// releases (sometimes with an older token of the same session, which must
+// be refused), fenced puts under the held token, and linearizable reads.
+func (cl *client) lockTable(stop <-chan struct{}) {
+	var lease string
+	var lastAck time.Time
+	held := map[string]uint64{}
+	old := map[string]uint64{} // an earlier token of this session per name
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(10+cl.rng.IntN(190)) * time.Millisecond):
+		}
+		if lease != "" && time.Since(lastAck) > cl.c.holderBound(w1TTL) {
+			lease = "" // the local deadline passed: the session is given up
+		}
+		if lease == "" {
+			clear(held)
+			clear(old)
+			lastAck = time.Now()
+			if lease = cl.createSession(w1TTL); lease == "" {
+				continue
+			}
+		}
+		if time.Since(lastAck) > w1TTL/4 {
+			sent := time.Now()
+			if !cl.keepalive(lease, w1TTL) {
+				lease = ""
+				continue
+			}
+			lastAck = sent
+		}
+		name := w1Names[cl.rng.IntN(len(w1Names))]
+		switch p := cl.rng.IntN(10); {
+		case p < 3:
+			if t, out := cl.acquire(name, lease); out == outOK {
+				held[name] = t
+			} else if out == outExpired {
+				lease = ""
+			}
+		case p < 5:
+			if t, ok := held[name]; ok {
+				cl.release(name, lease, t)
+				delete(held, name)
+				old[name] = t
+			}
+		case p < 6:
+			if t, ok := old[name]; ok {
+				cl.release(name, lease, t) // stale: must be refused (P3)
+			}
+		case p < 8:
+			if t, ok := held[name]; ok {
+				cl.put(name, t, []byte(lease))
+			}
+		default:
+			cl.status(name)
+		}
+	}
+}
+
+// fencedWrites is W2: acquire with a short TTL, read-modify-write a set on
+// the fenced and on the unfenced resource, sometimes pausing 1–3 TTLs
+// (no keepalives) between the read and the write, then a fenced put of the
+// built-in KV with the same token and a release.
+func (cl *client) fencedWrites(stop <-chan struct{}, fenced, unfenced *resource) {
+	var lease string
+	elem := cl.id * 1_000_000
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(20+cl.rng.IntN(200)) * time.Millisecond):
+		}
+		if lease == "" || !cl.keepalive(lease, w2TTL) {
+			if lease = cl.createSession(w2TTL); lease == "" {
+				continue
+			}
+		}
+		name := w2Names[cl.rng.IntN(len(w2Names))]
+		t, out := cl.acquire(name, lease)
+		if out != outOK {
+			if out == outExpired {
+				lease = ""
+			}
+			continue
+		}
+		elem++
+		set, ok := fenced.read(name, t)
+		uset, _ := unfenced.read(name, t)
+		if cl.rng.IntN(10) < 3 {
+			time.Sleep(w2TTL + time.Duration(cl.rng.Int64N(int64(2*w2TTL))))
+		}
+		if !fenced.write(name, t, append(set, elem), elem) || !ok {
+			cl.c.count(&cl.c.counters.StaleRejections)
+		}
+		unfenced.write(name, t, append(uset, elem), elem)
+		cl.put(name, t, []byte(lease))
+		cl.release(name, lease, t)
+	}
+}
+
+// faults runs the seed's fault schedule for the configured duration: one
+// fault at a time, each healed before the next.
+func (c *Cluster) faults(rng *rand.Rand) {
+	end := time.Now().Add(c.cfg.Duration)
+	for time.Now().Before(end) {
+		time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
+		hold := time.Duration(1000+rng.IntN(5000)) * time.Millisecond
+		victim := c.nodes[rng.IntN(len(c.nodes))]
+		if rng.IntN(2) == 0 {
+			victim = c.leaderNode(victim)
+		}
+		other := c.nodes[(slices.Index(c.nodes, victim)+1+rng.IntN(2))%len(c.nodes)]
+		c.failoverFrom(victim)
+		switch f := rng.IntN(6); f {
+		case 0:
+			c.logf("partition %s for %v", victim.id, hold)
+			c.count(&c.counters.Partitions)
+			c.isolate(victim)
+		case 1:
+			c.logf("cut %s→%s for %v", victim.id, other.id, hold)
+			c.count(&c.counters.OneWayCuts)
+			c.net.set(func(n *network) { n.cut[[2]string{victim.id, other.id}] = true })
+		case 2:
+			d := time.Duration(5+rng.IntN(150)) * time.Millisecond
+			c.logf("delay all links up to %v for %v", d, hold)
+			c.count(&c.counters.Delays)
+			c.everyLink(func(n *network, k [2]string) { n.delay[k] = d })
+		case 3:
+			p := 0.1 + rng.Float64()*0.4
+			c.logf("drop %.0f%% on all links for %v", p*100, hold)
+			c.count(&c.counters.Drops)
+			c.everyLink(func(n *network, k [2]string) { n.drop[k] = p })
+		case 4:
+			c.logf("crash %s for %v", victim.id, hold)
+			c.count(&c.counters.Crashes)
+			victim.crash()
+		case 5:
+			c.logf("power loss of every node for %v", hold)
+			c.count(&c.counters.PowerLosses)
+			c.failoverFrom(c.leaderNode(victim))
+			for _, n := range c.nodes {
+				n.crash()
+			}
+		}
+		time.Sleep(hold)
+		c.heal()
+	}
+}
+
+func (c *Cluster) isolate(v *node) {
+	c.net.set(func(n *network) {
+		for _, p := range c.nodes {
+			if p != v {
+				n.cut[[2]string{v.id, p.id}] = true
+				n.cut[[2]string{p.id, v.id}] = true
+			}
+		}
+	})
+}
+
+func (c *Cluster) everyLink(f func(n *network, k [2]string)) {
+	c.net.set(func(n *network) {
+		for _, a := range c.nodes {
+			for _, b := range c.nodes {
+				if a != b {
+					f(n, [2]string{a.id, b.id})
+				}
+			}
+		}
+	})
+}
+
+// leaderNode returns the node that leads now, or def.
+func (c *Cluster) leaderNode(def *node) *node {
+	for _, n := range c.nodes {
+		if _, _, ok := n.leading(); ok {
+			return n
+		}
+	}
+	return def
+}
+
+// failoverFrom starts a failover clock when the victim is the leader.
+func (c *Cluster) failoverFrom(v *node) {
+	if _, _, ok := v.leading(); !ok {
+		return
+	}
+	c.mu.Lock()
+	c.healedAt = time.Now()
+	c.mu.Unlock()
+}
+
+// heal removes every network fault and restarts crashed nodes.
+func (c *Cluster) heal() {
+	c.net.heal()
+	restarted := false
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		up := n.up
+		n.mu.Unlock()
+		if !up {
+			if err := n.start(false); err != nil {
+				c.violate("P8", "restart %s: %v", n.id, err)
+			}
+			restarted = true
+		}
+	}
+	if restarted {
+		c.connect()
+	}
+	c.logf("healed")
+}
+
+// liveness checks P8 after the final heal: a leader within three election
+// timeouts, then every name granted to a fresh session within
+// TTL·(1+drift) + grace + 1 s of the leader (the workload's holders are
+// gone and no longer renew).
+func (c *Cluster) liveness() {
+	healed := time.Now()
+	cl := &client{c: c, id: 99, rng: rand.New(rand.NewPCG(c.cfg.Seed, 3))}
+	for c.leaderNode(nil) == nil {
+		if time.Since(healed) > 3*2*c.cfg.ElectionTimeout {
+			c.violate("P8", "no leader %v after healing: %s", time.Since(healed), c.describe())
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	led := time.Now()
+	bound := w1TTL + time.Duration(float64(w1TTL)*c.cfg.Drift) + 2*c.cfg.LeaderLease + time.Second
+	lease := cl.createSession(time.Minute)
+	for _, name := range append(slices.Clone(w1Names), w2Names...) {
+		for {
+			if lease == "" {
+				lease = cl.createSession(time.Minute)
+			}
+			if _, out := cl.acquire(name, lease); out == outOK {
+				break
+			}
+			if time.Since(led) > bound+3*opTimeout {
+				c.violate("P8", "%q not granted %v after a leader was elected: %s", name, time.Since(led), c.describe())
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}

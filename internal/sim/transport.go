@@ -1,0 +1,131 @@
+package sim
+
+import (
+	"errors"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// errCut is what an RPC over a cut or dropping link returns.
+var errCut = errors.New("sim: link cut")
+
+// network is the fault table every faultTransport consults. Faults are
+// directional: cut[a][b] drops every RPC a sends to b (its requests; a
+// reply travels on the request's call). A link's delay holds each RPC for
+// a random time up to delay, so concurrent RPCs (heartbeats, appends,
+// votes) arrive reordered.
+type network struct {
+	mu    sync.Mutex // protects following
+	cut   map[[2]string]bool
+	delay map[[2]string]time.Duration
+	drop  map[[2]string]float64
+	rng   *rand.Rand
+	rpcs  int // RPCs refused by a fault
+}
+
+func newNetwork(seed uint64) *network {
+	return &network{cut: map[[2]string]bool{}, delay: map[[2]string]time.Duration{}, drop: map[[2]string]float64{}, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+}
+
+// verdict decides the fate of one RPC from → to: how long it is held and
+// whether it is refused.
+func (n *network) verdict(from, to string) (time.Duration, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := [2]string{from, to}
+	if n.cut[k] || (n.drop[k] > 0 && n.rng.Float64() < n.drop[k]) {
+		n.rpcs++
+		return 0, false
+	}
+	var d time.Duration
+	if max := n.delay[k]; max > 0 {
+		d = time.Duration(n.rng.Int64N(int64(max)))
+	}
+	return d, true
+}
+
+// heal removes every fault.
+func (n *network) heal() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	clear(n.cut)
+	clear(n.delay)
+	clear(n.drop)
+}
+
+func (n *network) set(f func(n *network)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f(n)
+}
+
+// faultTransport is raft's in-memory transport behind the network's fault
+// table. Pipelining is off, so every append passes the table.
+type faultTransport struct {
+	*raft.InmemTransport
+	id   string
+	net  *network
+	addr func(raft.ServerAddress) string // raft address → node id
+}
+
+var _ raft.WithClose = (*faultTransport)(nil)
+
+func (t *faultTransport) pass(target raft.ServerAddress) error {
+	d, ok := t.net.verdict(t.id, t.addr(target))
+	if !ok {
+		return errCut
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	return nil
+}
+
+// AppendEntriesPipeline is not supported: raft falls back to AppendEntries.
+func (t *faultTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// AppendEntries sends through the fault table.
+func (t *faultTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if err := t.pass(target); err != nil {
+		return err
+	}
+	return t.InmemTransport.AppendEntries(id, target, args, resp)
+}
+
+// RequestVote sends through the fault table.
+func (t *faultTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if err := t.pass(target); err != nil {
+		return err
+	}
+	return t.InmemTransport.RequestVote(id, target, args, resp)
+}
+
+// RequestPreVote sends through the fault table.
+func (t *faultTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if err := t.pass(target); err != nil {
+		return err
+	}
+	return t.InmemTransport.RequestPreVote(id, target, args, resp)
+}
+
+// InstallSnapshot sends through the fault table.
+func (t *faultTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if err := t.pass(target); err != nil {
+		return err
+	}
+	return t.InmemTransport.InstallSnapshot(id, target, args, resp, data)
+}
+
+// TimeoutNow sends through the fault table.
+func (t *faultTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	if err := t.pass(target); err != nil {
+		return err
+	}
+	return t.InmemTransport.TimeoutNow(id, target, args, resp)
+}
