@@ -1,3 +1,5 @@
+//go:build leasehold_sim
+
 // Package sim is leasehold's deterministic cluster simulation (tier 1 of
 // the fault suite). Three hashicorp/raft nodes run the real fsm.Machine and
 // the real lessor on raft's in-memory stores and transport; a fault table

@@ -1,3 +1,5 @@
+//go:build leasehold_sim
+
 package sim
 
 import (
@@ -28,7 +30,7 @@ func TestMutants(t *testing.T) {
 	for _, tag := range mutants {
 		t.Run(tag, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(goBin, "test", "-count=1", "-tags", tag, ".", "-run", "TestSim$", "-seeds", "8", "-duration", "30s", "-timeout", "3m")
+			cmd := exec.Command(goBin, "test", "-count=1", "-tags", "leasehold_sim,"+tag, ".", "-run", "TestSim$", "-seeds", "8", "-duration", "30s", "-timeout", "3m")
 			cmd.Env = append(os.Environ(), "LEASEHOLD_SIM_FAILDIR="+t.TempDir())
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "VIOLATION") {

@@ -1,3 +1,5 @@
+//go:build leasehold_sim
+
 package sim
 
 import (

@@ -1,3 +1,5 @@
+//go:build leasehold_sim
+
 package sim
 
 import (
@@ -80,7 +82,7 @@ func runSeed(t *testing.T, seed uint64, done func(Report)) {
 	done(rep)
 	if len(rep.Violations) > 0 {
 		dir := saveFailure(t, rep)
-		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test ./internal/sim -run TestSim -seed %d\nhistory and visualization: %s\ncounters: %v",
+		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run TestSim -seed %d\nhistory and visualization: %s\ncounters: %v",
 			seed, strings.Join(rep.Violations, "\n  "), seed, dir, rep.Counters)
 	}
 }
