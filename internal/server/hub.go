@@ -44,7 +44,7 @@ type hub struct {
 
 type watcher struct {
 	prefix string
-	from   uint64        // events below this index are not sent
+	from   uint64        // events below this index are not sent (guarded by hub.mu)
 	wake   chan struct{} // buffered, one slot: "new events"
 	// ended is closed when the hub dropped the watcher; err says why.
 	ended chan struct{}
@@ -96,7 +96,14 @@ func (h *hub) watch(prefix string, from uint64) (*watcher, uint64, error) {
 	if from != 0 {
 		return w, from - 1, nil // nothing sent yet
 	}
-	return w, h.applied, nil
+	// From now: raft may count entries (its own among them) that are not
+	// published yet; they are before now.
+	start := h.applied
+	if h.raftApplied != nil {
+		start = max(start, h.raftApplied())
+	}
+	w.from = start + 1
+	return w, start, nil
 }
 
 // resolveLocked learns the floor after a snapshot install from raft's
