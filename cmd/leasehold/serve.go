@@ -25,6 +25,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	)
 	var logFormat string
 	var accessLog bool
+	var watchHistory int
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a leasehold server (a single durable node with no flags)",
@@ -53,7 +54,7 @@ Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DAT
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
 LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
-LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER); a flag on the command line wins.
+LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER, LEASEHOLD_WATCH_HISTORY); a flag on the command line wins.
 
 Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
 with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.`,
@@ -72,6 +73,9 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 			quotaBytes, err := parseBytes(quota)
 			if err != nil {
 				return usageErr("--quota-bytes: %v", err)
+			}
+			if watchHistory < 1 || watchHistory > maxWatchHistory {
+				return usageErr("--watch-history %d: want 1 to %d events", watchHistory, maxWatchHistory)
 			}
 			serverTLS, peerTLS, err := tlsFlags.config(listen, g.tls.cacert)
 			if err != nil {
@@ -103,6 +107,7 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Raft.Limits.MaxStateBytes = quotaBytes
 			cfg.Join = join
+			cfg.WatchHistory = watchHistory
 			cfg.Raft.ForceNewCluster = forceNewCluster
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
@@ -144,9 +149,13 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
 	tlsFlags.add(f)
+	f.IntVar(&watchHistory, "watch-history", server.DefaultWatchHistory, "events kept in memory for watch --from-index; a watcher may fall half of it behind")
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	return cmd
 }
+
+// maxWatchHistory caps --watch-history (a few hundred bytes per event).
+const maxWatchHistory = 1_000_000
 
 func parsePeers(s string) ([]raftnode.Peer, error) {
 	var peers []raftnode.Peer
