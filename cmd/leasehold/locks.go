@@ -261,7 +261,7 @@ func newWatchCmd(g *globals) *cobra.Command {
 			"With --from-index N, first print every event from log index N on that the server's history still holds. " +
 			"When a node stops or the connection breaks, the watch resumes on the next of --endpoints after the last event printed, with no gap and no duplicate; " +
 			"it exits with the compacted code (15) when the events to resume from are no longer in the history: read the state (ls) and watch again.",
-		Args:  cobra.MaximumNArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
 			if len(args) == 1 {
