@@ -15,10 +15,11 @@ import (
 //   - every event goes into a bounded history (history.go); a watcher is a
 //     cursor into it, so a Watch can start at a log index (replay, then
 //     live, in one sequence: no gap, no duplicate);
-//   - a watcher that falls more than maxLag events behind is ended with
-//     resource-exhausted while the events after the last one it sent are
-//     still held, so that it can resume from there; a Watch from an index
-//     the history no longer holds fails with compacted;
+//   - a watcher that falls more than maxLag events behind the events
+//     published since it registered is ended with resource-exhausted while
+//     the events after the last one it sent are still held, so that it can
+//     resume from there; a Watch from an index the history no longer holds,
+//     or whose replay the history overtook, fails with compacted;
 //   - when the node installs a snapshot (the events in between were never
 //     applied here) the history is emptied and every watcher is ended with
 //     compacted;
@@ -51,6 +52,7 @@ type watcher struct {
 
 	// guarded by hub.mu
 	next uint64 // seq of the next history event to look at
+	base uint64 // history head when it registered: a replay before it is no lag
 	err  error  // written once before ended is closed
 }
 
@@ -80,7 +82,7 @@ func (h *hub) watch(prefix string, from uint64) (*watcher, uint64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.resolveLocked()
-	w.next = h.hist.head
+	w.next, w.base = h.hist.head, h.hist.head
 	if from != 0 {
 		switch {
 		case h.pending && from <= h.restoredAt:
@@ -141,7 +143,7 @@ func (h *hub) next(w *watcher, limit int) (evs []fsm.Event, covered uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w.next < h.hist.oldest() {
-		return nil, 0 // ended by publish: the events it missed are gone
+		return nil, 0 // ended by publish with compacted
 	}
 	for ; w.next < h.hist.head && len(evs) < limit; w.next++ {
 		ev := h.hist.at(w.next)
@@ -209,11 +211,14 @@ func (h *hub) publish(index uint64, events []fsm.Event) {
 		}
 	}
 	for w := range h.watchers {
-		if lag := h.hist.head - w.next; lag > h.maxLag {
+		switch {
+		case w.next < h.hist.oldest():
+			h.endLocked(w, api.Errorf(api.CodeCompacted, "the events this watch was replaying are no longer in the history: read the state and watch again"))
+		case h.hist.head-max(w.next, w.base) > h.maxLag:
 			h.endLocked(w, api.Errorf(api.CodeResourceExhausted, "watcher fell more than %d events behind; resume from the index after the last event received", h.maxLag))
-			continue
+		default:
+			signal(w.wake)
 		}
-		signal(w.wake)
 	}
 }
 

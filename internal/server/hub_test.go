@@ -98,3 +98,38 @@ func TestHubRestoredResetsHistory(t *testing.T) {
 		t.Fatalf("after the snapshot got %v, want index 51", evs)
 	}
 }
+
+// A watch replaying a long stretch of the history is not ended for the
+// events it has yet to replay, only for those published after it started;
+// one whose replay the history overtakes ends with compacted.
+func TestHubReplayIsNotLag(t *testing.T) {
+	h := newHub(8) // a watcher may lag 4 events
+	publishAll(h, hubEvents(1, 7))
+	w, _, err := h.watch("s:", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishAll(h, hubEvents(8, 8)) // evicts nothing yet: 8 held
+	select {
+	case <-w.ended:
+		t.Fatalf("a replaying watcher was ended: %v", w.err)
+	default:
+	}
+	evs, _ := h.next(w, 100)
+	if len(evs) != 8 || evs[0].Index != 1 {
+		t.Fatalf("replay got %v, want indexes 1..8", evs)
+	}
+	slow, _, err := h.watch("s:", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishAll(h, hubEvents(9, 10)) // evicts index 1 and 2
+	select {
+	case <-slow.ended:
+	default:
+		t.Fatal("a watcher whose next event was evicted is still registered")
+	}
+	if api.CodeOf(slow.err) != api.CodeCompacted {
+		t.Fatalf("ended with %v, want compacted", slow.err)
+	}
+}
