@@ -110,11 +110,14 @@ func resumable(code api.Code) bool {
 }
 
 // openWatch starts req at cur's resume point on the current endpoint (the
-// next one when next is set), failing over between endpoints like call,
-// and returns once the server registered it (its first progress response).
+// next one when next is set, to resume), failing over between endpoints
+// like call, and returns once the server registered it (its first progress
+// response). A first open fails at once when every endpoint refuses the
+// connection; a resume keeps trying (a node may be restarting).
 func (c *Client) openWatch(ctx context.Context, req *pb.WatchRequest, cur *watchCursor, next bool) (*connect.ServerStreamForClient[pb.WatchResponse], error) {
 	stop := time.Now().Add(c.opts.retryTimeout)
 	backoff := 10 * time.Millisecond
+	first := !next
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			return nil, opError("watch", &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()})
@@ -140,6 +143,10 @@ func (c *Client) openWatch(ctx context.Context, req *pb.WatchRequest, cur *watch
 			}
 		}
 		e := c.opts.dialHint(classify(ctx, err, req), err)
+		if first && api.Refused(err) && attempt == len(c.eps) {
+			return nil, opError("watch", &api.Error{Code: api.CodeUnavailable, Message: "no server at " + c.addrs()})
+		}
+		first = first && api.Refused(err)
 		if !resumable(e.Code) || ctx.Err() != nil || time.Now().After(stop) {
 			return nil, opError("watch", e)
 		}

@@ -208,3 +208,19 @@ func TestWatchFromIndexAndCompacted(t *testing.T) {
 		t.Fatalf("progress %v, want the start index first", progress)
 	}
 }
+
+// A first Watch with no server listening fails at once, as every call does.
+func TestWatchNoServerFailsAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := dial(t, addr, client.WithRetryTimeout(time.Minute))
+	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+	defer cancel()
+	if _, err := c.Watch(ctx, ""); !errors.Is(err, client.ErrUnavailable) || ctx.Err() != nil {
+		t.Fatalf("watch with no server: %v (ctx %v), want ErrUnavailable at once", err, ctx.Err())
+	}
+}
