@@ -24,6 +24,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Mode is how a request shares its name with other holders.
+type Mode int32
+
+const (
+	// MODE_EXCLUSIVE: one holder, or one of permits holders (semaphore).
+	Mode_MODE_EXCLUSIVE Mode = 0
+	// MODE_SHARED: any number of shared holders and no exclusive one.
+	Mode_MODE_SHARED Mode = 1
+)
+
+// Enum value maps for Mode.
+var (
+	Mode_name = map[int32]string{
+		0: "MODE_EXCLUSIVE",
+		1: "MODE_SHARED",
+	}
+	Mode_value = map[string]int32{
+		"MODE_EXCLUSIVE": 0,
+		"MODE_SHARED":    1,
+	}
+)
+
+func (x Mode) Enum() *Mode {
+	p := new(Mode)
+	*p = x
+	return p
+}
+
+func (x Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_fsm_v1_fsm_proto_enumTypes[0].Descriptor()
+}
+
+func (Mode) Type() protoreflect.EnumType {
+	return &file_leasehold_fsm_v1_fsm_proto_enumTypes[0]
+}
+
+func (x Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mode.Descriptor instead.
+func (Mode) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{0}
+}
+
 // Command is one Raft log entry. unix_ms is the proposing leader's wall
 // clock, recorded for display only; no decision depends on it.
 type Command struct {
@@ -44,6 +93,7 @@ type Command struct {
 	//	*Command_Checkpoint
 	//	*Command_KvDelete
 	//	*Command_TokenFloor
+	//	*Command_Proclaim
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -210,6 +260,15 @@ func (x *Command) GetTokenFloor() *TokenFloor {
 	return nil
 }
 
+func (x *Command) GetProclaim() *Proclaim {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -266,6 +325,10 @@ type Command_TokenFloor struct {
 	TokenFloor *TokenFloor `protobuf:"bytes,23,opt,name=token_floor,json=tokenFloor,proto3,oneof"`
 }
 
+type Command_Proclaim struct {
+	Proclaim *Proclaim `protobuf:"bytes,40,opt,name=proclaim,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -291,6 +354,8 @@ func (*Command_Checkpoint) isCommand_Op() {}
 func (*Command_KvDelete) isCommand_Op() {}
 
 func (*Command_TokenFloor) isCommand_Op() {}
+
+func (*Command_Proclaim) isCommand_Op() {}
 
 type CreateSession struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -457,7 +522,14 @@ type Acquire struct {
 	// try refuses instead of queueing.
 	Try bool `protobuf:"varint,4,opt,name=try,proto3" json:"try,omitempty"`
 	// wait_id names this request's place in the queue (see CancelWait).
-	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	WaitId uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	// mode is exclusive (the default) or shared (a reader of a read/write lock).
+	Mode Mode `protobuf:"varint,6,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	// permits makes the name a semaphore of that many holders; 0 and 1 mean
+	// one. Every request for a name must carry the name's current permits.
+	Permits uint32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
+	// value is the holding's value (an election candidate's proclamation).
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -527,6 +599,97 @@ func (x *Acquire) GetWaitId() uint64 {
 	return 0
 }
 
+func (x *Acquire) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Acquire) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *Acquire) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// Proclaim changes the value of the holding (name, lease_id, token) without
+// ending it (an elected leader announcing a new value).
+type Proclaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Proclaim) Reset() {
+	*x = Proclaim{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Proclaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Proclaim) ProtoMessage() {}
+
+func (x *Proclaim) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
+func (*Proclaim) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Proclaim) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Proclaim) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *Proclaim) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Proclaim) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // CancelWait withdraws the queue entry of wait_id; when that entry was
 // already granted (the requester gave up before learning it), the holding is
 // released.
@@ -541,7 +704,7 @@ type CancelWait struct {
 
 func (x *CancelWait) Reset() {
 	*x = CancelWait{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +716,7 @@ func (x *CancelWait) String() string {
 func (*CancelWait) ProtoMessage() {}
 
 func (x *CancelWait) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +729,7 @@ func (x *CancelWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWait.ProtoReflect.Descriptor instead.
 func (*CancelWait) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelWait) GetName() string {
@@ -601,7 +764,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +776,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +789,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Release) GetName() string {
@@ -662,7 +825,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +837,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +850,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -716,7 +879,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +891,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +904,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KVPut) GetKey() string {
@@ -785,7 +948,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +960,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +973,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -849,7 +1012,7 @@ type TokenFloor struct {
 
 func (x *TokenFloor) Reset() {
 	*x = TokenFloor{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1024,7 @@ func (x *TokenFloor) String() string {
 func (*TokenFloor) ProtoMessage() {}
 
 func (x *TokenFloor) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1037,7 @@ func (x *TokenFloor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenFloor.ProtoReflect.Descriptor instead.
 func (*TokenFloor) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TokenFloor) GetMin() uint64 {
@@ -901,7 +1064,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1076,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1089,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -953,7 +1116,7 @@ type BumpToken struct {
 
 func (x *BumpToken) Reset() {
 	*x = BumpToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1128,7 @@ func (x *BumpToken) String() string {
 func (*BumpToken) ProtoMessage() {}
 
 func (x *BumpToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1141,7 @@ func (x *BumpToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpToken.ProtoReflect.Descriptor instead.
 func (*BumpToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BumpToken) GetMin() uint64 {
@@ -1011,7 +1174,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1186,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1199,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Session) GetLeaseId() string {
@@ -1102,14 +1265,19 @@ type Holding struct {
 	AcquiredUnixMs int64                  `protobuf:"varint,3,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
 	LockDelayMs    int64                  `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// wait_id is the queue entry the grant came from (0 when granted at once).
-	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	WaitId uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	Mode   Mode   `protobuf:"varint,6,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	// slot is the permit this holding occupies, 0..permits-1 (0 for a lock of
+	// one permit); a semaphore holder fences its slot with the key NAME/slot/K.
+	Slot          uint32 `protobuf:"varint,7,opt,name=slot,proto3" json:"slot,omitempty"`
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1289,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1302,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Holding) GetLeaseId() string {
@@ -1172,19 +1340,42 @@ func (x *Holding) GetWaitId() uint64 {
 	return 0
 }
 
+func (x *Holding) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Holding) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Holding) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type Waiter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	LockDelayMs   int64                  `protobuf:"varint,2,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	WaitId        uint64                 `protobuf:"varint,3,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
 	QueuedUnixMs  int64                  `protobuf:"varint,4,opt,name=queued_unix_ms,json=queuedUnixMs,proto3" json:"queued_unix_ms,omitempty"`
+	Mode          Mode                   `protobuf:"varint,5,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	Value         []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1387,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1400,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Waiter) GetLeaseId() string {
@@ -1240,6 +1431,20 @@ func (x *Waiter) GetQueuedUnixMs() int64 {
 	return 0
 }
 
+func (x *Waiter) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Waiter) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type Lock struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1247,15 +1452,20 @@ type Lock struct {
 	Waiters []*Waiter              `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	// delay_token is the token of the expired holding whose lock-delay is in
 	// force (0 when none); delay_ms its length.
-	DelayToken    uint64 `protobuf:"varint,4,opt,name=delay_token,json=delayToken,proto3" json:"delay_token,omitempty"`
-	DelayMs       int64  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	DelayToken uint64 `protobuf:"varint,4,opt,name=delay_token,json=delayToken,proto3" json:"delay_token,omitempty"`
+	DelayMs    int64  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	// holders lists the holdings when there is more than one possible (shared
+	// or permits > 1); an exclusive lock of one permit uses holder.
+	Holders []*Holding `protobuf:"bytes,6,rep,name=holders,proto3" json:"holders,omitempty"`
+	// permits is the semaphore size; 0 means 1.
+	Permits       uint32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1477,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1490,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Lock) GetName() string {
@@ -1318,6 +1528,20 @@ func (x *Lock) GetDelayMs() int64 {
 	return 0
 }
 
+func (x *Lock) GetHolders() []*Holding {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *Lock) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 type KV struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1331,7 +1555,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1567,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1580,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KV) GetKey() string {
@@ -1397,7 +1621,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1633,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1646,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Node) GetId() string {
@@ -1457,7 +1681,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1693,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1706,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotHeader) GetToken() uint64 {
@@ -1531,7 +1755,7 @@ type SnapshotEnd struct {
 
 func (x *SnapshotEnd) Reset() {
 	*x = SnapshotEnd{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1767,7 @@ func (x *SnapshotEnd) String() string {
 func (*SnapshotEnd) ProtoMessage() {}
 
 func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1780,7 @@ func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotEnd.ProtoReflect.Descriptor instead.
 func (*SnapshotEnd) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotEnd) GetRecords() uint64 {
@@ -1585,7 +1809,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1821,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1834,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -1729,7 +1953,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1965,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1978,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Snapshot) GetToken() uint64 {
@@ -1804,7 +2028,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2040,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2053,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Checkpoint) GetSessions() []*SessionCheckpoint {
@@ -1856,7 +2080,7 @@ type SessionCheckpoint struct {
 
 func (x *SessionCheckpoint) Reset() {
 	*x = SessionCheckpoint{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2092,7 @@ func (x *SessionCheckpoint) String() string {
 func (*SessionCheckpoint) ProtoMessage() {}
 
 func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2105,7 @@ func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheckpoint.ProtoReflect.Descriptor instead.
 func (*SessionCheckpoint) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionCheckpoint) GetLeaseId() string {
@@ -1916,7 +2140,7 @@ var File_leasehold_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\xd7\x06\n" +
+	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x91\a\n" +
 	"\aCommand\x12\x17\n" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12H\n" +
 	"\x0ecreate_session\x18\n" +
@@ -1937,7 +2161,8 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"checkpoint\x129\n" +
 	"\tkv_delete\x18\x16 \x01(\v2\x1a.leasehold.fsm.v1.KVDeleteH\x00R\bkvDelete\x12?\n" +
 	"\vtoken_floor\x18\x17 \x01(\v2\x1c.leasehold.fsm.v1.TokenFloorH\x00R\n" +
-	"tokenFloorB\x04\n" +
+	"tokenFloor\x128\n" +
+	"\bproclaim\x18( \x01(\v2\x1a.leasehold.fsm.v1.ProclaimH\x00R\bproclaimB\x04\n" +
 	"\x02op\"w\n" +
 	"\rCreateSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
@@ -1949,13 +2174,21 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fCloseSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"#\n" +
 	"\x06Expire\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"\x87\x01\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\"\xe3\x01\n" +
 	"\aAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x10\n" +
 	"\x03try\x18\x04 \x01(\bR\x03try\x12\x17\n" +
-	"\await_id\x18\x05 \x01(\x04R\x06waitId\"T\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\x12*\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x18\n" +
+	"\apermits\x18\a \x01(\rR\apermits\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"e\n" +
+	"\bProclaim\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\"T\n" +
 	"\n" +
 	"CancelWait\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -1996,25 +2229,32 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x15checkpoint_generation\x18\a \x01(\x04R\x14checkpointGeneration\x12\x1e\n" +
 	"\n" +
 	"sequencers\x18\x14 \x01(\bR\n" +
-	"sequencers\"\xa1\x01\n" +
+	"sequencers\"\xf7\x01\n" +
 	"\aHolding\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12(\n" +
 	"\x10acquired_unix_ms\x18\x03 \x01(\x03R\x0eacquiredUnixMs\x12\"\n" +
 	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x17\n" +
-	"\await_id\x18\x05 \x01(\x04R\x06waitId\"\x86\x01\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\x12*\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x12\n" +
+	"\x04slot\x18\a \x01(\rR\x04slot\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"\xc8\x01\n" +
 	"\x06Waiter\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\"\n" +
 	"\rlock_delay_ms\x18\x02 \x01(\x03R\vlockDelayMs\x12\x17\n" +
 	"\await_id\x18\x03 \x01(\x04R\x06waitId\x12$\n" +
-	"\x0equeued_unix_ms\x18\x04 \x01(\x03R\fqueuedUnixMs\"\xbd\x01\n" +
+	"\x0equeued_unix_ms\x18\x04 \x01(\x03R\fqueuedUnixMs\x12*\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"\x8c\x02\n" +
 	"\x04Lock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06holder\x18\x02 \x01(\v2\x19.leasehold.fsm.v1.HoldingR\x06holder\x122\n" +
 	"\awaiters\x18\x03 \x03(\v2\x18.leasehold.fsm.v1.WaiterR\awaiters\x12\x1f\n" +
 	"\vdelay_token\x18\x04 \x01(\x04R\n" +
 	"delayToken\x12\x19\n" +
-	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\"\\\n" +
+	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x123\n" +
+	"\aholders\x18\x06 \x03(\v2\x19.leasehold.fsm.v1.HoldingR\aholders\x12\x18\n" +
+	"\apermits\x18\a \x01(\rR\apermits\"\\\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
@@ -2056,7 +2296,10 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\acleared\x18\x03 \x01(\bR\acleared\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
-	"generationB9Z7github.com/leasehold/leasehold/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"generation*+\n" +
+	"\x04Mode\x12\x12\n" +
+	"\x0eMODE_EXCLUSIVE\x10\x00\x12\x0f\n" +
+	"\vMODE_SHARED\x10\x01B9Z7github.com/leasehold/leasehold/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_leasehold_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2070,66 +2313,74 @@ func file_leasehold_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leasehold_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_leasehold_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
-	(*Command)(nil),           // 0: leasehold.fsm.v1.Command
-	(*CreateSession)(nil),     // 1: leasehold.fsm.v1.CreateSession
-	(*CloseSession)(nil),      // 2: leasehold.fsm.v1.CloseSession
-	(*Expire)(nil),            // 3: leasehold.fsm.v1.Expire
-	(*Acquire)(nil),           // 4: leasehold.fsm.v1.Acquire
-	(*CancelWait)(nil),        // 5: leasehold.fsm.v1.CancelWait
-	(*Release)(nil),           // 6: leasehold.fsm.v1.Release
-	(*EndLockDelay)(nil),      // 7: leasehold.fsm.v1.EndLockDelay
-	(*KVPut)(nil),             // 8: leasehold.fsm.v1.KVPut
-	(*KVDelete)(nil),          // 9: leasehold.fsm.v1.KVDelete
-	(*TokenFloor)(nil),        // 10: leasehold.fsm.v1.TokenFloor
-	(*RegisterNode)(nil),      // 11: leasehold.fsm.v1.RegisterNode
-	(*BumpToken)(nil),         // 12: leasehold.fsm.v1.BumpToken
-	(*Session)(nil),           // 13: leasehold.fsm.v1.Session
-	(*Holding)(nil),           // 14: leasehold.fsm.v1.Holding
-	(*Waiter)(nil),            // 15: leasehold.fsm.v1.Waiter
-	(*Lock)(nil),              // 16: leasehold.fsm.v1.Lock
-	(*KV)(nil),                // 17: leasehold.fsm.v1.KV
-	(*Node)(nil),              // 18: leasehold.fsm.v1.Node
-	(*SnapshotHeader)(nil),    // 19: leasehold.fsm.v1.SnapshotHeader
-	(*SnapshotEnd)(nil),       // 20: leasehold.fsm.v1.SnapshotEnd
-	(*SnapshotRecord)(nil),    // 21: leasehold.fsm.v1.SnapshotRecord
-	(*Snapshot)(nil),          // 22: leasehold.fsm.v1.Snapshot
-	(*Checkpoint)(nil),        // 23: leasehold.fsm.v1.Checkpoint
-	(*SessionCheckpoint)(nil), // 24: leasehold.fsm.v1.SessionCheckpoint
+	(Mode)(0),                 // 0: leasehold.fsm.v1.Mode
+	(*Command)(nil),           // 1: leasehold.fsm.v1.Command
+	(*CreateSession)(nil),     // 2: leasehold.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 3: leasehold.fsm.v1.CloseSession
+	(*Expire)(nil),            // 4: leasehold.fsm.v1.Expire
+	(*Acquire)(nil),           // 5: leasehold.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 6: leasehold.fsm.v1.Proclaim
+	(*CancelWait)(nil),        // 7: leasehold.fsm.v1.CancelWait
+	(*Release)(nil),           // 8: leasehold.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 9: leasehold.fsm.v1.EndLockDelay
+	(*KVPut)(nil),             // 10: leasehold.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 11: leasehold.fsm.v1.KVDelete
+	(*TokenFloor)(nil),        // 12: leasehold.fsm.v1.TokenFloor
+	(*RegisterNode)(nil),      // 13: leasehold.fsm.v1.RegisterNode
+	(*BumpToken)(nil),         // 14: leasehold.fsm.v1.BumpToken
+	(*Session)(nil),           // 15: leasehold.fsm.v1.Session
+	(*Holding)(nil),           // 16: leasehold.fsm.v1.Holding
+	(*Waiter)(nil),            // 17: leasehold.fsm.v1.Waiter
+	(*Lock)(nil),              // 18: leasehold.fsm.v1.Lock
+	(*KV)(nil),                // 19: leasehold.fsm.v1.KV
+	(*Node)(nil),              // 20: leasehold.fsm.v1.Node
+	(*SnapshotHeader)(nil),    // 21: leasehold.fsm.v1.SnapshotHeader
+	(*SnapshotEnd)(nil),       // 22: leasehold.fsm.v1.SnapshotEnd
+	(*SnapshotRecord)(nil),    // 23: leasehold.fsm.v1.SnapshotRecord
+	(*Snapshot)(nil),          // 24: leasehold.fsm.v1.Snapshot
+	(*Checkpoint)(nil),        // 25: leasehold.fsm.v1.Checkpoint
+	(*SessionCheckpoint)(nil), // 26: leasehold.fsm.v1.SessionCheckpoint
 }
 var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
-	1,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
-	2,  // 1: leasehold.fsm.v1.Command.close_session:type_name -> leasehold.fsm.v1.CloseSession
-	3,  // 2: leasehold.fsm.v1.Command.expire:type_name -> leasehold.fsm.v1.Expire
-	4,  // 3: leasehold.fsm.v1.Command.acquire:type_name -> leasehold.fsm.v1.Acquire
-	5,  // 4: leasehold.fsm.v1.Command.cancel_wait:type_name -> leasehold.fsm.v1.CancelWait
-	6,  // 5: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
-	7,  // 6: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
-	8,  // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
-	11, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
-	12, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
-	23, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
-	9,  // 11: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
-	10, // 12: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
-	14, // 13: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
-	15, // 14: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
-	19, // 15: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
-	13, // 16: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
-	16, // 17: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
-	17, // 18: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
-	18, // 19: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
-	20, // 20: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
-	13, // 21: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
-	16, // 22: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
-	17, // 23: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
-	18, // 24: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
-	24, // 25: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	2,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
+	3,  // 1: leasehold.fsm.v1.Command.close_session:type_name -> leasehold.fsm.v1.CloseSession
+	4,  // 2: leasehold.fsm.v1.Command.expire:type_name -> leasehold.fsm.v1.Expire
+	5,  // 3: leasehold.fsm.v1.Command.acquire:type_name -> leasehold.fsm.v1.Acquire
+	7,  // 4: leasehold.fsm.v1.Command.cancel_wait:type_name -> leasehold.fsm.v1.CancelWait
+	8,  // 5: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
+	9,  // 6: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
+	10, // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
+	13, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
+	14, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
+	25, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
+	11, // 11: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
+	12, // 12: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
+	6,  // 13: leasehold.fsm.v1.Command.proclaim:type_name -> leasehold.fsm.v1.Proclaim
+	0,  // 14: leasehold.fsm.v1.Acquire.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 15: leasehold.fsm.v1.Holding.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 16: leasehold.fsm.v1.Waiter.mode:type_name -> leasehold.fsm.v1.Mode
+	16, // 17: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
+	17, // 18: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
+	16, // 19: leasehold.fsm.v1.Lock.holders:type_name -> leasehold.fsm.v1.Holding
+	21, // 20: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
+	15, // 21: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
+	18, // 22: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
+	19, // 23: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 24: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
+	22, // 25: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
+	15, // 26: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
+	18, // 27: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
+	19, // 28: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 29: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
+	26, // 30: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_fsm_v1_fsm_proto_init() }
@@ -2151,8 +2402,9 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*Command_Checkpoint)(nil),
 		(*Command_KvDelete)(nil),
 		(*Command_TokenFloor)(nil),
+		(*Command_Proclaim)(nil),
 	}
-	file_leasehold_fsm_v1_fsm_proto_msgTypes[21].OneofWrappers = []any{
+	file_leasehold_fsm_v1_fsm_proto_msgTypes[22].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Session)(nil),
 		(*SnapshotRecord_Lock)(nil),
@@ -2165,13 +2417,14 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_fsm_v1_fsm_proto_rawDesc), len(file_leasehold_fsm_v1_fsm_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   25,
+			NumEnums:      1,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_leasehold_fsm_v1_fsm_proto_goTypes,
 		DependencyIndexes: file_leasehold_fsm_v1_fsm_proto_depIdxs,
+		EnumInfos:         file_leasehold_fsm_v1_fsm_proto_enumTypes,
 		MessageInfos:      file_leasehold_fsm_v1_fsm_proto_msgTypes,
 	}.Build()
 	File_leasehold_fsm_v1_fsm_proto = out.File
