@@ -27,6 +27,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	)
 	var logFormat string
 	var accessLog bool
+	var watchHistory int
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a leasehold server (a single durable node with no flags)",
@@ -56,7 +57,7 @@ LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, L
 LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
 LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER,
-LEASEHOLD_PPROF, LEASEHOLD_LIMIT); a flag on the command line wins.
+LEASEHOLD_PPROF, LEASEHOLD_LIMIT, LEASEHOLD_WATCH_HISTORY); a flag on the command line wins.
 
 Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
 with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.
@@ -80,6 +81,9 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 			quotaBytes, err := parseBytes(quota)
 			if err != nil {
 				return usageErr("--quota-bytes: %v", err)
+			}
+			if watchHistory < 1 || watchHistory > maxWatchHistory {
+				return usageErr("--watch-history %d: want 1 to %d events", watchHistory, maxWatchHistory)
 			}
 			serverTLS, peerTLS, err := tlsFlags.config(listen, g.tls.cacert)
 			if err != nil {
@@ -122,6 +126,7 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				return usageErr("--limit: %v", err)
 			}
 			cfg.Join = join
+			cfg.WatchHistory = watchHistory
 			cfg.Raft.ForceNewCluster = forceNewCluster
 			cfg.Pprof = pprofOn
 			if bootstrap != "" {
@@ -164,11 +169,15 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
 	tlsFlags.add(f)
+	f.IntVar(&watchHistory, "watch-history", server.DefaultWatchHistory, "events kept in memory for watch --from-index; a watcher may fall half of it behind")
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	f.BoolVar(&pprofOn, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the API address")
 	f.StringSliceVar(&limits, "limit", nil, "a limit NAME=VALUE (repeatable): "+strings.Join(server.LimitNames(), ", "))
 	return cmd
 }
+
+// maxWatchHistory caps --watch-history (a few hundred bytes per event).
+const maxWatchHistory = 1_000_000
 
 func parsePeers(s string) ([]raftnode.Peer, error) {
 	var peers []raftnode.Peer

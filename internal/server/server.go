@@ -68,10 +68,20 @@ type Config struct {
 	Signer *sequencer.Signer
 	// AccessLog, when set, gets one line per HTTP request and RPC.
 	AccessLog *slog.Logger
+	// WatchHistory is how many of the latest events a node keeps for
+	// Watch.from_index; a watcher may fall half of it behind. Default
+	// DefaultWatchHistory.
+	WatchHistory int
+	// WatchProgressInterval is how long a Watch stream that asked for
+	// progress stays idle before it is sent the applied index. Default 1 s.
+	WatchProgressInterval time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/ on the API address.
 	// Default off: profiles expose internals and cost CPU while they run.
 	Pprof bool
 }
+
+// DefaultWatchHistory is the default of Config.WatchHistory.
+const DefaultWatchHistory = 10000
 
 // DefaultConfig returns a single-node configuration for dataDir.
 func DefaultConfig(dataDir, apiAddr string) Config {
@@ -122,6 +132,12 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.Lessor.Clock == nil {
 		cfg.Lessor.Clock = clock.Real{}
 	}
+	if cfg.WatchHistory <= 0 {
+		cfg.WatchHistory = DefaultWatchHistory
+	}
+	if cfg.WatchProgressInterval <= 0 {
+		cfg.WatchProgressInterval = time.Second
+	}
 	if cfg.Lessor.Grace == 0 {
 		cfg.Lessor.Grace = 2 * cfg.Raft.LeaderLeaseTimeout
 	}
@@ -139,7 +155,7 @@ func Open(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		clock:   cfg.Lessor.Clock,
-		hub:     newHub(),
+		hub:     newHub(cfg.WatchHistory),
 		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
 		http:    peerClient(cfg.PeerClientTLS),
@@ -171,6 +187,9 @@ func Open(cfg Config) (*Server, error) {
 		s.lessor.Close()
 		return nil, err
 	}
+	s.hub.mu.Lock()
+	s.hub.raftApplied = s.node.Raft().AppliedIndex
+	s.hub.mu.Unlock()
 	if err := s.registerStateGauges(reg); err != nil {
 		s.lessor.Close()
 		_ = s.node.Close()
@@ -221,7 +240,7 @@ func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
-	s.hub.publish(res.Events)
+	s.hub.publish(index, res.Events)
 	s.met.observe(res)
 	s.publishWeb(index, res)
 }
