@@ -110,8 +110,7 @@ func leaderCluster[Req, Res any](
 	}
 	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	fwd := connect.NewRequest(req.Msg)
-	fwd.Header().Set(forwardedHeader, s.node.ID())
-	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
+	s.setForwardHeaders(ctx, fwd.Header())
 	res, err := remote(cc, ctx, fwd)
 	return res, forwardErr(err)
 }

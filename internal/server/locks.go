@@ -36,7 +36,7 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
 		id := newLeaseID()
-		if _, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers()}}}); err != nil {
+		if _, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers(), Principal: principalFrom(ctx).Name}}}); err != nil {
 			return nil, err
 		}
 		_, _ = h.s.lessor.Renew(id) // the TTL counts from this answer

@@ -65,6 +65,9 @@ type Config struct {
 	Signer *sequencer.Signer
 	// AccessLog, when set, gets one line per HTTP request and RPC.
 	AccessLog *slog.Logger
+	// Admins are principals (certificate CN or token principal) that are
+	// admins whatever the policies say: the bootstrap path of auth (auth.go).
+	Admins []string
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -88,6 +91,7 @@ type Server struct {
 	feed   *web.Feed // the dashboard's event feed
 	met    *metrics
 	http   *http.Client // for forwarding to the leader
+	authState
 
 	mu      sync.Mutex // protects following
 	clients map[string]leaseholdv1connect.LeaseholdServiceClient
@@ -139,6 +143,7 @@ func Open(cfg Config) (*Server, error) {
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
+	s.audit = cfg.Logger.With("component", "audit")
 	met, err := newMetrics(reg, s)
 	if err != nil {
 		return nil, err
@@ -154,7 +159,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Raft.Observer = s.observe
-	cfg.Raft.OnRestore = s.hub.restored
+	cfg.Raft.OnRestore = func() { s.hub.restored(); s.observeAuth(nil) }
 	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
@@ -166,6 +171,7 @@ func Open(cfg Config) (*Server, error) {
 		_ = s.node.Close()
 		return nil, err
 	}
+	s.observeAuth(nil) // read the state replayed by Open
 	s.wg.Go(s.registerLoop)
 	s.wg.Go(s.promoteLoop)
 	return s, nil
@@ -211,6 +217,7 @@ func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
+	s.observeAuth(res)
 	s.hub.publish(res.Events)
 	s.met.observe(res)
 	s.publishWeb(index, res)
@@ -357,8 +364,7 @@ func onLeader[Req, Res any](
 		return nil, api.ToConnect(err)
 	}
 	fwd := connect.NewRequest(req.Msg)
-	fwd.Header().Set(forwardedHeader, s.node.ID())
-	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
+	s.setForwardHeaders(ctx, fwd.Header())
 	s.met.forwarded.Inc()
 	res, err := remote(c, ctx, fwd)
 	return res, forwardErr(err)
@@ -388,9 +394,10 @@ func newLeaseID() string {
 // (/ui), behind the access log when Config.AccessLog is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor())}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s})}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
+	mux.Handle(leaseholdv1connect.NewAuthServiceHandler(&authService{s}, opts...))
 	if s.cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
@@ -400,10 +407,11 @@ func (s *Server) Handler() http.Handler {
 	ui := web.Handler(webSource{s}, s.feed, s.drain)
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
+	h := s.authenticate(mux)
 	if s.cfg.AccessLog != nil {
-		return accessLog(s.cfg.AccessLog, mux)
+		return accessLog(s.cfg.AccessLog, h)
 	}
-	return mux
+	return h
 }
 
 // Serve serves Handler on ln (HTTP/1.1 and cleartext HTTP/2, as gRPC
