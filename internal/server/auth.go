@@ -295,6 +295,50 @@ func (s *Server) checkOwner(pol *auth.Policies, p auth.Principal, leaseID string
 	return nil
 }
 
+// decidedAtLeader are the procedures a follower forwards to the leader:
+// the leader decides them against its policies and state (onLeader,
+// leaderCluster and leaderAuth call checkPending before running them
+// locally), so that a follower that has not applied a policy change yet
+// neither refuses nor allows in its place. The value is the rule to check:
+// a KeepAliveStream's renewals are KeepAlives.
+var decidedAtLeader = map[string]string{
+	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   leaseholdv1connect.LeaseholdServiceCreateSessionProcedure,
+	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
+	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
+	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    leaseholdv1connect.LeaseholdServiceCloseSessionProcedure,
+	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         leaseholdv1connect.LeaseholdServiceAcquireProcedure,
+	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      leaseholdv1connect.LeaseholdServiceTryAcquireProcedure,
+	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         leaseholdv1connect.LeaseholdServiceReleaseProcedure,
+	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      leaseholdv1connect.LeaseholdServiceCancelWaitProcedure,
+	leaseholdv1connect.LeaseholdServiceKVPutProcedure:           leaseholdv1connect.LeaseholdServiceKVPutProcedure,
+	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        leaseholdv1connect.LeaseholdServiceKvDeleteProcedure,
+	leaseholdv1connect.ClusterServiceAddMemberProcedure:         leaseholdv1connect.ClusterServiceAddMemberProcedure,
+	leaseholdv1connect.ClusterServiceRemoveMemberProcedure:      leaseholdv1connect.ClusterServiceRemoveMemberProcedure,
+	leaseholdv1connect.ClusterServiceTransferLeaderProcedure:    leaseholdv1connect.ClusterServiceTransferLeaderProcedure,
+	leaseholdv1connect.ClusterServiceBumpTokenProcedure:         leaseholdv1connect.ClusterServiceBumpTokenProcedure,
+	leaseholdv1connect.AuthServiceSetEnabledProcedure:           leaseholdv1connect.AuthServiceSetEnabledProcedure,
+	leaseholdv1connect.AuthServiceCreateTokenProcedure:          leaseholdv1connect.AuthServiceCreateTokenProcedure,
+	leaseholdv1connect.AuthServiceRevokeTokenProcedure:          leaseholdv1connect.AuthServiceRevokeTokenProcedure,
+	leaseholdv1connect.AuthServiceSetPolicyProcedure:            leaseholdv1connect.AuthServiceSetPolicyProcedure,
+	leaseholdv1connect.AuthServiceDeletePolicyProcedure:         leaseholdv1connect.AuthServiceDeletePolicyProcedure,
+}
+
+type pendingKey struct{}
+
+// checkPending decides, on the leader just before it runs a request
+// locally, the request the interceptor left to it (decidedAtLeader).
+func (s *Server) checkPending(ctx context.Context, msg any) error {
+	proc, ok := ctx.Value(pendingKey{}).(string)
+	if !ok {
+		return nil
+	}
+	pol := s.policies()
+	if !pol.On() {
+		return nil
+	}
+	return s.authorize(ctx, pol, proc, msg)
+}
+
 // authz is the connect interceptor of authorization.
 type authz struct{ s *Server }
 
@@ -305,7 +349,9 @@ func (a authz) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req) // the plain path: one atomic load
 		}
 		proc := req.Spec().Procedure
-		if err := a.s.authorize(ctx, pol, proc, req.Any()); err != nil {
+		if rule, ok := decidedAtLeader[proc]; ok {
+			ctx = context.WithValue(ctx, pendingKey{}, rule)
+		} else if err := a.s.authorize(ctx, pol, proc, req.Any()); err != nil {
 			return nil, err
 		}
 		res, err := next(ctx, req)
@@ -328,6 +374,9 @@ func (a authz) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 		pol := a.s.policies()
 		if !pol.On() {
 			return next(ctx, conn)
+		}
+		if rule, ok := decidedAtLeader[conn.Spec().Procedure]; ok {
+			return next(context.WithValue(ctx, pendingKey{}, rule), conn)
 		}
 		err := next(ctx, &authzConn{StreamingHandlerConn: conn, s: a.s, ctx: ctx, pol: pol})
 		if adminProcedure(conn.Spec().Procedure) {
@@ -430,6 +479,9 @@ func leaderAuth[Req, Res any](ctx context.Context, s *Server, req *connect.Reque
 	remote func(authClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
+		if err := s.checkPending(ctx, req.Msg); err != nil {
+			return nil, err
+		}
 		res, err := local(ctx, req.Msg)
 		if err == nil {
 			return connect.NewResponse(res), nil

@@ -95,6 +95,9 @@ func leaderCluster[Req, Res any](
 	remote func(leaseholdv1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
+		if err := s.checkPending(ctx, req.Msg); err != nil {
+			return nil, err
+		}
 		res, err := local(ctx, req.Msg)
 		if err != nil {
 			return nil, api.ToConnect(toAPI(err))

@@ -348,6 +348,9 @@ func onLeader[Req, Res any](
 	remote func(leaseholdv1connect.LeaseholdServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
+		if err := s.checkPending(ctx, req.Msg); err != nil {
+			return nil, err
+		}
 		res, err := local(ctx, req.Msg)
 		if err == nil {
 			return connect.NewResponse(res), nil
