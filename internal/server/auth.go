@@ -171,6 +171,20 @@ func quoteJSON(s string) string {
 	return b.String()
 }
 
+// adminOnly lets only admins (and nodes) reach next once auth is enabled:
+// the dashboard shows every lock with its lease id.
+func (s *Server) adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pol := s.policies(); pol.On() && !pol.IsAdmin(principalFrom(r.Context())) {
+			p := principalFrom(r.Context())
+			s.auditLog().Warn("audit", "action", "dashboard", "principal", p.String(), "result", "denied")
+			writeDenied(w, r, api.Errorf(api.CodePermissionDenied, "%s may not open the dashboard (needs admin once auth is enabled)", p))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // setForwardHeaders marks a request this node forwards to the leader: by
 // whom, the cluster, and the caller it acts for.
 func (s *Server) setForwardHeaders(ctx context.Context, h http.Header) {

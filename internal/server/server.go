@@ -407,7 +407,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
 	mux.HandleFunc("GET "+KeysPath, s.serveKeys)
 	s.mountProbes(mux)
-	ui := web.Handler(webSource{s}, s.feed, s.drain)
+	ui := s.adminOnly(web.Handler(webSource{s}, s.feed, s.drain))
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
 	h := s.authenticate(mux)
