@@ -254,7 +254,7 @@ func (s *Server) authorize(ctx context.Context, pol *auth.Policies, proc string,
 	p := principalFrom(ctx)
 	err := decide(s, pol, p, proc, msg)
 	if err != nil {
-		s.auditLog().Warn("audit", "action", action(proc), "principal", p.String(), "result", "denied", "reason", err.Error())
+		s.auditLog().Warn("audit", "action", action(proc), "principal", p.String(), "result", "denied", "reason", api.FromError(err).Message)
 		return api.ToConnect(err)
 	}
 	return nil
