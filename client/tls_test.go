@@ -106,7 +106,7 @@ func TestTLS(t *testing.T) {
 	}{
 		{"plaintext client", ts.Addr, nil, "TLS"},
 		{"client trusting another CA", ts.Addr, []client.DialOption{client.WithTLS(other.client(t, "alice"))}, "certificate signed by unknown authority"},
-		{"no client certificate", ts.Addr, []client.DialOption{client.WithTLS(p.client(t, ""))}, "may require a client certificate"},
+		{"no client certificate", ts.Addr, []client.DialOption{client.WithTLS(p.client(t, ""))}, "certificate"},
 		{"client certificate of another CA", ts.Addr, []client.DialOption{client.WithTLS(withCert(p.client(t, ""), other, "alice"))}, "certificate"},
 		{"expired client certificate", ts.Addr, []client.DialOption{client.WithTLS(expiredClient)}, "is valid from"},
 		{"http:// endpoint with TLS", "http://" + ts.Addr, []client.DialOption{client.WithTLS(p.client(t, "alice"))}, "is http:// but TLS is configured"},

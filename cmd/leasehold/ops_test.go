@@ -75,7 +75,7 @@ func TestServeJSONLogs(t *testing.T) {
 			t.Errorf("a normal start and stop logged %s: %q", rec["level"], line)
 		}
 		seen[msg] = true
-		if msg == "request" && strings.HasSuffix(rec["path"].(string), "/List") && rec["code"] == "ok" {
+		if msg == "request" && strings.HasSuffix(rec["path"].(string), "/Status") && rec["code"] == "ok" {
 			seen["access"] = true
 		}
 	}

@@ -73,8 +73,8 @@ func TestHealthServing(t *testing.T) {
 	}
 }
 
-// TestHealthNotServingWithoutLeader: a node that waits to be joined has no
-// leader: grpc health says NOT_SERVING and /readyz 503, while /healthz (the
+// TestHealthNotServingWithoutLeader: a node bootstrapped with a second
+// voter that never starts has no leader: grpc health says NOT_SERVING and /readyz 503, while /healthz (the
 // process is alive) stays 200.
 func TestHealthNotServingWithoutLeader(t *testing.T) {
 	t.Parallel()
@@ -85,7 +85,8 @@ func TestHealthNotServingWithoutLeader(t *testing.T) {
 	cfg := server.DefaultConfig(t.TempDir(), ln.Addr().String())
 	cfg.Logger = servertest.Logger(t)
 	_, cfg.Raft.Transport = raft.NewInmemTransport("lonely")
-	cfg.Join = "127.0.0.1:1" // nobody there: the node never gets a leader
+	// The second voter never starts: no quorum, so never a leader.
+	cfg.Raft.Bootstrap = []server.Peer{{ID: cfg.Raft.NodeID, RaftAddr: "lonely"}, {ID: "absent", RaftAddr: "absent"}}
 	s, err := server.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
