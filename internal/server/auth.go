@@ -85,7 +85,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r) // anonymous: the zero Principal
 			return
 		}
-		p, err := s.principalOf(r, fwd, bearer)
+		p, err := s.authenticateRequest(r, fwd, bearer)
 		if err != nil {
 			s.auditLog().Warn("audit", "action", "authenticate", "path", r.URL.Path, "principal", p.String(), "result", "denied", "reason", err.Error())
 			writeDenied(w, r, err)
@@ -95,7 +95,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) principalOf(r *http.Request, fwd, bearer string) (auth.Principal, error) {
+func (s *Server) authenticateRequest(r *http.Request, fwd, bearer string) (auth.Principal, error) {
 	var p auth.Principal
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		c := r.TLS.VerifiedChains[0][0]
@@ -142,6 +142,7 @@ func (s *Server) withAdmin(p auth.Principal) auth.Principal {
 // the protocol it spoke.
 func writeDenied(w http.ResponseWriter, r *http.Request, err error) {
 	ce := api.ToConnect(err)
+	w.Header().Set(api.CodeHeader, string(api.CodePermissionDenied))
 	ct := r.Header.Get("Content-Type")
 	if strings.HasPrefix(ct, "application/grpc") {
 		w.Header().Set("Content-Type", ct)
