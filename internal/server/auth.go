@@ -34,8 +34,12 @@ import (
 // request; only another node of the same cluster may send it.
 const principalHeader = "Leasehold-Principal"
 
-// anonymousValue is principalHeader's value for the anonymous caller.
-const anonymousValue = "-"
+// principalHeader's values for the anonymous caller and for a node; ':' and
+// '-' alone are not principal names.
+const (
+	anonymousValue = "-"
+	nodeValue      = "node:"
+)
 
 type principalKey struct{}
 
@@ -111,8 +115,11 @@ func (s *Server) authenticateRequest(r *http.Request, fwd, bearer string) (auth.
 			}
 			return p, api.Errorf(api.CodePermissionDenied, "the %s header is accepted only from a node of this cluster (caller %s)", principalHeader, p)
 		}
-		if fwd == anonymousValue {
+		switch fwd {
+		case anonymousValue:
 			return auth.Anonymous, nil
+		case nodeValue:
+			return p, nil // a node's own request, forwarded by another node
 		}
 		return s.withAdmin(auth.Principal{Name: fwd}), nil
 	}
@@ -193,6 +200,8 @@ func (s *Server) setForwardHeaders(ctx context.Context, h http.Header) {
 	h.Set(clusterIDHeader, s.node.ClusterID())
 	p := principalFrom(ctx)
 	switch {
+	case p.Node:
+		h.Set(principalHeader, nodeValue)
 	case p.Name == "":
 		h.Set(principalHeader, anonymousValue)
 	default:
