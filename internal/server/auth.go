@@ -244,10 +244,11 @@ var rules = map[string]rule{
 	leaseholdv1connect.AuthServiceStatusProcedure:               {0, scopeOpen},
 }
 
-// adminProcedures are logged as administrative actions (INFO) whatever
-// their outcome.
+// adminProcedure reports whether proc is an administrative action (a
+// cluster or auth change), logged for audit (INFO) whatever its outcome and
+// whether or not auth is enabled.
 func adminProcedure(proc string) bool {
-	return strings.HasPrefix(proc, "/"+leaseholdv1connect.ClusterServiceName+"/") ||
+	return (strings.HasPrefix(proc, "/"+leaseholdv1connect.ClusterServiceName+"/") && proc != leaseholdv1connect.ClusterServiceMembersProcedure) ||
 		(strings.HasPrefix(proc, "/"+leaseholdv1connect.AuthServiceName+"/") && proc != leaseholdv1connect.AuthServiceStatusProcedure && proc != leaseholdv1connect.AuthServiceListPoliciesProcedure && proc != leaseholdv1connect.AuthServiceListTokensProcedure)
 }
 
@@ -369,8 +370,12 @@ type authz struct{ s *Server }
 func (a authz) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		pol := a.s.policies()
-		if !pol.On() {
-			return next(ctx, req) // the plain path: one atomic load
+		if !pol.On() { // the plain path: one atomic load
+			res, err := next(ctx, req)
+			if proc := req.Spec().Procedure; adminProcedure(proc) {
+				a.s.auditAdmin(ctx, proc, err)
+			}
+			return res, err
 		}
 		proc := req.Spec().Procedure
 		if rule, ok := decidedAtLeader[proc]; ok {
