@@ -209,3 +209,19 @@ func newAuthPolicyCmd(g *globals) *cobra.Command {
 func policyJSON(p *pb.Policy) map[string]any {
 	return map[string]any{"name": p.GetName(), "principals": p.GetPrincipals(), "allow": p.GetPermissions(), "prefixes": p.GetPrefixes()}
 }
+
+// readNodeSecret reads serve's --node-secret-file ("" without it).
+func readNodeSecret(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", usageErr("--node-secret-file: %v", err)
+	}
+	sec := strings.TrimSpace(string(b))
+	if len(sec) < 32 {
+		return "", usageErr("--node-secret-file: the secret is %d bytes; want at least 32 (e.g. openssl rand -hex 32)", len(sec))
+	}
+	return sec, nil
+}

@@ -23,6 +23,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		tlsFlags                                                                serveTLSFlags
 		forceNewCluster                                                         bool
 		admins                                                                  []string
+		nodeSecretFile                                                          string
 	)
 	var logFormat string
 	var accessLog bool
@@ -106,6 +107,10 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 			cfg.Join = join
 			cfg.Raft.ForceNewCluster = forceNewCluster
 			cfg.Admins = admins
+			if cfg.NodeSecret, err = readNodeSecret(nodeSecretFile); err != nil {
+				_ = ln.Close()
+				return err
+			}
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
 				if err != nil {
@@ -146,6 +151,7 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
 	tlsFlags.add(f)
+	f.StringVar(&nodeSecretFile, "node-secret-file", "", "file with a secret (>= 32 bytes) shared by every node: a caller presenting it is a node (for auth without mutual TLS between nodes; use with --cert)")
 	f.StringSliceVar(&admins, "admin", nil, "principals (client certificate CN or token principal) that are admins whatever the policies say (repeatable; see leasehold auth)")
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	return cmd

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -29,6 +30,35 @@ import (
 // The policies are the replicated state (fsm auth.go) compiled by each node
 // after every change (Server.pol), so a check never waits on Raft, and with
 // auth disabled it is one atomic load and a branch.
+
+// nodeSecretHeader carries Config.NodeSecret on calls between nodes.
+const nodeSecretHeader = "Leasehold-Node-Secret"
+
+// withNodeSecret makes hc send the node secret with every request.
+func withNodeSecret(hc *http.Client, secret string) *http.Client {
+	if secret == "" {
+		return hc
+	}
+	hc.Transport = nodeSecretTransport{rt: hc.Transport, secret: secret}
+	return hc
+}
+
+type nodeSecretTransport struct {
+	rt     http.RoundTripper
+	secret string
+}
+
+func (t nodeSecretTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(nodeSecretHeader, t.secret)
+	return t.rt.RoundTrip(r)
+}
+
+func (t nodeSecretTransport) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
 
 // principalHeader carries the original caller when a node forwards a
 // request; only another node of the same cluster may send it.
@@ -85,7 +115,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fwd := r.Header.Get(principalHeader)
 		bearer := r.Header.Get("Authorization")
-		if fwd == "" && bearer == "" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+		if fwd == "" && bearer == "" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) && r.Header.Get(nodeSecretHeader) == "" {
 			next.ServeHTTP(w, r) // anonymous: the zero Principal
 			return
 		}
@@ -106,6 +136,14 @@ func (s *Server) authenticateRequest(r *http.Request, fwd, bearer string) (auth.
 		p = auth.Principal{Name: c.Subject.CommonName, Node: auth.IsNodeCert(c)}
 	}
 	pol := s.policies()
+	if sec := r.Header.Get(nodeSecretHeader); sec != "" {
+		switch {
+		case s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1:
+			p = auth.Principal{Name: auth.NodeName, Node: true}
+		case pol.On():
+			return p, api.Errorf(api.CodePermissionDenied, "wrong %s: this node has another --node-secret-file", nodeSecretHeader)
+		}
+	}
 	if fwd != "" {
 		// Only a node of this cluster speaks for another caller; the
 		// cluster id header is compared by clusterCheck.

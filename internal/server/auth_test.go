@@ -121,3 +121,62 @@ func TestAuthBearerTokens(t *testing.T) {
 	wantCode(t, "revoked token", err, api.CodePermissionDenied)
 
 }
+
+type headerRT map[string]string
+
+func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h {
+		r.Header.Set(k, v)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestAuthForwardedPrincipal: the Leasehold-Principal header is believed
+// only from a node (here: a caller with the node secret) of this cluster,
+// and then the request is decided as that principal, never as the node.
+func TestAuthForwardedPrincipal(t *testing.T) {
+	const secret = "0123456789abcdef0123456789abcdef"
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) {
+		cfg.Admins = []string{"ops"}
+		cfg.NodeSecret = secret
+	}})
+	ctx := ctxT(t)
+	clusterID := c.Server().Node().ClusterID()
+	as := func(h headerRT) bearerClients {
+		hc := &http.Client{Transport: h}
+		t.Cleanup(hc.CloseIdleConnections)
+		return bearerClients{
+			locks: leaseholdv1connect.NewLeaseholdServiceClient(hc, c.URL, connect.WithProtoJSON()),
+			auth:  leaseholdv1connect.NewAuthServiceClient(hc, c.URL, connect.WithProtoJSON()),
+		}
+	}
+	opsTok, err := as(headerRT{}).auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: "ops"}))
+	mustOK(t, "token", err)
+	ops := withToken(t, c, opsTok.Msg.GetToken())
+	_, err = ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "r", Principals: []string{"reader"}, Permissions: []string{"read"}}}))
+	mustOK(t, "policy", err)
+	_, err = ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	mustOK(t, "enable", err)
+
+	fwd := func(who, sec string) bearerClients {
+		return as(headerRT{"Leasehold-Principal": who, "Leasehold-Forwarded-By": "n9", "Leasehold-Cluster-Id": clusterID, "Leasehold-Node-Secret": sec})
+	}
+	// From a node: decided as the principal it names.
+	_, err = fwd("reader", secret).locks.List(ctx, req(&pb.ListRequest{}))
+	mustOK(t, "reader's read forwarded by a node", err)
+	_, err = fwd("reader", secret).locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000}))
+	wantCode(t, "reader's write forwarded by a node", err, api.CodePermissionDenied)
+	_, err = fwd("ops", secret).auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	mustOK(t, "ops forwarded by a node", err)
+	// From anyone else: refused, whatever it names.
+	_, err = fwd("ops", "").auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	wantCode(t, "forged principal header", err, api.CodePermissionDenied)
+	_, err = fwd("ops", secret[1:]+"x").auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	wantCode(t, "wrong node secret", err, api.CodePermissionDenied)
+	_, err = as(headerRT{"Leasehold-Principal": "ops", "Authorization": "Bearer " + opsTok.Msg.GetToken()}).locks.List(ctx, req(&pb.ListRequest{}))
+	wantCode(t, "an admin's token does not make the header believed", err, api.CodePermissionDenied)
+	// The node itself (no principal header) is a node.
+	_, err = as(headerRT{"Leasehold-Node-Secret": secret}).auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	mustOK(t, "a node", err)
+}

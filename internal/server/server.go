@@ -68,6 +68,10 @@ type Config struct {
 	// Admins are principals (certificate CN or token principal) that are
 	// admins whatever the policies say: the bootstrap path of auth (auth.go).
 	Admins []string
+	// NodeSecret, when set, is a secret shared by every node of the cluster:
+	// a caller presenting it is a node (auth.go). For clusters without
+	// mutual TLS between nodes.
+	NodeSecret string
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -139,7 +143,7 @@ func Open(cfg Config) (*Server, error) {
 		hub:     newHub(),
 		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
-		http:    peerClient(cfg.PeerClientTLS),
+		http:    withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret),
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
