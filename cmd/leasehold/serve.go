@@ -57,6 +57,10 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
 LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER); a flag on the command line wins.
 
+Auth: --admin NAME makes NAME (a client certificate CN or a token's principal) an admin whatever
+the policies say; --node-secret-file FILE identifies nodes to each other without mutual TLS (see
+leasehold auth --help).
+
 Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
 with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.`,
 		Example: `  leasehold serve
