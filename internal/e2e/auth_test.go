@@ -229,3 +229,65 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		<-time.After(20 * time.Millisecond)
 	}
 }
+
+// TestAuthNodeSecret: three real processes without TLS between nodes,
+// identified to each other by --node-secret-file; clients use bearer
+// tokens. A follower forwards a token holder's writes as that principal.
+func TestAuthNodeSecret(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "node.secret")
+	must(t, "secret", os.WriteFile(secret, []byte(strings.Repeat("5e", 32)+"\n"), 0o600))
+	procs := startClusterWith(t, 3, http.DefaultClient, "http://", "--node-secret-file", secret, "--admin", "ops")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h2c := func(tok string) *http.Client {
+		var protos http.Protocols
+		protos.SetUnencryptedHTTP2(true)
+		hc := &http.Client{Transport: bearerTransport{tok: tok, rt: &http.Transport{Protocols: &protos}}, Timeout: 10 * time.Second}
+		t.Cleanup(hc.CloseIdleConnections)
+		return hc
+	}
+	anyNode := leaseholdv1connect.NewAuthServiceClient(h2c(""), "http://"+procs[0].api, connect.WithGRPC())
+	var opsTok, ciTok string
+	waitFor(t, "tokens", func() bool {
+		a, err1 := anyNode.CreateToken(ctx, connect.NewRequest(&pb.CreateTokenRequest{Principal: "ops"}))
+		if err1 != nil {
+			return false
+		}
+		b, err2 := anyNode.CreateToken(ctx, connect.NewRequest(&pb.CreateTokenRequest{Principal: "ci"}))
+		if err2 != nil {
+			return false
+		}
+		opsTok, ciTok = a.Msg.GetToken(), b.Msg.GetToken()
+		return true
+	})
+	ops := leaseholdv1connect.NewAuthServiceClient(h2c(opsTok), "http://"+procs[0].api, connect.WithGRPC())
+	_, err := ops.SetPolicy(ctx, connect.NewRequest(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "ci", Principals: []string{"ci"}, Permissions: []string{"lock"}, Prefixes: []string{"deploy:"}}}))
+	must(t, "policy", err)
+	_, err = ops.SetEnabled(ctx, connect.NewRequest(&pb.SetEnabledRequest{Enabled: true}))
+	must(t, "enable", err)
+	for _, pr := range procs {
+		c := leaseholdv1connect.NewLeaseholdServiceClient(h2c(ciTok), "http://"+pr.api, connect.WithGRPC())
+		var s *connect.Response[pb.CreateSessionResponse]
+		waitFor(t, "ci session through "+pr.id, func() bool {
+			s, err = c.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 30000}))
+			return err == nil
+		})
+		_, err = c.TryAcquire(ctx, connect.NewRequest(&pb.TryAcquireRequest{Name: "deploy:" + pr.id, LeaseId: s.Msg.GetLeaseId()}))
+		must(t, "ci acquires through "+pr.id, err)
+		_, err = c.TryAcquire(ctx, connect.NewRequest(&pb.TryAcquireRequest{Name: "other:" + pr.id, LeaseId: s.Msg.GetLeaseId()}))
+		wantDenied(t, "ci outside its prefix through "+pr.id, err)
+	}
+}
+
+type bearerTransport struct {
+	tok string
+	rt  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.tok != "" {
+		r.Header.Set("Authorization", "Bearer "+b.tok)
+	}
+	return b.rt.RoundTrip(r)
+}
