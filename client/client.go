@@ -45,9 +45,10 @@ const DefaultEndpoint = "127.0.0.1:7420"
 
 // Client talks to a leasehold cluster. It is safe for concurrent use.
 type Client struct {
-	opts  dialOptions
-	httpc *http.Client
-	eps   []endpoint
+	opts   dialOptions
+	httpc  *http.Client
+	eps    []endpoint
+	keeper *keeper // renews every session over one stream
 
 	mu  sync.Mutex // protects following
 	cur int        // index of the endpoint calls go to first
@@ -85,6 +86,7 @@ func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, err
 		opt(&o)
 	}
 	c := &Client{opts: o, httpc: newHTTPClient(o)}
+	c.keeper = newKeeper(c)
 	for _, ep := range strings.Split(endpoints, ",") {
 		ep = strings.TrimSpace(ep)
 		if ep == "" {
@@ -106,11 +108,20 @@ func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, err
 	return c, nil
 }
 
-// Close releases the client's connections. Sessions of the client stop
-// renewing; close them first.
+// Close stops the client's keepalive stream and releases its connections.
+// Sessions still open stop renewing and are lost at once (Done closes with
+// ErrLeaseLost); close them first. Close is idempotent.
 func (c *Client) Close() error {
+	c.keeper.close()
 	c.httpc.CloseIdleConnections()
 	return nil
+}
+
+// current returns the index of the endpoint calls go to first.
+func (c *Client) current() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
 }
 
 // retryable reports whether a call that failed with code may be sent again

@@ -23,8 +23,11 @@ import (
 const helperEnv = "LEASEHOLD_CLIENT_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "holder" {
+	switch os.Getenv(helperEnv) {
+	case "holder":
 		os.Exit(runHolder()) // a helper process: killed or ended by its parent
+	case "server":
+		os.Exit(runServer()) // a helper process: ends when its stdin closes
 	}
 	// raft may drop a future at shutdown; Node.await leaves its waiter behind.
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/leasehold/leasehold/internal/raftnode.(*Node).await.func1"))

@@ -11,8 +11,9 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 )
 
-// Session is one lease: a TTL kept alive by a background goroutine, under
-// which any number of locks are held. Methods are safe for concurrent use.
+// Session is one lease: a TTL kept alive by its Client's keepalive stream
+// (one per Client, shared by all its sessions), under which any number of
+// locks are held. Methods are safe for concurrent use.
 type Session struct {
 	c     *Client
 	id    string
@@ -23,16 +24,13 @@ type Session struct {
 	mu       sync.Mutex // protects following
 	deadline time.Time  // the local safe deadline (monotonic)
 	lost     error      // why Done closed (ErrLeaseLost wrapped, or ErrSessionClosed)
-	renewed  chan struct{}
 
 	hmu    sync.Mutex           // protects following (never held while calling the server)
 	held   map[string]*heldLock // by name: the holdings this session learned
 	naming map[string]*nameLock // by name: the Acquire running in this session
 
-	done     chan struct{} // closed when the lease may be lost or the session closed
-	stop     chan struct{} // closed by Close/Orphan: stops the keepalive
-	stopOnce sync.Once
-	wg       sync.WaitGroup
+	done chan struct{} // closed when the lease may be lost or the session closed
+	ka   kaState       // the Client's keeper renews the session (see keepalive.go)
 }
 
 // nameLock lets one Acquire or TryAcquire of a name run at a time in a
@@ -90,14 +88,14 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	}
 	s := &Session{
 		c: c, id: res.GetLeaseId(), ttl: time.Duration(res.GetTtlMs()) * time.Millisecond, owner: res.GetOwner(), opts: o,
-		done: make(chan struct{}), stop: make(chan struct{}), renewed: make(chan struct{}),
+		done: make(chan struct{}),
 		held: map[string]*heldLock{}, naming: map[string]*nameLock{},
 	}
 	if s.opts.keepalive <= 0 {
 		s.opts.keepalive = s.ttl / 3
 	}
 	s.deadline = s.safeDeadline(sent)
-	s.wg.Go(s.keepalive)
+	c.keeper.add(s, sent)
 	return s, nil
 }
 
@@ -146,8 +144,6 @@ func (s *Session) renewedAt(sent time.Time) bool {
 	}
 	if d := s.safeDeadline(sent); d.After(s.deadline) {
 		s.deadline = d
-		close(s.renewed)
-		s.renewed = make(chan struct{})
 	}
 	return true
 }
@@ -161,54 +157,6 @@ func (s *Session) lose(err error) {
 	}
 	s.lost = err
 	close(s.done)
-}
-
-func (s *Session) keepalive() {
-	next := time.Now().Add(s.opts.keepalive)
-	for {
-		s.mu.Lock()
-		deadline, renewed := s.deadline, s.renewed
-		s.mu.Unlock()
-		wait := min(time.Until(next), time.Until(deadline))
-		t := time.NewTimer(max(wait, 0))
-		select {
-		case <-s.stop:
-			t.Stop()
-			return
-		case <-renewed: // an Acquire renewed: recompute the deadline timer
-			t.Stop()
-			continue
-		case <-t.C:
-		}
-		if !time.Now().Before(deadline) {
-			s.lose(fmt.Errorf("%w: no renewal confirmed before the local deadline", ErrLeaseLost))
-			return
-		}
-		if time.Now().Before(next) {
-			continue
-		}
-		sent := time.Now()
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		go func() { // a Close must not wait for a hung RPC
-			select {
-			case <-s.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		_, err := call(ctx, s.c, "client: keepalive", locks, lsc.KeepAlive, &pb.KeepAliveRequest{LeaseId: s.id})
-		cancel()
-		switch {
-		case err == nil:
-			s.renewedAt(sent)
-			next = sent.Add(s.opts.keepalive)
-		case errors.Is(err, ErrLeaseExpired):
-			s.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err))
-			return
-		default: // transient: try again soon, until the deadline decides
-			next = time.Now().Add(min(s.opts.keepalive, 200*time.Millisecond))
-		}
-	}
 }
 
 // Close stops the keepalive and ends the session on the server, releasing
@@ -231,10 +179,7 @@ func (s *Session) Orphan() {
 	s.lose(fmt.Errorf("%w: session orphaned", ErrLeaseLost))
 }
 
-func (s *Session) stopKeepalive() {
-	s.stopOnce.Do(func() { close(s.stop) })
-	s.wg.Wait()
-}
+func (s *Session) stopKeepalive() { s.c.keeper.remove(s) }
 
 // Lock is a view of one holding: (name, lease id, token). Every Lock the
 // session returned for the same holding (re-entrant acquires) shares its

@@ -279,8 +279,12 @@ func (x *CreateSessionResponse) GetOwner() string {
 }
 
 type KeepAliveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease_id renews one session; the answer is lease_id and ttl_ms.
+	LeaseId string `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// lease_ids renews many sessions at once (at most 10,000, without
+	// lease_id); the answer is results, one per id, in order.
+	LeaseIds      []string `protobuf:"bytes,2,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,10 +326,18 @@ func (x *KeepAliveRequest) GetLeaseId() string {
 	return ""
 }
 
+func (x *KeepAliveRequest) GetLeaseIds() []string {
+	if x != nil {
+		return x.LeaseIds
+	}
+	return nil
+}
+
 type KeepAliveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Results       []*KeepAliveResult     `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,16 +386,93 @@ func (x *KeepAliveResponse) GetTtlMs() int64 {
 	return 0
 }
 
+func (x *KeepAliveResponse) GetResults() []*KeepAliveResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// KeepAliveResult is the outcome of renewing one session of a batch.
+type KeepAliveResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// ttl_ms is the TTL renewed; 0 with a non-empty error_code means refused.
+	TtlMs int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// error_code is set when this renewal was refused or not done:
+	// lease-expired (final), or a retryable code (not-leader, unavailable,
+	// outcome-unknown).
+	ErrorCode     string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResult) Reset() {
+	*x = KeepAliveResult{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResult) ProtoMessage() {}
+
+func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
+func (*KeepAliveResult) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *KeepAliveResult) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *KeepAliveResult) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *KeepAliveResult) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
 type KeepAliveStreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease_id renews one session; the response is lease_id, ttl_ms and
+	// error_code.
+	LeaseId string `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// lease_ids renews many sessions (at most 10,000, without lease_id); the
+	// response carries results, one per id, in order.
+	LeaseIds      []string `protobuf:"bytes,2,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeepAliveStreamRequest) Reset() {
 	*x = KeepAliveStreamRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +484,7 @@ func (x *KeepAliveStreamRequest) String() string {
 func (*KeepAliveStreamRequest) ProtoMessage() {}
 
 func (x *KeepAliveStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +497,7 @@ func (x *KeepAliveStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveStreamRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KeepAliveStreamRequest) GetLeaseId() string {
@@ -418,20 +507,29 @@ func (x *KeepAliveStreamRequest) GetLeaseId() string {
 	return ""
 }
 
+func (x *KeepAliveStreamRequest) GetLeaseIds() []string {
+	if x != nil {
+		return x.LeaseIds
+	}
+	return nil
+}
+
 type KeepAliveStreamResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// ttl_ms is the TTL renewed; 0 with a non-empty error_code means refused.
 	TtlMs int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// error_code is set when this renewal was refused (lease-expired, ...).
-	ErrorCode     string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorCode string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// results answers a request with lease_ids.
+	Results       []*KeepAliveResult `protobuf:"bytes,4,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeepAliveStreamResponse) Reset() {
 	*x = KeepAliveStreamResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +541,7 @@ func (x *KeepAliveStreamResponse) String() string {
 func (*KeepAliveStreamResponse) ProtoMessage() {}
 
 func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +554,7 @@ func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveStreamResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeepAliveStreamResponse) GetLeaseId() string {
@@ -480,6 +578,13 @@ func (x *KeepAliveStreamResponse) GetErrorCode() string {
 	return ""
 }
 
+func (x *KeepAliveStreamResponse) GetResults() []*KeepAliveResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -489,7 +594,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +606,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +619,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CloseSessionRequest) GetLeaseId() string {
@@ -534,7 +639,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +651,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +664,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CloseSessionResponse) GetReleased() []string {
@@ -591,7 +696,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +708,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +721,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -666,7 +771,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +783,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +796,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AcquireResponse) GetHolding() *Holding {
@@ -722,7 +827,7 @@ type TryAcquireRequest struct {
 
 func (x *TryAcquireRequest) Reset() {
 	*x = TryAcquireRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +839,7 @@ func (x *TryAcquireRequest) String() string {
 func (*TryAcquireRequest) ProtoMessage() {}
 
 func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +852,7 @@ func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireRequest.ProtoReflect.Descriptor instead.
 func (*TryAcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TryAcquireRequest) GetName() string {
@@ -788,7 +893,7 @@ type TryAcquireResponse struct {
 
 func (x *TryAcquireResponse) Reset() {
 	*x = TryAcquireResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +905,7 @@ func (x *TryAcquireResponse) String() string {
 func (*TryAcquireResponse) ProtoMessage() {}
 
 func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +918,7 @@ func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireResponse.ProtoReflect.Descriptor instead.
 func (*TryAcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TryAcquireResponse) GetHolding() *Holding {
@@ -841,7 +946,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +958,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +971,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -901,7 +1006,7 @@ type CancelWaitRequest struct {
 
 func (x *CancelWaitRequest) Reset() {
 	*x = CancelWaitRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1018,7 @@ func (x *CancelWaitRequest) String() string {
 func (*CancelWaitRequest) ProtoMessage() {}
 
 func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1031,7 @@ func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitRequest.ProtoReflect.Descriptor instead.
 func (*CancelWaitRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelWaitRequest) GetName() string {
@@ -958,7 +1063,7 @@ type CancelWaitResponse struct {
 
 func (x *CancelWaitResponse) Reset() {
 	*x = CancelWaitResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1075,7 @@ func (x *CancelWaitResponse) String() string {
 func (*CancelWaitResponse) ProtoMessage() {}
 
 func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1088,7 @@ func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitResponse.ProtoReflect.Descriptor instead.
 func (*CancelWaitResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 type ReleaseResponse struct {
@@ -996,7 +1101,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1113,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1126,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseResponse) GetNext() *Holding {
@@ -1051,7 +1156,7 @@ type Holding struct {
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1168,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1181,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Holding) GetName() string {
@@ -1139,7 +1244,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1256,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1269,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Waiter) GetLeaseId() string {
@@ -1200,7 +1305,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1317,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1330,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusRequest) GetName() string {
@@ -1259,7 +1364,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1376,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1389,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1331,7 +1436,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1448,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1461,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusResponse) GetLock() *LockInfo {
@@ -1378,7 +1483,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1495,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1508,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1438,7 +1543,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1555,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1568,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1489,7 +1594,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1606,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1619,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -1540,7 +1645,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1657,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1670,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Event) GetType() EventType {
@@ -1626,7 +1731,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1743,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1756,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -1674,7 +1779,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1791,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1804,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KVPutRequest) GetKey() string {
@@ -1740,7 +1845,7 @@ type KVPutResponse struct {
 
 func (x *KVPutResponse) Reset() {
 	*x = KVPutResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1857,7 @@ func (x *KVPutResponse) String() string {
 func (*KVPutResponse) ProtoMessage() {}
 
 func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1870,7 @@ func (x *KVPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutResponse.ProtoReflect.Descriptor instead.
 func (*KVPutResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KVPutResponse) GetKey() string {
@@ -1792,7 +1897,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1909,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1922,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KVGetRequest) GetKey() string {
@@ -1845,7 +1950,7 @@ type KVGetResponse struct {
 
 func (x *KVGetResponse) Reset() {
 	*x = KVGetResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1962,7 @@ func (x *KVGetResponse) String() string {
 func (*KVGetResponse) ProtoMessage() {}
 
 func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1975,7 @@ func (x *KVGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetResponse.ProtoReflect.Descriptor instead.
 func (*KVGetResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KVGetResponse) GetKey() string {
@@ -1906,7 +2011,7 @@ type KvDeleteRequest struct {
 
 func (x *KvDeleteRequest) Reset() {
 	*x = KvDeleteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2023,7 @@ func (x *KvDeleteRequest) String() string {
 func (*KvDeleteRequest) ProtoMessage() {}
 
 func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2036,7 @@ func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KvDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KvDeleteRequest) GetKey() string {
@@ -1965,7 +2070,7 @@ type KvDeleteResponse struct {
 
 func (x *KvDeleteResponse) Reset() {
 	*x = KvDeleteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2082,7 @@ func (x *KvDeleteResponse) String() string {
 func (*KvDeleteResponse) ProtoMessage() {}
 
 func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2095,7 @@ func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KvDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KvDeleteResponse) GetKey() string {
@@ -2015,7 +2120,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2132,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2145,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 // SnapshotInfo describes a snapshot: the log position it was taken at and
@@ -2065,7 +2170,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2182,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2195,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotInfo) GetIndex() uint64 {
@@ -2154,7 +2259,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2271,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2284,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotResponse) GetInfo() *SnapshotInfo {
@@ -2205,7 +2310,7 @@ type BumpTokenRequest struct {
 
 func (x *BumpTokenRequest) Reset() {
 	*x = BumpTokenRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2322,7 @@ func (x *BumpTokenRequest) String() string {
 func (*BumpTokenRequest) ProtoMessage() {}
 
 func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2335,7 @@ func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenRequest.ProtoReflect.Descriptor instead.
 func (*BumpTokenRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BumpTokenRequest) GetMinToken() uint64 {
@@ -2251,7 +2356,7 @@ type BumpTokenResponse struct {
 
 func (x *BumpTokenResponse) Reset() {
 	*x = BumpTokenResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2368,7 @@ func (x *BumpTokenResponse) String() string {
 func (*BumpTokenResponse) ProtoMessage() {}
 
 func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2381,7 @@ func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenResponse.ProtoReflect.Descriptor instead.
 func (*BumpTokenResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BumpTokenResponse) GetToken() uint64 {
@@ -2303,7 +2408,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2420,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2433,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Member) GetId() string {
@@ -2395,7 +2500,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2512,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2525,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 type MembersResponse struct {
@@ -2433,7 +2538,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2550,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +2563,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -2490,7 +2595,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2607,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2620,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -2558,7 +2663,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2675,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2688,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AddMemberResponse) GetMembers() []*Member {
@@ -2609,7 +2714,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2726,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2739,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -2653,7 +2758,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2770,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2783,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveMemberResponse) GetMembers() []*Member {
@@ -2697,7 +2802,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2814,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2827,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -2741,7 +2846,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2858,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2871,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -2795,19 +2900,28 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x15CreateSessionResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05owner\x18\x03 \x01(\tR\x05owner\"-\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"J\n" +
 	"\x10KeepAliveRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"E\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1b\n" +
+	"\tlease_ids\x18\x02 \x03(\tR\bleaseIds\"~\n" +
 	"\x11KeepAliveResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"3\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x127\n" +
+	"\aresults\x18\x03 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"b\n" +
+	"\x0fKeepAliveResult\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\tR\terrorCode\"P\n" +
 	"\x16KeepAliveStreamRequest\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"j\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1b\n" +
+	"\tlease_ids\x18\x02 \x03(\tR\bleaseIds\"\xa3\x01\n" +
 	"\x17KeepAliveStreamResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x03 \x01(\tR\terrorCode\"0\n" +
+	"error_code\x18\x03 \x01(\tR\terrorCode\x127\n" +
+	"\aresults\x18\x04 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"0\n" +
 	"\x13CloseSessionRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
@@ -2996,7 +3110,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(EventType)(0),                  // 0: leasehold.v1.EventType
 	(*ErrorDetail)(nil),             // 1: leasehold.v1.ErrorDetail
@@ -3004,108 +3118,111 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*CreateSessionResponse)(nil),   // 3: leasehold.v1.CreateSessionResponse
 	(*KeepAliveRequest)(nil),        // 4: leasehold.v1.KeepAliveRequest
 	(*KeepAliveResponse)(nil),       // 5: leasehold.v1.KeepAliveResponse
-	(*KeepAliveStreamRequest)(nil),  // 6: leasehold.v1.KeepAliveStreamRequest
-	(*KeepAliveStreamResponse)(nil), // 7: leasehold.v1.KeepAliveStreamResponse
-	(*CloseSessionRequest)(nil),     // 8: leasehold.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 9: leasehold.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),          // 10: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),         // 11: leasehold.v1.AcquireResponse
-	(*TryAcquireRequest)(nil),       // 12: leasehold.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),      // 13: leasehold.v1.TryAcquireResponse
-	(*ReleaseRequest)(nil),          // 14: leasehold.v1.ReleaseRequest
-	(*CancelWaitRequest)(nil),       // 15: leasehold.v1.CancelWaitRequest
-	(*CancelWaitResponse)(nil),      // 16: leasehold.v1.CancelWaitResponse
-	(*ReleaseResponse)(nil),         // 17: leasehold.v1.ReleaseResponse
-	(*Holding)(nil),                 // 18: leasehold.v1.Holding
-	(*Waiter)(nil),                  // 19: leasehold.v1.Waiter
-	(*StatusRequest)(nil),           // 20: leasehold.v1.StatusRequest
-	(*LockInfo)(nil),                // 21: leasehold.v1.LockInfo
-	(*StatusResponse)(nil),          // 22: leasehold.v1.StatusResponse
-	(*ListRequest)(nil),             // 23: leasehold.v1.ListRequest
-	(*ListResponse)(nil),            // 24: leasehold.v1.ListResponse
-	(*WatchRequest)(nil),            // 25: leasehold.v1.WatchRequest
-	(*Event)(nil),                   // 26: leasehold.v1.Event
-	(*WatchResponse)(nil),           // 27: leasehold.v1.WatchResponse
-	(*KVPutRequest)(nil),            // 28: leasehold.v1.KVPutRequest
-	(*KVPutResponse)(nil),           // 29: leasehold.v1.KVPutResponse
-	(*KVGetRequest)(nil),            // 30: leasehold.v1.KVGetRequest
-	(*KVGetResponse)(nil),           // 31: leasehold.v1.KVGetResponse
-	(*KvDeleteRequest)(nil),         // 32: leasehold.v1.KvDeleteRequest
-	(*KvDeleteResponse)(nil),        // 33: leasehold.v1.KvDeleteResponse
-	(*SnapshotRequest)(nil),         // 34: leasehold.v1.SnapshotRequest
-	(*SnapshotInfo)(nil),            // 35: leasehold.v1.SnapshotInfo
-	(*SnapshotResponse)(nil),        // 36: leasehold.v1.SnapshotResponse
-	(*BumpTokenRequest)(nil),        // 37: leasehold.v1.BumpTokenRequest
-	(*BumpTokenResponse)(nil),       // 38: leasehold.v1.BumpTokenResponse
-	(*Member)(nil),                  // 39: leasehold.v1.Member
-	(*MembersRequest)(nil),          // 40: leasehold.v1.MembersRequest
-	(*MembersResponse)(nil),         // 41: leasehold.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 42: leasehold.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 43: leasehold.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 44: leasehold.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 45: leasehold.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),   // 46: leasehold.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),  // 47: leasehold.v1.TransferLeaderResponse
+	(*KeepAliveResult)(nil),         // 6: leasehold.v1.KeepAliveResult
+	(*KeepAliveStreamRequest)(nil),  // 7: leasehold.v1.KeepAliveStreamRequest
+	(*KeepAliveStreamResponse)(nil), // 8: leasehold.v1.KeepAliveStreamResponse
+	(*CloseSessionRequest)(nil),     // 9: leasehold.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 10: leasehold.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),          // 11: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),         // 12: leasehold.v1.AcquireResponse
+	(*TryAcquireRequest)(nil),       // 13: leasehold.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),      // 14: leasehold.v1.TryAcquireResponse
+	(*ReleaseRequest)(nil),          // 15: leasehold.v1.ReleaseRequest
+	(*CancelWaitRequest)(nil),       // 16: leasehold.v1.CancelWaitRequest
+	(*CancelWaitResponse)(nil),      // 17: leasehold.v1.CancelWaitResponse
+	(*ReleaseResponse)(nil),         // 18: leasehold.v1.ReleaseResponse
+	(*Holding)(nil),                 // 19: leasehold.v1.Holding
+	(*Waiter)(nil),                  // 20: leasehold.v1.Waiter
+	(*StatusRequest)(nil),           // 21: leasehold.v1.StatusRequest
+	(*LockInfo)(nil),                // 22: leasehold.v1.LockInfo
+	(*StatusResponse)(nil),          // 23: leasehold.v1.StatusResponse
+	(*ListRequest)(nil),             // 24: leasehold.v1.ListRequest
+	(*ListResponse)(nil),            // 25: leasehold.v1.ListResponse
+	(*WatchRequest)(nil),            // 26: leasehold.v1.WatchRequest
+	(*Event)(nil),                   // 27: leasehold.v1.Event
+	(*WatchResponse)(nil),           // 28: leasehold.v1.WatchResponse
+	(*KVPutRequest)(nil),            // 29: leasehold.v1.KVPutRequest
+	(*KVPutResponse)(nil),           // 30: leasehold.v1.KVPutResponse
+	(*KVGetRequest)(nil),            // 31: leasehold.v1.KVGetRequest
+	(*KVGetResponse)(nil),           // 32: leasehold.v1.KVGetResponse
+	(*KvDeleteRequest)(nil),         // 33: leasehold.v1.KvDeleteRequest
+	(*KvDeleteResponse)(nil),        // 34: leasehold.v1.KvDeleteResponse
+	(*SnapshotRequest)(nil),         // 35: leasehold.v1.SnapshotRequest
+	(*SnapshotInfo)(nil),            // 36: leasehold.v1.SnapshotInfo
+	(*SnapshotResponse)(nil),        // 37: leasehold.v1.SnapshotResponse
+	(*BumpTokenRequest)(nil),        // 38: leasehold.v1.BumpTokenRequest
+	(*BumpTokenResponse)(nil),       // 39: leasehold.v1.BumpTokenResponse
+	(*Member)(nil),                  // 40: leasehold.v1.Member
+	(*MembersRequest)(nil),          // 41: leasehold.v1.MembersRequest
+	(*MembersResponse)(nil),         // 42: leasehold.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 43: leasehold.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 44: leasehold.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 45: leasehold.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 46: leasehold.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),   // 47: leasehold.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),  // 48: leasehold.v1.TransferLeaderResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	18, // 0: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
-	18, // 1: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
-	18, // 2: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
-	18, // 3: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
-	19, // 4: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
-	21, // 5: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
-	21, // 6: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
-	0,  // 7: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	26, // 8: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	35, // 9: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
-	39, // 10: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	39, // 11: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	39, // 12: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
-	2,  // 13: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
-	4,  // 14: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	6,  // 15: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
-	8,  // 16: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
-	10, // 17: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	12, // 18: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
-	14, // 19: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	15, // 20: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
-	20, // 21: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	23, // 22: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	25, // 23: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	28, // 24: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
-	30, // 25: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
-	32, // 26: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
-	40, // 27: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	42, // 28: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	44, // 29: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	46, // 30: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	37, // 31: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
-	34, // 32: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
-	3,  // 33: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	5,  // 34: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	7,  // 35: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	9,  // 36: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	11, // 37: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	13, // 38: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	17, // 39: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	16, // 40: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
-	22, // 41: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	24, // 42: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	27, // 43: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	29, // 44: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
-	31, // 45: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
-	33, // 46: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
-	41, // 47: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	43, // 48: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	45, // 49: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	47, // 50: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	38, // 51: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
-	36, // 52: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
-	33, // [33:53] is the sub-list for method output_type
-	13, // [13:33] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 0: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	6,  // 1: leasehold.v1.KeepAliveStreamResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	19, // 2: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
+	19, // 3: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
+	19, // 4: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
+	19, // 5: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
+	20, // 6: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
+	22, // 7: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
+	22, // 8: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
+	0,  // 9: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
+	27, // 10: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
+	36, // 11: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
+	40, // 12: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	40, // 13: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	40, // 14: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	2,  // 15: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
+	4,  // 16: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	7,  // 17: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
+	9,  // 18: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
+	11, // 19: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	13, // 20: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
+	15, // 21: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
+	16, // 22: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	21, // 23: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	24, // 24: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	26, // 25: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	29, // 26: leasehold.v1.LeaseholdService.KVPut:input_type -> leasehold.v1.KVPutRequest
+	31, // 27: leasehold.v1.LeaseholdService.KVGet:input_type -> leasehold.v1.KVGetRequest
+	33, // 28: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
+	41, // 29: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	43, // 30: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	45, // 31: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	47, // 32: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	38, // 33: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	35, // 34: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
+	3,  // 35: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	5,  // 36: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	8,  // 37: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	10, // 38: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	12, // 39: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	14, // 40: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	18, // 41: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	17, // 42: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	23, // 43: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	25, // 44: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	28, // 45: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	30, // 46: leasehold.v1.LeaseholdService.KVPut:output_type -> leasehold.v1.KVPutResponse
+	32, // 47: leasehold.v1.LeaseholdService.KVGet:output_type -> leasehold.v1.KVGetResponse
+	34, // 48: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
+	42, // 49: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	44, // 50: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	46, // 51: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	48, // 52: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	39, // 53: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	37, // 54: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
+	35, // [35:55] is the sub-list for method output_type
+	15, // [15:35] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3119,7 +3236,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

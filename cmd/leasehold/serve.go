@@ -24,6 +24,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		forceNewCluster                                                         bool
 		admins                                                                  []string
 		nodeSecretFile                                                          string
+		pprofOn                                                                 bool
 	)
 	var logFormat string
 	var accessLog bool
@@ -55,7 +56,8 @@ Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DAT
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
 LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
-LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER); a flag on the command line wins.
+LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER,
+LEASEHOLD_PPROF); a flag on the command line wins.
 
 Auth: --admin NAME makes NAME (a client certificate CN or a token's principal) an admin whatever
 the policies say; --node-secret-file FILE identifies nodes to each other without mutual TLS (see
@@ -115,6 +117,7 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 				_ = ln.Close()
 				return err
 			}
+			cfg.Pprof = pprofOn
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
 				if err != nil {
@@ -158,6 +161,7 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 	f.StringVar(&nodeSecretFile, "node-secret-file", "", "file with a secret (>= 32 bytes) shared by every node: a caller presenting it is a node (for auth without mutual TLS between nodes; use with --cert)")
 	f.StringSliceVar(&admins, "admin", nil, "principals (client certificate CN or token principal) that are admins whatever the policies say (repeatable; see leasehold auth)")
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
+	f.BoolVar(&pprofOn, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the API address")
 	return cmd
 }
 

@@ -12,11 +12,10 @@ import (
 // The grant clock. A state restored from a backup, or an old copy of a
 // data dir, knows its token counter but not how many tokens the cluster
 // it came from issued after it was copied. Tokens are issued only by
-// grants, and every grant is stamped with its leader's wall clock, so the
-// state keeps, deterministically from those stamps, the newest one and the
-// most grants stamped in any one second. A floor (BumpToken, TokenFloor)
-// also advances the newest stamp: every token issued before it is at most
-// the counter it leaves. The floor a restarted or
+// grants, and every command is stamped with its leader's wall clock, so the
+// state keeps, deterministically from those stamps, the newest one (of any
+// command: the state was current then, so a lost history issued its later
+// tokens after it) and the most grants stamped in any one second. The floor a restarted or
 // restored state resumes from (Floor) assumes that the lost cluster went
 // on granting at most at twice that peak, and at least at
 // MinFloorRate per second, until the moment of the restore:
@@ -34,7 +33,7 @@ const MinFloorRate = 1000
 // GrantClock is what the floor of a restore is computed from.
 type GrantClock struct {
 	Token           uint64 // newest token issued
-	LastGrantUnixMs int64  // newest leader stamp of a grant or floor
+	LastGrantUnixMs int64  // newest leader stamp of any command
 	PeakRate        uint64 // most grants stamped in one second
 }
 

@@ -29,8 +29,9 @@ func TestGrantClockFloor(t *testing.T) {
 	}
 }
 
-// TestGrantClockFollowsStamps: the newest grant stamp and the most grants
-// stamped in one second are kept, deterministically, across a snapshot.
+// TestGrantClockFollowsStamps: the newest stamp of an applied command and
+// the most grants stamped in one second are kept, deterministically, across
+// a snapshot; a refused command moves neither.
 func TestGrantClockFollowsStamps(t *testing.T) {
 	r := newRig(t, DefaultLimits())
 	r.must(sessions("A", "B", "C", "D")...)
@@ -40,9 +41,10 @@ func TestGrantClockFollowsStamps(t *testing.T) {
 		at(10_999, acquire("c", "A")), // 3 grants in second 10
 		at(12_000, acquire("d", "A")),
 		at(11_000, acquire("e", "A")),  // another leader's older stamp counts in second 12
-		at(13_000, kvPut("k", "v", 1)), // not a grant
+		at(13_000, kvPut("k", "v", 1)), // not a grant, but the newest stamp
 	)
-	want := GrantClock{Token: 5, LastGrantUnixMs: 12_000, PeakRate: 3}
+	r.apply(at(14_000, kvPut("k", "v", 99))) // refused: never issued
+	want := GrantClock{Token: 5, LastGrantUnixMs: 13_000, PeakRate: 3}
 	if got := r.m.GrantClock(); got != want {
 		t.Fatalf("GrantClock = %+v, want %+v", got, want)
 	}

@@ -220,8 +220,16 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		m.tokenFloor(a, op.TokenFloor)
 	case *fsmpb.Command_AuthEnable, *fsmpb.Command_AuthPutPolicy, *fsmpb.Command_AuthDeletePolicy, *fsmpb.Command_AuthPutToken, *fsmpb.Command_AuthRevokeToken:
 		m.applyAuth(a, cmd)
+	case *fsmpb.Command_Checkpoint:
+		m.checkpoint(op.Checkpoint)
 	default:
 		panic(fmt.Sprintf("fsm: unknown command %T at index %d", op, index))
+	}
+	// Every applied stamped command tells when the state was current:
+	// tokens a lost history issued after a copy of this state came after
+	// it (see the grant clock in floor.go). A refusal changes nothing.
+	if res.Err == nil {
+		m.lastGrantMs = max(m.lastGrantMs, a.unixMs)
 	}
 	if res.Holding != nil {
 		// The state keeps mutating its holding (a retried Acquire updates

@@ -103,6 +103,7 @@ func newRig(t *testing.T, mutate func(*Config)) *rig {
 	cfg.Tick = 10 * time.Millisecond
 	cfg.Grace = 0
 	cfg.Logger = discard
+	cfg.CheckpointInterval = 0 // tests of checkpoints turn them on
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -22,11 +22,76 @@
 // so a renewal the old leader acknowledged is covered. A lessor never
 // shortens a deadline: expiring late only delays failover, expiring early
 // would break exclusivity as the holder sees it.
+//
+// # Expiry is final
+//
+// Once an Expire is proposed the session's end is decided: renewals are
+// refused (ErrNotFound, lease-expired) until the proposal is known not to
+// have applied (the proposer's error wraps ErrNotApplied). An Expire of
+// unknown outcome may still commit, so the session stays expiring and the
+// Expire is proposed again on the next tick (Expire is idempotent: a
+// session already gone is success). A holder is never told "renewed" for a
+// session whose expiry may still commit.
+//
+// # Checkpoints: dead holders are freed however often leadership moves
+//
+// Restarting every session's full TTL on each promotion would let a crashed
+// holder's locks live forever if leadership moves more often than the TTL.
+// So the leader records, through the log, how long each unrenewed session
+// has left (a Checkpoint command, batched, proposed at most every
+// min(CheckpointInterval, TTL/10) per session and never on a renewal). A
+// session counts as unrenewed once this leader has not renewed it for
+// 2/5 of its TTL (holders renew every TTL/3 by default), so live holders are
+// normally never checkpointed.
+//
+// A checkpointed session is promoted to now + remaining·(1+Drift), without
+// Grace. That never shortens a lease a holder may believe it has:
+//
+//   - Every renewal acknowledged before the checkpoint was computed is in
+//     its remaining time (remaining = deadline − now on the leader that
+//     wrote it, and that deadline covered its own promotion and grace).
+//     The checkpoint commits before the next leader's promotion, so
+//     promotion + remaining is not earlier than that deadline.
+//   - No renewal is acknowledged after it unless the checkpoint is cleared
+//     in the log first: a session the lessor may have checkpointed is
+//     renewed only after a clear (a Checkpoint entry with cleared set and a
+//     higher generation) commits, and a new leader promotes a cleared
+//     session to its full TTL plus Grace as before. A checkpoint computed
+//     before a clear carries the older generation and is ignored when it
+//     commits after it; the lessor computes no checkpoint of a session
+//     while its clear is in flight.
+//
+// Only holders that miss renewals for 2/5 TTL ever pay that log write.
+//
+// The bound: a session whose holder died is expired by its leader at
+// death + TTL·(1+Drift) (+ Grace if that leader was promoted after the
+// death). A leader change before the session's first checkpoint (2/5 TTL
+// unrenewed on one leader) restarts its count once more, with Grace: that
+// adds less than 2/5 TTL. Each leader change after it adds at most the age
+// of the last checkpoint at the change (≤ min(CheckpointInterval, TTL/10)
+// + Tick + the election), scaled by (1+Drift). As long as leaders hold
+// office longer than 2/5 TTL + the checkpoint interval, a dead holder is
+// freed within
+//
+//	TTL·(1+Drift) + Grace + 2/5·TTL + n·(min(CheckpointInterval, TTL/10) + Tick + election)·(1+Drift)
+//
+// where n is the number of leader changes in that time. The window of
+// 2/5 TTL is the price of renewals that never touch the disk.
+//
+// # Cost
+//
+// Deadlines sit in a min-heap keyed by the next time something can happen
+// to the session (its deadline, or its next checkpoint): a tick looks only
+// at the sessions whose time came, and a renewal moves no heap entry (a
+// popped entry whose deadline moved is pushed back). Idle sessions cost
+// nothing per tick.
 package lessor
 
 import (
+	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -36,16 +101,22 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
 
-// Errors of Renew.
+// Errors of Renew and of a Proposer.
 var (
 	// ErrNotLeader: this lessor is not running (the node is not the leader).
 	ErrNotLeader = errors.New("lessor: not the leader")
 	// ErrNotFound: the session is unknown or its expiry is already decided.
 	ErrNotFound = errors.New("lessor: session not found or expiring")
+	// ErrNotApplied is what a Proposer's error wraps when the command
+	// certainly did not apply (not the leader, could not be proposed).
+	// Any other error means the outcome is unknown.
+	ErrNotApplied = errors.New("lessor: command not applied")
 )
 
 // Proposer submits a command to the Raft log and returns its result. It
-// must not be called with any lessor lock held.
+// must not be called with any lessor lock held. An error wraps
+// ErrNotApplied when the command certainly did not apply; any other error
+// leaves the outcome unknown.
 type Proposer interface {
 	Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error)
 }
@@ -65,13 +136,18 @@ type Config struct {
 	Tick time.Duration
 	// MaxInflight bounds concurrent Expire/EndLockDelay proposals. Default 64.
 	MaxInflight int
+	// CheckpointInterval is the longest time between two checkpoints of an
+	// unrenewed session (each session uses min(CheckpointInterval, TTL/10)).
+	// Default 1 s; 0 disables checkpoints (every promotion then restarts
+	// every session's full TTL); otherwise at least Tick.
+	CheckpointInterval time.Duration
 	// Logger receives decisions. Default slog.Default().
 	Logger *slog.Logger
 }
 
 // DefaultConfig returns the defaults described on Config.
 func DefaultConfig() Config {
-	return Config{Clock: clock.Real{}, Drift: 0.02, Grace: 500 * time.Millisecond, Tick: 50 * time.Millisecond, MaxInflight: 64, Logger: slog.Default()}
+	return Config{Clock: clock.Real{}, Drift: 0.02, Grace: 500 * time.Millisecond, Tick: 50 * time.Millisecond, MaxInflight: 64, CheckpointInterval: time.Second, Logger: slog.Default()}
 }
 
 // Validate reports a Config outside its floors.
@@ -87,11 +163,21 @@ func (c Config) Validate() error {
 		return errors.New("lessor: Tick must be ≥ 1ms")
 	case c.MaxInflight < 1:
 		return errors.New("lessor: MaxInflight must be ≥ 1")
+	case c.CheckpointInterval < 0 || (c.CheckpointInterval > 0 && c.CheckpointInterval < c.Tick):
+		return errors.New("lessor: CheckpointInterval must be 0 (off) or ≥ Tick")
 	case c.Logger == nil:
 		return errors.New("lessor: Logger is nil")
 	}
 	return nil
 }
+
+const (
+	// maxCheckpointBatch caps the sessions of one Checkpoint entry.
+	maxCheckpointBatch = 4096
+	// clearTimeout bounds the log write that clears a checkpoint before a
+	// renewal of a checkpointed session is acknowledged (Renew).
+	clearTimeout = 2 * time.Second
+)
 
 // Lessor tracks deadlines while its node leads. Methods are safe for
 // concurrent use. Lock order: Lessor.mu is a leaf; it is never held while
@@ -104,16 +190,29 @@ type Lessor struct {
 	leading  bool
 	stop     chan struct{} // closed by Demote/Close; nil when not leading
 	sessions map[string]*entry
+	timers   timerHeap              // every tracked session not in flight, by entry.at
 	delays   map[delayKey]time.Time // lock-delay → earliest end
 	closed   bool
 
 	wg sync.WaitGroup // the loop and in-flight proposals
 }
 
+// entry is one tracked session; its fields are protected by Lessor.mu.
 type entry struct {
+	id       string
 	ttl      time.Duration
 	deadline time.Time
-	expiring bool // an Expire is in flight: renewals are refused
+	renewed  time.Time // last renewal on this leader, or the promotion
+	expiring bool      // an Expire was proposed and may apply: renewals are refused
+	inflight bool      // an Expire proposal is running (the entry is off the heap)
+
+	short    bool      // a checkpoint of this session may be in the log
+	clearing int       // clears in flight: no checkpoint is computed meanwhile
+	gen      uint64    // checkpoint generation this lessor uses
+	nextCP   time.Time // when short: the next checkpoint
+
+	at  time.Time // heap key: the next time the loop looks at the entry
+	idx int       // heap index; -1 when off the heap
 }
 
 type delayKey struct {
@@ -135,9 +234,20 @@ func (l *Lessor) grantorTTL(ttl time.Duration) time.Duration {
 	return ttl + time.Duration(float64(ttl)*l.cfg.Drift)
 }
 
+// idleAfter is how long a session goes unrenewed on this leader before it
+// is checkpointed.
+func idleAfter(ttl time.Duration) time.Duration { return ttl * 2 / 5 }
+
+// checkpointEvery is the interval between checkpoints of one session.
+func (l *Lessor) checkpointEvery(ttl time.Duration) time.Duration {
+	return max(min(l.cfg.CheckpointInterval, ttl/10), l.cfg.Tick)
+}
+
 // Promote starts the lessor on a new leader. sessions and delays are the
 // applied state after the leader's barrier: every session is treated as
-// renewed now, plus Grace; every lock-delay restarts in full, plus Grace.
+// renewed now, plus Grace, except a checkpointed one, which keeps its
+// checkpointed remaining time (see the package comment); every lock-delay
+// restarts in full, plus Grace.
 func (l *Lessor) Promote(sessions []*fsmpb.Session, delays []fsm.LockDelay) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -147,14 +257,25 @@ func (l *Lessor) Promote(sessions []*fsmpb.Session, delays []fsm.LockDelay) {
 	l.leading = true
 	l.stop = make(chan struct{})
 	now := l.cfg.Clock.Now()
+	checkpointed := 0
 	for _, s := range sessions {
 		ttl := time.Duration(s.GetTtlMs()) * time.Millisecond
-		l.extendLocked(s.GetLeaseId(), ttl, now.Add(l.cfg.Grace+l.grantorTTL(ttl)))
+		e := &entry{id: s.GetLeaseId(), ttl: ttl, renewed: now, gen: s.GetCheckpointGeneration(), idx: -1}
+		if s.GetCheckpointed() {
+			checkpointed++
+			rem := time.Duration(s.GetCheckpointRemainingMs()) * time.Millisecond
+			e.deadline = now.Add(rem + time.Duration(float64(rem)*l.cfg.Drift))
+			e.short, e.nextCP = true, now.Add(l.checkpointEvery(ttl))
+		} else {
+			e.deadline = now.Add(l.cfg.Grace + l.grantorTTL(ttl))
+		}
+		l.sessions[e.id] = e
+		l.scheduleLocked(e)
 	}
 	for _, d := range delays {
 		l.delays[delayKey{d.Name, d.Token}] = now.Add(l.cfg.Grace + l.grantorTTL(time.Duration(d.Ms)*time.Millisecond))
 	}
-	l.cfg.Logger.Info("lessor promoted", "sessions", len(sessions), "lock_delays", len(delays), "grace", l.cfg.Grace)
+	l.cfg.Logger.Info("lessor promoted", "sessions", len(sessions), "checkpointed", checkpointed, "lock_delays", len(delays), "grace", l.cfg.Grace)
 	stop := l.stop
 	l.wg.Go(func() { l.loop(stop) })
 }
@@ -175,6 +296,7 @@ func (l *Lessor) demoteLocked() {
 	close(l.stop)
 	l.stop = nil
 	clear(l.sessions)
+	l.timers = nil
 	clear(l.delays)
 }
 
@@ -187,38 +309,148 @@ func (l *Lessor) Close() {
 	l.wg.Wait()
 }
 
-// extendLocked moves a deadline later, never earlier, and inserts unknown
-// sessions.
-func (l *Lessor) extendLocked(leaseID string, ttl time.Duration, deadline time.Time) {
-	e, ok := l.sessions[leaseID]
-	if !ok {
-		l.sessions[leaseID] = &entry{ttl: ttl, deadline: deadline}
+// scheduleLocked puts e on the heap at the next time the loop must look at
+// it: its deadline, or its next checkpoint.
+func (l *Lessor) scheduleLocked(e *entry) {
+	at := e.deadline
+	if l.cfg.CheckpointInterval > 0 {
+		cp := e.renewed.Add(idleAfter(e.ttl))
+		if e.short {
+			cp = e.nextCP
+		}
+		if cp.Before(at) {
+			at = cp
+		}
+	}
+	l.scheduleAtLocked(e, at)
+}
+
+func (l *Lessor) scheduleAtLocked(e *entry, at time.Time) {
+	e.at = at
+	if e.idx >= 0 {
+		heap.Fix(&l.timers, e.idx)
 		return
 	}
-	e.ttl = ttl
-	if deadline.After(e.deadline) {
-		e.deadline = deadline
+	heap.Push(&l.timers, e)
+}
+
+func (l *Lessor) removeLocked(e *entry) {
+	if l.sessions[e.id] == e {
+		delete(l.sessions, e.id)
 	}
+	if e.idx >= 0 {
+		heap.Remove(&l.timers, e.idx)
+	}
+}
+
+// renewLocked moves e's deadline to at least now + TTL·(1+Drift).
+func (l *Lessor) renewLocked(e *entry, now time.Time) {
+	if d := now.Add(l.grantorTTL(e.ttl)); d.After(e.deadline) {
+		e.deadline = d
+	}
+	if now.After(e.renewed) {
+		e.renewed = now
+	}
+}
+
+// Renewal is the outcome of renewing one session.
+type Renewal struct {
+	TTL time.Duration // the session's TTL, when Err is nil
+	Err error         // ErrNotLeader, ErrNotFound, or why a checkpoint could not be cleared
 }
 
 // Renew records that the leader is answering a request of session leaseID
 // now (keepalive, acquire, create): its deadline becomes at least
 // now + TTL·(1+Drift). It refuses sessions it does not know or whose expiry
-// is already decided; on a non-leader it returns ErrNotLeader.
+// is already decided; on a non-leader it returns ErrNotLeader. A session
+// that may be checkpointed is renewed only after a clear commits (at most
+// 2 s).
 func (l *Lessor) Renew(leaseID string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), clearTimeout)
+	defer cancel()
+	var out [1]Renewal
+	l.RenewMany(ctx, []string{leaseID}, out[:])
+	return out[0].TTL, out[0].Err
+}
+
+// RenewMany renews every session of ids as Renew does, writing the outcome
+// of ids[i] to out[i] (len(out) ≥ len(ids)). Sessions that need their
+// checkpoint cleared share one log entry, written under ctx; the others are
+// renewed in memory at once.
+func (l *Lessor) RenewMany(ctx context.Context, ids []string, out []Renewal) {
+	l.mu.Lock()
+	if !l.leading {
+		l.mu.Unlock()
+		for i := range ids {
+			out[i] = Renewal{Err: ErrNotLeader}
+		}
+		return
+	}
+	now := l.cfg.Clock.Now()
+	var (
+		pending []int // indexes of ids waiting for a clear
+		clears  []*fsmpb.SessionCheckpoint
+		entries []*entry
+	)
+	for i, id := range ids {
+		e, ok := l.sessions[id]
+		switch {
+		case !ok || e.expiring:
+			out[i] = Renewal{Err: ErrNotFound}
+		case e.short:
+			e.gen++
+			e.clearing++
+			pending = append(pending, i)
+			entries = append(entries, e)
+			clears = append(clears, &fsmpb.SessionCheckpoint{LeaseId: id, Cleared: true, Generation: e.gen})
+		default:
+			l.renewLocked(e, now)
+			out[i] = Renewal{TTL: e.ttl}
+		}
+	}
+	stop := l.stop
+	l.mu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { // owned by this call: it ends before the call returns
+		defer close(stopped)
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	_, err := l.proposer.Propose(ctx, &fsmpb.Command{UnixMs: now.UnixMilli(), Op: &fsmpb.Command_Checkpoint{Checkpoint: &fsmpb.Checkpoint{Sessions: clears}}})
+	cancel()
+	<-stopped
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.leading {
-		return 0, ErrNotLeader
+	now = l.cfg.Clock.Now()
+	for k, i := range pending {
+		e := entries[k]
+		e.clearing--
+		switch {
+		case err != nil:
+			out[i] = Renewal{Err: fmt.Errorf("lessor: clear the checkpoint of %s: %w", e.id, err)}
+		case !l.leading || l.sessions[e.id] != e:
+			out[i] = Renewal{Err: ErrNotLeader}
+		case e.expiring:
+			out[i] = Renewal{Err: ErrNotFound}
+		default:
+			if e.gen == clears[k].GetGeneration() {
+				e.short = false // no later clear was started: the log holds ours
+			}
+			l.renewLocked(e, now)
+			if e.idx >= 0 {
+				l.scheduleLocked(e)
+			}
+			out[i] = Renewal{TTL: e.ttl}
+		}
 	}
-	e, ok := l.sessions[leaseID]
-	if !ok || e.expiring {
-		return 0, ErrNotFound
-	}
-	if d := l.cfg.Clock.Now().Add(l.grantorTTL(e.ttl)); d.After(e.deadline) {
-		e.deadline = d
-	}
-	return e.ttl, nil
 }
 
 // Remaining returns how long session leaseID has before the leader may
@@ -246,10 +478,21 @@ func (l *Lessor) Observe(res *fsm.Result) {
 	now := l.cfg.Clock.Now()
 	if s := res.Session; s != nil {
 		ttl := time.Duration(s.GetTtlMs()) * time.Millisecond
-		l.extendLocked(s.GetLeaseId(), ttl, now.Add(l.grantorTTL(ttl)))
+		e, ok := l.sessions[s.GetLeaseId()]
+		if !ok {
+			e = &entry{id: s.GetLeaseId(), ttl: ttl, renewed: now, deadline: now.Add(l.grantorTTL(ttl)), gen: s.GetCheckpointGeneration(), idx: -1}
+			l.sessions[e.id] = e
+			l.scheduleLocked(e)
+		} else if !e.short && !e.expiring {
+			// An applied Acquire answers the session; a checkpointed one is
+			// renewed only through RenewMany's clear.
+			l.renewLocked(e, now)
+		}
 	}
 	for _, id := range res.EndedSessions {
-		delete(l.sessions, id)
+		if e, ok := l.sessions[id]; ok {
+			l.removeLocked(e)
+		}
 	}
 	for _, d := range res.LockDelays {
 		l.delays[delayKey{d.Name, d.Token}] = now.Add(l.grantorTTL(time.Duration(d.Ms) * time.Millisecond))
@@ -264,7 +507,15 @@ func (l *Lessor) loop(stop chan struct{}) {
 			return
 		case <-l.cfg.Clock.After(l.cfg.Tick):
 		}
-		for _, cmd := range l.due() {
+		expires, other := l.due()
+		jobs := make([]func(), 0, len(expires)+len(other))
+		for _, e := range expires {
+			jobs = append(jobs, func() { l.proposeExpire(stop, e) })
+		}
+		for _, cmd := range other {
+			jobs = append(jobs, func() { l.propose(stop, cmd) })
+		}
+		for _, job := range jobs {
 			select {
 			case <-stop:
 				return
@@ -272,23 +523,35 @@ func (l *Lessor) loop(stop chan struct{}) {
 			}
 			l.wg.Go(func() {
 				defer func() { <-sem }()
-				l.propose(stop, cmd)
+				job()
 			})
 		}
 	}
 }
 
-// due collects the commands whose time has come and marks them in flight.
-func (l *Lessor) due() []*fsmpb.Command {
+// due collects what came due: sessions to expire (marked in flight),
+// checkpoints (batched) and lock-delays to end.
+func (l *Lessor) due() (expires []*entry, cmds []*fsmpb.Command) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.cfg.Clock.Now()
-	var cmds []*fsmpb.Command
-	for id, e := range l.sessions {
-		if !e.expiring && now.After(e.deadline) {
-			e.expiring = true
-			cmds = append(cmds, &fsmpb.Command{UnixMs: now.UnixMilli(), Op: &fsmpb.Command_Expire{Expire: &fsmpb.Expire{LeaseId: id}}})
+	var cps []*fsmpb.SessionCheckpoint
+	for len(l.timers) > 0 && now.After(l.timers[0].at) {
+		e := heap.Pop(&l.timers).(*entry)
+		switch {
+		case e.expiring || now.After(e.deadline):
+			// Expiring already (an unknown outcome): propose it again.
+			e.expiring, e.inflight = true, true
+			expires = append(expires, e)
+			continue
+		case l.cfg.CheckpointInterval > 0 && e.clearing == 0 && l.checkpointDue(e, now):
+			e.short, e.nextCP = true, now.Add(l.checkpointEvery(e.ttl))
+			cps = append(cps, &fsmpb.SessionCheckpoint{LeaseId: e.id, RemainingMs: e.deadline.Sub(now).Milliseconds(), Generation: e.gen})
 		}
+		l.scheduleLocked(e)
+	}
+	for chunk := range chunks(cps, maxCheckpointBatch) {
+		cmds = append(cmds, &fsmpb.Command{UnixMs: now.UnixMilli(), Op: &fsmpb.Command_Checkpoint{Checkpoint: &fsmpb.Checkpoint{Sessions: chunk}}})
 	}
 	for k, at := range l.delays {
 		if now.After(at) {
@@ -296,12 +559,33 @@ func (l *Lessor) due() []*fsmpb.Command {
 			cmds = append(cmds, &fsmpb.Command{UnixMs: now.UnixMilli(), Op: &fsmpb.Command_EndLockDelay{EndLockDelay: &fsmpb.EndLockDelay{Name: k.name, Token: k.token}}})
 		}
 	}
-	return cmds
+	return expires, cmds
 }
 
-func (l *Lessor) propose(stop chan struct{}, cmd *fsmpb.Command) {
+// checkpointDue reports whether e's remaining time should be recorded now.
+func (l *Lessor) checkpointDue(e *entry, now time.Time) bool {
+	if e.short {
+		return !now.Before(e.nextCP)
+	}
+	return now.Sub(e.renewed) >= idleAfter(e.ttl)
+}
+
+func chunks[T any](s []T, n int) func(func([]T) bool) {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			k := min(n, len(s))
+			if !yield(s[:k]) {
+				return
+			}
+			s = s[k:]
+		}
+	}
+}
+
+// proposeCtx is a context for one proposal: at most 10 s, cancelled when
+// the lessor stops leading.
+func (l *Lessor) proposeCtx(stop chan struct{}) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	go func() {
 		select {
 		case <-stop:
@@ -309,31 +593,61 @@ func (l *Lessor) propose(stop chan struct{}, cmd *fsmpb.Command) {
 		case <-ctx.Done():
 		}
 	}()
-	res, err := l.proposer.Propose(ctx, cmd)
-	exp := cmd.GetExpire()
-	if exp == nil {
-		if err != nil {
-			l.retryDelay(cmd.GetEndLockDelay())
-		}
-		return
+	return ctx, cancel
+}
+
+// proposeExpire proposes the Expire of e. Applied (or the session already
+// gone): e is forgotten. Certainly not applied: renewals are accepted again.
+// Unknown: e stays expiring and the next tick proposes it again.
+func (l *Lessor) proposeExpire(stop chan struct{}, e *entry) {
+	ctx, cancel := l.proposeCtx(stop)
+	defer cancel()
+	now := l.cfg.Clock.Now()
+	res, err := l.proposer.Propose(ctx, &fsmpb.Command{UnixMs: now.UnixMilli(), Op: &fsmpb.Command_Expire{Expire: &fsmpb.Expire{LeaseId: e.id}}})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.inflight = false
+	if l.sessions[e.id] != e {
+		return // forgotten: demoted, or ended through the log meanwhile
 	}
-	id := exp.GetLeaseId()
 	switch {
 	case err == nil && (res.Err == nil || errors.Is(res.Err, fsm.ErrSessionNotFound)):
-		l.cfg.Logger.Info("session expired", "lease_id", id, "released", res.Released)
-		l.mu.Lock()
-		delete(l.sessions, id)
-		l.mu.Unlock()
+		l.cfg.Logger.Info("session expired", "lease_id", e.id, "released", res.Released)
+		l.removeLocked(e)
+		return
+	case err == nil, errors.Is(err, ErrNotApplied):
+		// Refused, or certainly not applied: the session is live again
+		// until the next tick decides.
+		l.cfg.Logger.Warn("expire not applied", "lease_id", e.id, "err", cmp(err, res.Err))
+		e.expiring = false
 	default:
-		// Not applied, or unknown: keep the session expiring only if still
-		// leading; the next tick proposes again.
-		l.cfg.Logger.Warn("expire not applied", "lease_id", id, "err", err)
-		l.mu.Lock()
-		if e, ok := l.sessions[id]; ok {
-			e.expiring = false
-		}
-		l.mu.Unlock()
+		l.cfg.Logger.Warn("expire of unknown outcome; proposing it again", "lease_id", e.id, "err", err)
 	}
+	l.scheduleAtLocked(e, l.cfg.Clock.Now())
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// propose proposes a Checkpoint or an EndLockDelay. A failed EndLockDelay
+// is retried on the next tick; a failed Checkpoint needs nothing: the
+// sessions stay marked as possibly checkpointed and are checkpointed again.
+func (l *Lessor) propose(stop chan struct{}, cmd *fsmpb.Command) {
+	ctx, cancel := l.proposeCtx(stop)
+	defer cancel()
+	_, err := l.proposer.Propose(ctx, cmd)
+	if err == nil {
+		return
+	}
+	if d := cmd.GetEndLockDelay(); d != nil {
+		l.retryDelay(d)
+		return
+	}
+	l.cfg.Logger.Debug("checkpoint not applied", "sessions", len(cmd.GetCheckpoint().GetSessions()), "err", err)
 }
 
 func (l *Lessor) retryDelay(d *fsmpb.EndLockDelay) {
@@ -342,4 +656,27 @@ func (l *Lessor) retryDelay(d *fsmpb.EndLockDelay) {
 	if l.leading {
 		l.delays[delayKey{d.GetName(), d.GetToken()}] = l.cfg.Clock.Now()
 	}
+}
+
+// timerHeap is a min-heap of entries by at.
+type timerHeap []*entry
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *timerHeap) Push(x any) {
+	e := x.(*entry)
+	e.idx = len(*h)
+	*h = append(*h, e)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.idx = -1
+	return e
 }

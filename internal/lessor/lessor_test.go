@@ -413,6 +413,7 @@ func TestClose(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Clock = clk
 		cfg.Logger = discard
+		cfg.CheckpointInterval = 0
 		p := &fakeProposer{clk: clk}
 		started := make(chan struct{})
 		p.respond = func(ctx context.Context, _ int, _ *fsmpb.Command) (fsm.Result, error) {

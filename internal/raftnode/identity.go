@@ -148,11 +148,11 @@ func (c Config) identity(existing bool, stored string) (id string, bootstrap boo
 // HasState reports whether dir holds Raft state (a log, a term or a
 // snapshot) from an earlier start.
 func HasState(dir string) (bool, error) {
-	if _, err := os.Stat(filepath.Join(dir, "raft.db")); errors.Is(err, fs.ErrNotExist) {
+	if !exists(filepath.Join(dir, "raft.db")) && !exists(filepath.Join(dir, "wal")) {
 		snaps, _ := os.ReadDir(filepath.Join(dir, "snapshots"))
 		return len(snaps) > 0, nil
 	}
-	store, err := openStore(dir)
+	store, err := openStore(dir, hclog.NewNullLogger())
 	if err != nil {
 		return false, err
 	}
@@ -162,6 +162,12 @@ func HasState(dir string) (bool, error) {
 		return false, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
 	return raft.HasExistingState(store, store, snaps)
+}
+
+// exists reports whether path exists.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // served reports whether node id served in this cluster: it registered

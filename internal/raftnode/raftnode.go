@@ -1,6 +1,6 @@
 // Package raftnode runs leasehold's state machine on hashicorp/raft: a
-// bbolt log and stable store (raft-boltdb, fsync'd on every append batch),
-// file snapshots, bootstrap and membership, and Apply with a context.
+// log and stable store fsync'd on every append batch (raft-wal; raft-boltdb
+// for a data dir created before it, see openStore), file snapshots, bootstrap and membership, and Apply with a context.
 //
 // Membership cannot fork the cluster: a node never bootstraps implicitly
 // (an empty data dir needs Bootstrap or Join, see Config.Bootstrap); the
@@ -29,14 +29,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/internal/fsm"
@@ -53,7 +50,8 @@ type Peer struct {
 type Config struct {
 	// NodeID names this node in the cluster. Default "n1".
 	NodeID string
-	// DataDir holds raft.db (log and stable store) and snapshots/. Required.
+	// DataDir holds wal/ (log and stable store; raft.db in a data dir
+	// created before raft-wal) and snapshots/. Required.
 	DataDir string
 	// RaftAddr is the host:port raft listens on for peers. Empty runs a
 	// single node on an in-memory transport (no port); a cluster needs it.
@@ -171,7 +169,7 @@ func (c Config) Validate() error {
 type Node struct {
 	cfg       Config
 	raft      *raft.Raft
-	store     *raftboltdb.BoltStore
+	store     logStore
 	trans     raft.Transport
 	fsm       *raftFSM
 	clusterID string
@@ -200,7 +198,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: data dir: %w", err)
 	}
 	hlog := newHCLogger(cfg.Logger)
-	store, err := openStore(cfg.DataDir)
+	store, err := openStore(cfg.DataDir, hlog)
 	if err != nil {
 		return nil, err
 	}
@@ -552,17 +550,6 @@ func closeTransport(t raft.Transport) {
 	if c, ok := t.(io.Closer); ok {
 		_ = c.Close()
 	}
-}
-
-// openStore opens the Raft log and stable store in dir. bbolt locks the
-// file: a second server on the same data dir fails after a second instead
-// of waiting forever.
-func openStore(dir string) (*raftboltdb.BoltStore, error) {
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), BoltOptions: &bbolt.Options{Timeout: time.Second}})
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: open log store %s (is another server using this data dir?): %w", dir, err)
-	}
-	return store, nil
 }
 
 // RaftAddr returns the address peers reach this node's raft transport at.

@@ -337,23 +337,37 @@ func decide(s *Server, pol *auth.Policies, p auth.Principal, proc string, msg an
 	if !allowed {
 		return api.Errorf(api.CodePermissionDenied, "%s may not %s (needs %s)", p, action(proc), r.perm)
 	}
+	var ids []string
 	if l, ok := msg.(interface{ GetLeaseId() string }); ok && l.GetLeaseId() != "" {
-		return s.checkOwner(pol, p, l.GetLeaseId())
+		ids = []string{l.GetLeaseId()}
 	}
-	return nil
+	if l, ok := msg.(interface{ GetLeaseIds() []string }); ok {
+		ids = append(ids, l.GetLeaseIds()...) // a batched renewal
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return s.checkOwner(pol, p, ids)
 }
 
-// checkOwner refuses the use of another principal's session. A session this
-// node does not know yet (replication lag) passes: the leader decides.
-func (s *Server) checkOwner(pol *auth.Policies, p auth.Principal, leaseID string) error {
+// checkOwner refuses the use of another principal's sessions: a request
+// naming several (a batched renewal) is refused whole. A session this node
+// does not know yet (replication lag) passes: the leader decides.
+func (s *Server) checkOwner(pol *auth.Policies, p auth.Principal, leaseIDs []string) error {
 	if pol.IsAdmin(p) {
 		return nil
 	}
-	var owner string
-	var ok bool
-	s.node.Read(func(m *fsm.Machine) { owner, ok = m.SessionPrincipal(leaseID) })
-	if ok && owner != p.Name {
-		return api.Errorf(api.CodePermissionDenied, "session %s… belongs to another principal, not %s", leaseID[:min(len(leaseID), 6)], p)
+	foreign := ""
+	s.node.Read(func(m *fsm.Machine) {
+		for _, id := range leaseIDs {
+			if owner, ok := m.SessionPrincipal(id); ok && owner != p.Name {
+				foreign = id
+				return
+			}
+		}
+	})
+	if foreign != "" {
+		return api.Errorf(api.CodePermissionDenied, "session %s… belongs to another principal, not %s", foreign[:min(len(foreign), 6)], p)
 	}
 	return nil
 }

@@ -95,6 +95,12 @@ func TestAuthBearerTokens(t *testing.T) {
 	wantCode(t, "eve releases alice's lock", err, api.CodePermissionDenied)
 	_, err = eve.locks.KeepAlive(ctx, req(&pb.KeepAliveRequest{LeaseId: lease}))
 	wantCode(t, "eve renews alice's session", err, api.CodePermissionDenied)
+	eves, err := eve.locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000, Owner: "eve"}))
+	mustOK(t, "eve session", err)
+	_, err = eve.locks.KeepAlive(ctx, req(&pb.KeepAliveRequest{LeaseIds: []string{eves.Msg.GetLeaseId(), lease}}))
+	wantCode(t, "eve renews alice's session in a batch", err, api.CodePermissionDenied)
+	_, err = eve.locks.KeepAlive(ctx, req(&pb.KeepAliveRequest{LeaseIds: []string{eves.Msg.GetLeaseId()}}))
+	mustOK(t, "eve renews her own session in a batch", err)
 	ls, err := eve.locks.List(ctx, req(&pb.ListRequest{Prefix: "job:"}))
 	mustOK(t, "eve lists", err)
 	if got := ls.Msg.GetLocks()[0].GetHolder(); got.GetLeaseId() != "" || got.GetOwner() != "alice" {

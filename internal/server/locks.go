@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"connectrpc.com/connect"
@@ -42,71 +41,6 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 		_, _ = h.s.lessor.Renew(id) // the TTL counts from this answer
 		return &pb.CreateSessionResponse{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner()}, nil
 	}, client.CreateSession)
-}
-
-func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.KeepAliveRequest]) (*connect.Response[pb.KeepAliveResponse], error) {
-	if err := checkLeaseID(req.Msg.GetLeaseId()); err != nil {
-		return nil, api.ToConnect(err)
-	}
-	return onLeader(ctx, h.s, req, func(_ context.Context, m *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
-		ttl, err := h.s.lessor.Renew(m.GetLeaseId())
-		if err != nil {
-			return nil, err
-		}
-		return &pb.KeepAliveResponse{LeaseId: m.GetLeaseId(), TtlMs: ttl.Milliseconds()}, nil
-	}, client.KeepAlive)
-}
-
-// KeepAliveStream renews on this node when it leads, and otherwise sends
-// each renewal to the leader as a unary KeepAlive. It ends when the caller
-// closes its side, or at once when the server shuts down.
-func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiStream[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]) error {
-	type received struct {
-		msg *pb.KeepAliveStreamRequest
-		err error
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	in := make(chan received)
-	go func() { // Receive blocks; this goroutine ends when the stream does
-		for {
-			m, err := stream.Receive()
-			select {
-			case in <- received{m, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for {
-		var r received
-		select {
-		case <-h.s.drain:
-			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
-		case <-ctx.Done():
-			return nil
-		case r = <-in:
-		}
-		if errors.Is(r.err, io.EOF) {
-			return nil
-		}
-		if r.err != nil {
-			return r.err
-		}
-		resp := &pb.KeepAliveStreamResponse{LeaseId: r.msg.GetLeaseId()}
-		res, err := h.KeepAlive(ctx, connect.NewRequest(&pb.KeepAliveRequest{LeaseId: r.msg.GetLeaseId()}))
-		if err != nil {
-			resp.ErrorCode = string(api.CodeOf(err))
-		} else {
-			resp.TtlMs = res.Msg.GetTtlMs()
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
 }
 
 func (h *lockService) CloseSession(ctx context.Context, req *connect.Request[pb.CloseSessionRequest]) (*connect.Response[pb.CloseSessionResponse], error) {

@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -72,6 +73,9 @@ type Config struct {
 	// a caller presenting it is a node (auth.go). For clusters without
 	// mutual TLS between nodes.
 	NodeSecret string
+	// Pprof serves net/http/pprof under /debug/pprof/ on the API address.
+	// Default off: profiles expose internals and cost CPU while they run.
+	Pprof bool
 }
 
 // DefaultConfig returns a single-node configuration for dataDir.
@@ -287,8 +291,14 @@ func (s *Server) register(ctx context.Context) error {
 // proposer adapts the server to lessor.Proposer.
 type proposer struct{ s *Server }
 
+// Propose marks the errors after which the command certainly did not
+// apply (lessor.ErrNotApplied); any other error leaves the outcome unknown.
 func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	return p.s.node.Apply(ctx, cmd)
+	res, err := p.s.node.Apply(ctx, cmd)
+	if errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, raftnode.ErrUnavailable) {
+		err = fmt.Errorf("%w: %w", lessor.ErrNotApplied, err)
+	}
+	return res, err
 }
 
 // apply stamps cmd with the leader's wall clock (display only), proposes it
@@ -324,6 +334,14 @@ func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, erro
 	addr, err := s.leaderAPIAddr()
 	if err != nil {
 		return nil, err
+	}
+	// A follower that has not heard from the leader for longer than the
+	// heartbeat timeout (an election is about to start) does not forward:
+	// the leader is paused, partitioned or gone, and a request sent there
+	// would wait out the caller's deadline. Nothing was sent, so the answer
+	// is `unavailable` at once and the client tries another node.
+	if since := time.Since(s.node.Raft().LastContact()); since > s.cfg.Raft.HeartbeatTimeout {
+		return nil, api.Errorf(api.CodeUnavailable, "node %s has not heard from the leader for %v", s.node.ID(), since.Round(time.Millisecond))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -401,7 +419,8 @@ func newLeaseID() string {
 // (/ui), behind the access log when Config.AccessLog is set.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s})}
+	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewAuthServiceHandler(&authService{s}, opts...))
@@ -414,6 +433,9 @@ func (s *Server) Handler() http.Handler {
 	ui := s.adminOnly(web.Handler(webSource{s}, s.feed, s.drain))
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
+	if s.cfg.Pprof {
+		mountPprof(mux)
+	}
 	h := s.authenticate(mux)
 	if s.cfg.AccessLog != nil {
 		return accessLog(s.cfg.AccessLog, h)

@@ -103,7 +103,8 @@ type LeaseholdServiceClient interface {
 	CreateSession(context.Context, *connect.Request[leaseholdv1.CreateSessionRequest]) (*connect.Response[leaseholdv1.CreateSessionResponse], error)
 	// KeepAlive renews one session; it is not written to the log.
 	KeepAlive(context.Context, *connect.Request[leaseholdv1.KeepAliveRequest]) (*connect.Response[leaseholdv1.KeepAliveResponse], error)
-	// KeepAliveStream renews sessions over one stream: one response per request.
+	// KeepAliveStream renews sessions over one stream: one response per
+	// request, in order. A client process keeps one and batches its sessions.
 	KeepAliveStream(context.Context) *connect.BidiStreamForClient[leaseholdv1.KeepAliveStreamRequest, leaseholdv1.KeepAliveStreamResponse]
 	// CloseSession ends a session, releasing its locks without lock-delay.
 	CloseSession(context.Context, *connect.Request[leaseholdv1.CloseSessionRequest]) (*connect.Response[leaseholdv1.CloseSessionResponse], error)
@@ -324,7 +325,8 @@ type LeaseholdServiceHandler interface {
 	CreateSession(context.Context, *connect.Request[leaseholdv1.CreateSessionRequest]) (*connect.Response[leaseholdv1.CreateSessionResponse], error)
 	// KeepAlive renews one session; it is not written to the log.
 	KeepAlive(context.Context, *connect.Request[leaseholdv1.KeepAliveRequest]) (*connect.Response[leaseholdv1.KeepAliveResponse], error)
-	// KeepAliveStream renews sessions over one stream: one response per request.
+	// KeepAliveStream renews sessions over one stream: one response per
+	// request, in order. A client process keeps one and batches its sessions.
 	KeepAliveStream(context.Context, *connect.BidiStream[leaseholdv1.KeepAliveStreamRequest, leaseholdv1.KeepAliveStreamResponse]) error
 	// CloseSession ends a session, releasing its locks without lock-delay.
 	CloseSession(context.Context, *connect.Request[leaseholdv1.CloseSessionRequest]) (*connect.Response[leaseholdv1.CloseSessionResponse], error)

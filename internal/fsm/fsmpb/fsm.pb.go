@@ -41,6 +41,7 @@ type Command struct {
 	//	*Command_KvPut
 	//	*Command_RegisterNode
 	//	*Command_BumpToken
+	//	*Command_Checkpoint
 	//	*Command_KvDelete
 	//	*Command_TokenFloor
 	//	*Command_AuthEnable
@@ -187,6 +188,15 @@ func (x *Command) GetBumpToken() *BumpToken {
 	return nil
 }
 
+func (x *Command) GetCheckpoint() *Checkpoint {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Checkpoint); ok {
+			return x.Checkpoint
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetKvDelete() *KVDelete {
 	if x != nil {
 		if x, ok := x.Op.(*Command_KvDelete); ok {
@@ -294,6 +304,10 @@ type Command_BumpToken struct {
 	BumpToken *BumpToken `protobuf:"bytes,19,opt,name=bump_token,json=bumpToken,proto3,oneof"`
 }
 
+type Command_Checkpoint struct {
+	Checkpoint *Checkpoint `protobuf:"bytes,20,opt,name=checkpoint,proto3,oneof"`
+}
+
 type Command_KvDelete struct {
 	KvDelete *KVDelete `protobuf:"bytes,22,opt,name=kv_delete,json=kvDelete,proto3,oneof"`
 }
@@ -342,6 +356,8 @@ func (*Command_KvPut) isCommand_Op() {}
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_BumpToken) isCommand_Op() {}
+
+func (*Command_Checkpoint) isCommand_Op() {}
 
 func (*Command_KvDelete) isCommand_Op() {}
 
@@ -1069,6 +1085,15 @@ type Session struct {
 	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	CreatedUnixMs int64                  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	// checkpointed is set when the leader recorded that the session went
+	// unrenewed: a new leader then counts checkpoint_remaining_ms from its
+	// promotion instead of the full TTL. A renewal clears it (through the
+	// log) before it is acknowledged.
+	Checkpointed          bool  `protobuf:"varint,5,opt,name=checkpointed,proto3" json:"checkpointed,omitempty"`
+	CheckpointRemainingMs int64 `protobuf:"varint,6,opt,name=checkpoint_remaining_ms,json=checkpointRemainingMs,proto3" json:"checkpoint_remaining_ms,omitempty"`
+	// checkpoint_generation orders checkpoints and clears of one session: a
+	// checkpoint older than the last clear is ignored.
+	CheckpointGeneration uint64 `protobuf:"varint,7,opt,name=checkpoint_generation,json=checkpointGeneration,proto3" json:"checkpoint_generation,omitempty"`
 	// sequencers: the session's grants come with a signed sequencer.
 	Sequencers bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
 	// principal is the authenticated creator of the session.
@@ -1131,6 +1156,27 @@ func (x *Session) GetTtlMs() int64 {
 func (x *Session) GetCreatedUnixMs() int64 {
 	if x != nil {
 		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *Session) GetCheckpointed() bool {
+	if x != nil {
+		return x.Checkpointed
+	}
+	return false
+}
+
+func (x *Session) GetCheckpointRemainingMs() int64 {
+	if x != nil {
+		return x.CheckpointRemainingMs
+	}
+	return 0
+}
+
+func (x *Session) GetCheckpointGeneration() uint64 {
+	if x != nil {
+		return x.CheckpointGeneration
 	}
 	return 0
 }
@@ -2286,11 +2332,131 @@ func (x *AuthState) GetTokens() []*AuthToken {
 	return nil
 }
 
+// Checkpoint records, for sessions the leader saw go unrenewed, how long
+// each has left (as the leader's lessor counts it), and clears that record
+// for sessions renewed since. Sessions that no longer exist are skipped.
+type Checkpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*SessionCheckpoint   `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checkpoint) Reset() {
+	*x = Checkpoint{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checkpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checkpoint) ProtoMessage() {}
+
+func (x *Checkpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
+func (*Checkpoint) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Checkpoint) GetSessions() []*SessionCheckpoint {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+type SessionCheckpoint struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// remaining_ms is the time left before the leader may expire the session;
+	// ignored when cleared.
+	RemainingMs int64 `protobuf:"varint,2,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// cleared: the session was renewed; a new leader counts its full TTL.
+	Cleared bool `protobuf:"varint,3,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	// generation: a checkpoint (not cleared) applies only when generation is
+	// at least the session's checkpoint_generation; a clear raises it.
+	Generation    uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCheckpoint) Reset() {
+	*x = SessionCheckpoint{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCheckpoint) ProtoMessage() {}
+
+func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCheckpoint.ProtoReflect.Descriptor instead.
+func (*SessionCheckpoint) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SessionCheckpoint) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *SessionCheckpoint) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *SessionCheckpoint) GetCleared() bool {
+	if x != nil {
+		return x.Cleared
+	}
+	return false
+}
+
+func (x *SessionCheckpoint) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 var File_leasehold_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x90\t\n" +
+	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\xd0\t\n" +
 	"\aCommand\x12\x17\n" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12H\n" +
 	"\x0ecreate_session\x18\n" +
@@ -2305,7 +2471,10 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06kv_put\x18\x11 \x01(\v2\x17.leasehold.fsm.v1.KVPutH\x00R\x05kvPut\x12E\n" +
 	"\rregister_node\x18\x12 \x01(\v2\x1e.leasehold.fsm.v1.RegisterNodeH\x00R\fregisterNode\x12<\n" +
 	"\n" +
-	"bump_token\x18\x13 \x01(\v2\x1b.leasehold.fsm.v1.BumpTokenH\x00R\tbumpToken\x129\n" +
+	"bump_token\x18\x13 \x01(\v2\x1b.leasehold.fsm.v1.BumpTokenH\x00R\tbumpToken\x12>\n" +
+	"\n" +
+	"checkpoint\x18\x14 \x01(\v2\x1c.leasehold.fsm.v1.CheckpointH\x00R\n" +
+	"checkpoint\x129\n" +
 	"\tkv_delete\x18\x16 \x01(\v2\x1a.leasehold.fsm.v1.KVDeleteH\x00R\bkvDelete\x12?\n" +
 	"\vtoken_floor\x18\x17 \x01(\v2\x1c.leasehold.fsm.v1.TokenFloorH\x00R\n" +
 	"tokenFloor\x12?\n" +
@@ -2363,12 +2532,15 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bapi_addr\x18\x02 \x01(\tR\aapiAddr\"\x1d\n" +
 	"\tBumpToken\x12\x10\n" +
-	"\x03min\x18\x01 \x01(\x04R\x03min\"\xb7\x01\n" +
+	"\x03min\x18\x01 \x01(\x04R\x03min\"\xc8\x02\n" +
 	"\aSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12\x1e\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12\"\n" +
+	"\fcheckpointed\x18\x05 \x01(\bR\fcheckpointed\x126\n" +
+	"\x17checkpoint_remaining_ms\x18\x06 \x01(\x03R\x15checkpointRemainingMs\x123\n" +
+	"\x15checkpoint_generation\x18\a \x01(\x04R\x14checkpointGeneration\x12\x1e\n" +
 	"\n" +
 	"sequencers\x18\x14 \x01(\bR\n" +
 	"sequencers\x12\x1c\n" +
@@ -2451,7 +2623,17 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tAuthState\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x128\n" +
 	"\bpolicies\x18\x02 \x03(\v2\x1c.leasehold.fsm.v1.AuthPolicyR\bpolicies\x123\n" +
-	"\x06tokens\x18\x03 \x03(\v2\x1b.leasehold.fsm.v1.AuthTokenR\x06tokensB9Z7github.com/leasehold/leasehold/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\x06tokens\x18\x03 \x03(\v2\x1b.leasehold.fsm.v1.AuthTokenR\x06tokens\"M\n" +
+	"\n" +
+	"Checkpoint\x12?\n" +
+	"\bsessions\x18\x01 \x03(\v2#.leasehold.fsm.v1.SessionCheckpointR\bsessions\"\x8b\x01\n" +
+	"\x11SessionCheckpoint\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12!\n" +
+	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\x12\x18\n" +
+	"\acleared\x18\x03 \x01(\bR\acleared\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generationB9Z7github.com/leasehold/leasehold/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_leasehold_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2465,39 +2647,41 @@ func file_leasehold_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leasehold_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
-	(*Command)(nil),          // 0: leasehold.fsm.v1.Command
-	(*CreateSession)(nil),    // 1: leasehold.fsm.v1.CreateSession
-	(*CloseSession)(nil),     // 2: leasehold.fsm.v1.CloseSession
-	(*Expire)(nil),           // 3: leasehold.fsm.v1.Expire
-	(*Acquire)(nil),          // 4: leasehold.fsm.v1.Acquire
-	(*CancelWait)(nil),       // 5: leasehold.fsm.v1.CancelWait
-	(*Release)(nil),          // 6: leasehold.fsm.v1.Release
-	(*EndLockDelay)(nil),     // 7: leasehold.fsm.v1.EndLockDelay
-	(*KVPut)(nil),            // 8: leasehold.fsm.v1.KVPut
-	(*KVDelete)(nil),         // 9: leasehold.fsm.v1.KVDelete
-	(*TokenFloor)(nil),       // 10: leasehold.fsm.v1.TokenFloor
-	(*RegisterNode)(nil),     // 11: leasehold.fsm.v1.RegisterNode
-	(*BumpToken)(nil),        // 12: leasehold.fsm.v1.BumpToken
-	(*Session)(nil),          // 13: leasehold.fsm.v1.Session
-	(*Holding)(nil),          // 14: leasehold.fsm.v1.Holding
-	(*Waiter)(nil),           // 15: leasehold.fsm.v1.Waiter
-	(*Lock)(nil),             // 16: leasehold.fsm.v1.Lock
-	(*KV)(nil),               // 17: leasehold.fsm.v1.KV
-	(*Node)(nil),             // 18: leasehold.fsm.v1.Node
-	(*SnapshotHeader)(nil),   // 19: leasehold.fsm.v1.SnapshotHeader
-	(*SnapshotEnd)(nil),      // 20: leasehold.fsm.v1.SnapshotEnd
-	(*SnapshotRecord)(nil),   // 21: leasehold.fsm.v1.SnapshotRecord
-	(*Snapshot)(nil),         // 22: leasehold.fsm.v1.Snapshot
-	(*AuthEnable)(nil),       // 23: leasehold.fsm.v1.AuthEnable
-	(*AuthPolicy)(nil),       // 24: leasehold.fsm.v1.AuthPolicy
-	(*AuthPutPolicy)(nil),    // 25: leasehold.fsm.v1.AuthPutPolicy
-	(*AuthDeletePolicy)(nil), // 26: leasehold.fsm.v1.AuthDeletePolicy
-	(*AuthToken)(nil),        // 27: leasehold.fsm.v1.AuthToken
-	(*AuthPutToken)(nil),     // 28: leasehold.fsm.v1.AuthPutToken
-	(*AuthRevokeToken)(nil),  // 29: leasehold.fsm.v1.AuthRevokeToken
-	(*AuthState)(nil),        // 30: leasehold.fsm.v1.AuthState
+	(*Command)(nil),           // 0: leasehold.fsm.v1.Command
+	(*CreateSession)(nil),     // 1: leasehold.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 2: leasehold.fsm.v1.CloseSession
+	(*Expire)(nil),            // 3: leasehold.fsm.v1.Expire
+	(*Acquire)(nil),           // 4: leasehold.fsm.v1.Acquire
+	(*CancelWait)(nil),        // 5: leasehold.fsm.v1.CancelWait
+	(*Release)(nil),           // 6: leasehold.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 7: leasehold.fsm.v1.EndLockDelay
+	(*KVPut)(nil),             // 8: leasehold.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 9: leasehold.fsm.v1.KVDelete
+	(*TokenFloor)(nil),        // 10: leasehold.fsm.v1.TokenFloor
+	(*RegisterNode)(nil),      // 11: leasehold.fsm.v1.RegisterNode
+	(*BumpToken)(nil),         // 12: leasehold.fsm.v1.BumpToken
+	(*Session)(nil),           // 13: leasehold.fsm.v1.Session
+	(*Holding)(nil),           // 14: leasehold.fsm.v1.Holding
+	(*Waiter)(nil),            // 15: leasehold.fsm.v1.Waiter
+	(*Lock)(nil),              // 16: leasehold.fsm.v1.Lock
+	(*KV)(nil),                // 17: leasehold.fsm.v1.KV
+	(*Node)(nil),              // 18: leasehold.fsm.v1.Node
+	(*SnapshotHeader)(nil),    // 19: leasehold.fsm.v1.SnapshotHeader
+	(*SnapshotEnd)(nil),       // 20: leasehold.fsm.v1.SnapshotEnd
+	(*SnapshotRecord)(nil),    // 21: leasehold.fsm.v1.SnapshotRecord
+	(*Snapshot)(nil),          // 22: leasehold.fsm.v1.Snapshot
+	(*AuthEnable)(nil),        // 23: leasehold.fsm.v1.AuthEnable
+	(*AuthPolicy)(nil),        // 24: leasehold.fsm.v1.AuthPolicy
+	(*AuthPutPolicy)(nil),     // 25: leasehold.fsm.v1.AuthPutPolicy
+	(*AuthDeletePolicy)(nil),  // 26: leasehold.fsm.v1.AuthDeletePolicy
+	(*AuthToken)(nil),         // 27: leasehold.fsm.v1.AuthToken
+	(*AuthPutToken)(nil),      // 28: leasehold.fsm.v1.AuthPutToken
+	(*AuthRevokeToken)(nil),   // 29: leasehold.fsm.v1.AuthRevokeToken
+	(*AuthState)(nil),         // 30: leasehold.fsm.v1.AuthState
+	(*Checkpoint)(nil),        // 31: leasehold.fsm.v1.Checkpoint
+	(*SessionCheckpoint)(nil), // 32: leasehold.fsm.v1.SessionCheckpoint
 }
 var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	1,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
@@ -2510,35 +2694,37 @@ var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	8,  // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
 	11, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
 	12, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
-	9,  // 10: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
-	10, // 11: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
-	23, // 12: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
-	25, // 13: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
-	26, // 14: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
-	28, // 15: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
-	29, // 16: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
-	14, // 17: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
-	15, // 18: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
-	19, // 19: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
-	13, // 20: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
-	16, // 21: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
-	17, // 22: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
-	18, // 23: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
-	20, // 24: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
-	30, // 25: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
-	13, // 26: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
-	16, // 27: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
-	17, // 28: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
-	18, // 29: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
-	24, // 30: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
-	27, // 31: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
-	24, // 32: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
-	27, // 33: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	31, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
+	9,  // 11: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
+	10, // 12: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
+	23, // 13: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
+	25, // 14: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
+	26, // 15: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
+	28, // 16: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
+	29, // 17: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
+	14, // 18: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
+	15, // 19: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
+	19, // 20: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
+	13, // 21: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
+	16, // 22: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
+	17, // 23: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
+	18, // 24: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
+	20, // 25: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
+	30, // 26: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
+	13, // 27: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
+	16, // 28: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
+	17, // 29: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
+	18, // 30: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
+	24, // 31: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
+	27, // 32: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
+	24, // 33: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
+	27, // 34: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
+	32, // 35: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_fsm_v1_fsm_proto_init() }
@@ -2557,6 +2743,7 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*Command_KvPut)(nil),
 		(*Command_RegisterNode)(nil),
 		(*Command_BumpToken)(nil),
+		(*Command_Checkpoint)(nil),
 		(*Command_KvDelete)(nil),
 		(*Command_TokenFloor)(nil),
 		(*Command_AuthEnable)(nil),
@@ -2580,7 +2767,7 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_fsm_v1_fsm_proto_rawDesc), len(file_leasehold_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/client"
+)
+
+// leasehold runs `leasehold serve` with its durable defaults.
+type leasehold struct {
+	name  string // "leasehold", or "leasehold@REV" for a build of REV
+	bin   string // the built leasehold binary
+	pprof bool   // serve --pprof
+	addr  string
+	proc  *process
+}
+
+// buildLeasehold builds cmd/leasehold from the source tree src into dir.
+func buildLeasehold(ctx context.Context, src, dir string) (string, error) {
+	bin := filepath.Join(dir, "leasehold")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/leasehold")
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build leasehold: %v: %s", err, out)
+	}
+	return bin, nil
+}
+
+func (l *leasehold) Name() string { return l.name }
+
+// buildLeaseholdAt builds cmd/leasehold as of git revision rev of the
+// repository at src, from a copy of that revision in dir.
+func buildLeaseholdAt(ctx context.Context, src, rev, dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	archive := exec.CommandContext(ctx, "git", "archive", "--format=tar", rev)
+	archive.Dir = src
+	tarball, err := archive.Output()
+	if err != nil {
+		return "", fmt.Errorf("git archive %s: %w", rev, err)
+	}
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", dir)
+	untar.Stdin = bytes.NewReader(tarball)
+	if out, err := untar.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("untar %s: %v: %s", rev, err, out)
+	}
+	return buildLeasehold(ctx, dir, dir)
+}
+
+func (l *leasehold) Sessions() bool { return true }
+func (l *leasehold) PID() int       { return l.proc.pid() }
+func (l *leasehold) Stop() error    { return l.proc.stop() }
+
+func (l *leasehold) Start(ctx context.Context, dir string) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	l.addr = "127.0.0.1:" + strconv.Itoa(port)
+	args := []string{"serve", "--data", filepath.Join(dir, "data"), "--listen", l.addr, "--log-level", "warn"}
+	if l.pprof {
+		args = append(args, "--pprof")
+	}
+	if l.proc, err = startProcess(l.bin, args, nil); err != nil {
+		return err
+	}
+	err = l.proc.waitReady(ctx, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.addr+"/healthz", nil)
+		if err != nil {
+			return err
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %s", res.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = l.proc.stop()
+	}
+	return err
+}
+
+// profile fetches a CPU profile and an allocation profile of the server
+// over the next d into dir/<label>.{cpu,allocs}.pprof.
+func (l *leasehold) profile(ctx context.Context, dir, label string, d time.Duration) error {
+	secs := strconv.Itoa(max(1, int(d.Seconds())))
+	errc := make(chan error, 2)
+	for _, p := range []struct{ path, file string }{
+		{"/debug/pprof/profile?seconds=" + secs, label + ".cpu.pprof"},
+		{"/debug/pprof/allocs?seconds=" + secs, label + ".allocs.pprof"},
+	} {
+		go func() { errc <- fetchTo(ctx, "http://"+l.addr+p.path, filepath.Join(dir, p.file)) }()
+	}
+	return errors.Join(<-errc, <-errc)
+}
+
+func fetchTo(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, res.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (l *leasehold) Dial(ctx context.Context) (conn, error) {
+	c, err := client.Dial(ctx, l.addr)
+	if err != nil {
+		return nil, err
+	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	raw := leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: &http.Transport{Protocols: &p}}, "http://"+l.addr, connect.WithGRPC())
+	return &lhConn{c: c, raw: raw}, nil
+}
+
+type lhConn struct {
+	c   *client.Client
+	raw leaseholdv1connect.LeaseholdServiceClient // for Churn's explicit KeepAlive
+}
+
+func (c *lhConn) Close() error { return c.c.Close() }
+
+func (c *lhConn) NewSession(ctx context.Context, ttl time.Duration) (session, error) {
+	s, err := c.c.NewSession(ctx, client.WithTTL(ttl), client.WithKeepAliveInterval(ttl/3), client.WithOwner("bench"))
+	if err != nil {
+		return nil, err
+	}
+	return lhSession{s}, nil
+}
+
+// Churn is CreateSession, KeepAlive, CloseSession: the Go client's Session
+// renews only in the background, so the generated client sends them.
+func (c *lhConn) Churn(ctx context.Context, ttl time.Duration) error {
+	res, err := c.raw.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: ttl.Milliseconds(), Owner: "bench"}))
+	if err != nil {
+		return err
+	}
+	id := res.Msg.GetLeaseId()
+	if _, err := c.raw.KeepAlive(ctx, connect.NewRequest(&pb.KeepAliveRequest{LeaseId: id})); err != nil {
+		return err
+	}
+	_, err = c.raw.CloseSession(ctx, connect.NewRequest(&pb.CloseSessionRequest{LeaseId: id}))
+	return err
+}
+
+type lhSession struct{ s *client.Session }
+
+func (s lhSession) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	l, err := s.s.Acquire(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+func (s lhSession) Alive() bool                     { return s.s.Err() == nil }
+func (s lhSession) Crash()                          { s.s.Orphan() }
+func (s lhSession) Close(ctx context.Context) error { return s.s.Close(ctx) }

@@ -1,0 +1,186 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/lessor"
+)
+
+const (
+	// MaxKeepAliveBatch bounds the lease ids of one KeepAlive or
+	// KeepAliveStream message.
+	MaxKeepAliveBatch = 10_000
+	// keepAliveForwardTimeout bounds one renewal a follower forwards to the
+	// leader. A renewal is harmless to repeat, so a leader that does not
+	// answer in time (paused, partitioned) gets `unavailable` and the
+	// client tries another node instead of waiting out its lease.
+	keepAliveForwardTimeout = time.Second
+	// renewTimeout bounds the log write that clears a checkpoint before a
+	// checkpointed session is renewed (see package lessor).
+	renewTimeout = 2 * time.Second
+)
+
+// KeepAlive renews one session (lease_id) or a batch (lease_ids) from the
+// leader's memory; a follower forwards it with a short deadline.
+func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.KeepAliveRequest]) (*connect.Response[pb.KeepAliveResponse], error) {
+	m := req.Msg
+	if err := checkKeepAlive(m.GetLeaseId(), m.GetLeaseIds()); err != nil {
+		return nil, api.ToConnect(err)
+	}
+	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
+		if id := m.GetLeaseId(); id != "" {
+			ttl, err := h.s.lessor.Renew(id)
+			if err != nil {
+				return nil, err
+			}
+			return &pb.KeepAliveResponse{LeaseId: id, TtlMs: ttl.Milliseconds()}, nil
+		}
+		results, err := h.s.renewLocal(ctx, m.GetLeaseIds())
+		if err != nil {
+			return nil, err
+		}
+		return &pb.KeepAliveResponse{Results: results}, nil
+	}, forwardKeepAlive)
+}
+
+// forwardKeepAlive sends a renewal to the leader with a deadline of at most
+// keepAliveForwardTimeout. No answer in time is `unavailable`: the renewal
+// was not acknowledged, and sending it again is harmless.
+func forwardKeepAlive(c client, ctx context.Context, req *connect.Request[pb.KeepAliveRequest]) (*connect.Response[pb.KeepAliveResponse], error) {
+	actx, cancel := context.WithTimeout(ctx, keepAliveForwardTimeout)
+	defer cancel()
+	res, err := c.KeepAlive(actx, req)
+	if err != nil && !api.IsServerError(err) && ctx.Err() == nil {
+		return nil, api.ToConnect(api.Errorf(api.CodeUnavailable, "the leader did not answer a renewal within %v: %v", keepAliveForwardTimeout, err))
+	}
+	return res, err
+}
+
+func checkKeepAlive(id string, ids []string) error {
+	switch {
+	case id != "" && len(ids) > 0:
+		return api.Errorf(api.CodeInvalidArgument, "set lease_id or lease_ids, not both")
+	case len(ids) > MaxKeepAliveBatch:
+		return api.Errorf(api.CodeInvalidArgument, "at most %d lease ids per renewal, got %d", MaxKeepAliveBatch, len(ids))
+	case len(ids) == 0:
+		return checkLeaseID(id)
+	}
+	return nil
+}
+
+// renewLocal renews ids on this node's lessor: one result per id, an
+// invalid id refused alone. The error is ErrNotLeader when this node does
+// not lead (then nothing was renewed).
+func (s *Server) renewLocal(ctx context.Context, ids []string) ([]*pb.KeepAliveResult, error) {
+	results := make([]*pb.KeepAliveResult, len(ids))
+	valid := make([]string, 0, len(ids))
+	where := make([]int, 0, len(ids))
+	for i, id := range ids {
+		results[i] = &pb.KeepAliveResult{LeaseId: id}
+		if err := checkLeaseID(id); err != nil {
+			results[i].ErrorCode = string(api.CodeOf(err))
+			continue
+		}
+		valid = append(valid, id)
+		where = append(where, i)
+	}
+	out := make([]lessor.Renewal, len(valid))
+	ctx, cancel := context.WithTimeout(ctx, renewTimeout)
+	defer cancel()
+	s.lessor.RenewMany(ctx, valid, out)
+	for k, r := range out {
+		if errors.Is(r.Err, lessor.ErrNotLeader) {
+			return nil, r.Err
+		}
+		res := results[where[k]]
+		if r.Err != nil {
+			res.ErrorCode = string(api.CodeOf(toAPI(r.Err)))
+			continue
+		}
+		res.TtlMs = r.TTL.Milliseconds()
+	}
+	return results, nil
+}
+
+// renewBatch renews ids on the leader, locally or by forwarding, and
+// answers every id: a failure to reach the leader becomes every id's code.
+func (h *lockService) renewBatch(ctx context.Context, ids []string) []*pb.KeepAliveResult {
+	res, err := h.KeepAlive(ctx, connect.NewRequest(&pb.KeepAliveRequest{LeaseIds: ids}))
+	if err == nil && len(res.Msg.GetResults()) == len(ids) {
+		return res.Msg.GetResults()
+	}
+	code := api.CodeOf(err)
+	if err == nil {
+		code = api.CodeInternal // a leader that answered the wrong number of results
+	}
+	results := make([]*pb.KeepAliveResult, len(ids))
+	for i, id := range ids {
+		results[i] = &pb.KeepAliveResult{LeaseId: id, ErrorCode: string(code)}
+	}
+	return results
+}
+
+// KeepAliveStream renews on this node when it leads, and otherwise forwards
+// each message to the leader as one (batched) KeepAlive. One response per
+// request, in order: a request with lease_id gets lease_id, ttl_ms and
+// error_code; one with lease_ids gets results. It ends when the caller
+// closes its side, or at once when the server shuts down.
+func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiStream[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]) error {
+	type received struct {
+		msg *pb.KeepAliveStreamRequest
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan received)
+	go func() { // Receive blocks; this goroutine ends when the stream does
+		for {
+			m, err := stream.Receive()
+			select {
+			case in <- received{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		var r received
+		select {
+		case <-h.s.drain:
+			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
+		case <-ctx.Done():
+			return nil
+		case r = <-in:
+		}
+		if errors.Is(r.err, io.EOF) {
+			return nil
+		}
+		if r.err != nil {
+			return r.err
+		}
+		resp := &pb.KeepAliveStreamResponse{}
+		id, ids := r.msg.GetLeaseId(), r.msg.GetLeaseIds()
+		switch err := checkKeepAlive(id, ids); {
+		case err != nil:
+			resp.LeaseId, resp.ErrorCode = id, string(api.CodeOf(err))
+		case len(ids) > 0:
+			resp.Results = h.renewBatch(ctx, ids)
+		default:
+			one := h.renewBatch(ctx, []string{id})[0]
+			resp.LeaseId, resp.TtlMs, resp.ErrorCode = id, one.GetTtlMs(), one.GetErrorCode()
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
