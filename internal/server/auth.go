@@ -218,13 +218,13 @@ func quoteJSON(s string) string {
 }
 
 // adminOnly lets only admins (and nodes) reach next once auth is enabled:
-// the dashboard shows every lock with its lease id.
+// the dashboard shows every lock with its lease id, profiles show internals.
 func (s *Server) adminOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if pol := s.policies(); pol.On() && !pol.IsAdmin(principalFrom(r.Context())) {
 			p := principalFrom(r.Context())
-			s.auditLog().Warn("audit", "action", "dashboard", "principal", p.String(), "result", "denied")
-			writeDenied(w, r, api.Errorf(api.CodePermissionDenied, "%s may not open the dashboard (needs admin once auth is enabled)", p))
+			s.auditLog().Warn("audit", "action", r.URL.Path, "principal", p.String(), "result", "denied")
+			writeDenied(w, r, api.Errorf(api.CodePermissionDenied, "%s may not open %s (needs admin once auth is enabled)", p, r.URL.Path))
 			return
 		}
 		next.ServeHTTP(w, r)

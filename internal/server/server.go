@@ -434,7 +434,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
 	if s.cfg.Pprof {
-		mountPprof(mux)
+		pm := http.NewServeMux()
+		mountPprof(pm)
+		mux.Handle("/debug/pprof/", s.adminOnly(pm))
 	}
 	h := s.authenticate(mux)
 	if s.cfg.AccessLog != nil {
