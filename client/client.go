@@ -147,7 +147,7 @@ func retryable(code api.Code, req any) bool {
 // transit only means "ask again".
 func isRead(req any) bool {
 	switch req.(type) {
-	case *pb.StatusRequest, *pb.ListRequest, *pb.KVGetRequest, *pb.MembersRequest, *pb.WatchRequest:
+	case *pb.StatusRequest, *pb.ListRequest, *pb.KvGetRequest, *pb.MembersRequest, *pb.WatchRequest:
 		return true
 	}
 	return false
@@ -371,7 +371,7 @@ func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, er
 // stale: token >= the key's last accepted token, or > when strict. A stale
 // token fails with ErrStaleToken (see api.Error.LastToken); nothing changes.
 func (c *Client) KVPut(ctx context.Context, key string, value []byte, token uint64, strict bool) error {
-	_, err := call(ctx, c, "kv put", locks, lsc.KVPut, &pb.KVPutRequest{Key: key, Value: value, Token: token, Strict: strict})
+	_, err := call(ctx, c, "kv put", locks, lsc.KvPut, &pb.KvPutRequest{Key: key, Value: value, Token: token, Strict: strict})
 	return err
 }
 
@@ -379,7 +379,7 @@ func (c *Client) KVPut(ctx context.Context, key string, value []byte, token uint
 // A missing key fails with ErrNotFound.
 func (c *Client) KVGet(ctx context.Context, key string, opts ...ReadOption) ([]byte, uint64, error) {
 	o := readOpts(opts)
-	res, err := call(ctx, c, "kv get", locks, lsc.KVGet, &pb.KVGetRequest{Key: key, Stale: o.stale})
+	res, err := call(ctx, c, "kv get", locks, lsc.KvGet, &pb.KvGetRequest{Key: key, Stale: o.stale})
 	if err != nil {
 		return nil, 0, err
 	}

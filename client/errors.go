@@ -37,4 +37,6 @@ var (
 	ErrSessionClosed = errors.New("client: session closed")
 	// ErrReleased: the lock was released by Release.
 	ErrReleased = errors.New("client: lock released")
+	// ErrNoLeader: Leader found nobody elected for the name.
+	ErrNoLeader = errors.New("client: no leader")
 )

@@ -234,6 +234,9 @@ type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
 	lockDelay time.Duration
+	mode      pb.LockMode // see recipes.go
+	permits   uint32
+	value     []byte
 }
 
 // WithLockDelay asks that after this holding ends by expiry (not by
@@ -256,7 +259,8 @@ func WithLockDelay(d time.Duration) AcquireOption {
 func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
 	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
-		res, err := call(ctx, s.c, "acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID})
+		res, err := call(ctx, s.c, "acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
+			Mode: o.mode, Permits: o.permits, Value: o.value})
 		return res.GetHolding(), err
 	})
 }
@@ -267,7 +271,8 @@ func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOptio
 func (s *Session) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
 	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
-		res, err := call(ctx, s.c, "try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID})
+		res, err := call(ctx, s.c, "try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
+			Mode: o.mode, Permits: o.permits, Value: o.value})
 		return res.GetHolding(), err
 	})
 }
@@ -335,9 +340,14 @@ func definite(err error) bool {
 // caller sees: err, unless the withdrawal failed too (outcome-unknown), or
 // succeeded after an unknown outcome (then nothing is held: unavailable).
 func (s *Session) withdraw(name string, waitID uint64, err error) error {
+	return s.c.withdraw(s.id, name, waitID, err)
+}
+
+// withdraw is Session.withdraw for the session leaseID.
+func (c *Client) withdraw(leaseID, name string, waitID uint64, err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelWaitTimeout)
 	defer cancel()
-	_, cerr := call(ctx, s.c, "withdraw "+name, locks, lsc.CancelWait, &pb.CancelWaitRequest{Name: name, LeaseId: s.id, WaitId: waitID})
+	_, cerr := call(ctx, c, "withdraw "+name, locks, lsc.CancelWait, &pb.CancelWaitRequest{Name: name, LeaseId: leaseID, WaitId: waitID})
 	e := api.FromError(err)
 	switch {
 	case cerr != nil && !errors.Is(cerr, ErrLeaseExpired):

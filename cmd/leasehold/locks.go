@@ -21,6 +21,7 @@ type holdingJSON struct {
 	Token   uint64 `json:"token"`
 	TTLMs   int64  `json:"ttl_ms"`
 	Owner   string `json:"owner"`
+	Slot    uint32 `json:"slot,omitempty"` // the semaphore slot (--permits)
 
 	Sequencer string `json:"sequencer,omitempty"` // with --sequencer (sequencer.go)
 }
@@ -50,7 +51,8 @@ func acquireLock(ctx context.Context, s *client.Session, name string, wait time.
 func newAcquireCmd(g *globals) *cobra.Command {
 	var (
 		ttl, wait, lockDelay time.Duration
-		owner                string
+		owner, session       string
+		mf                   modeFlags
 		seq                  bool
 	)
 	cmd := &cobra.Command{
@@ -63,19 +65,26 @@ command runs.`,
 		Example: `  leasehold acquire report:417:rebuild --ttl 10s --owner worker-A -o json`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := mf.options()
+			if err != nil {
+				return err
+			}
+			opts = append(opts, client.WithLockDelay(lockDelay))
+			if session != "" {
+				return acquireInSession(cmd, g, session, args[0], wait, opts)
+			}
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
 				s, err := c.NewSession(ctx, sessionOptions(ttl, owner, seq)...)
 				if err != nil {
 					return err
 				}
 				defer s.Orphan() // the lease outlives the command, until its TTL
-				l, err := acquireLock(cmd.Context(), s, args[0], wait, client.WithLockDelay(lockDelay))
+				l, err := acquireLock(cmd.Context(), s, args[0], wait, opts...)
 				if err != nil {
 					_ = s.Close(context.WithoutCancel(ctx)) // nothing acquired: do not leave the session behind
 					return err
 				}
-				emit(cmd, g, holdingJSON{Name: l.Name(), LeaseID: l.LeaseID(), Token: l.Token(), TTLMs: s.TTL().Milliseconds(), Owner: s.Owner(), Sequencer: l.Sequencer()},
-					fmt.Sprintf("acquired %s\nlease_id %s\ntoken    %d\nttl      %s\nowner    %s", l.Name(), l.LeaseID(), l.Token(), s.TTL(), s.Owner())+sequencerLine(l))
+				emitHolding(cmd, g, l.Holding(), l.Sequencer(), s.TTL())
 				return nil
 			})
 		},
@@ -85,6 +94,8 @@ command runs.`,
 	f.StringVar(&owner, "owner", "", "owner label shown to operators")
 	f.DurationVar(&wait, "wait", 0, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
+	f.StringVar(&session, "session", "", "acquire in this existing session (see 'leasehold session create'), which stays open; --ttl and --owner are ignored")
+	mf.register(cmd)
 	sequencerFlag(f, &seq)
 	return cmd
 }
@@ -130,21 +141,26 @@ type holderJSON struct {
 	RemainingMs int64  `json:"remaining_ttl_ms"`
 	AcquiredMs  int64  `json:"acquired_unix_ms"`
 	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
+	Mode        string `json:"mode,omitempty"`  // shared for a reader; omitted when exclusive
+	Slot        uint32 `json:"slot,omitempty"`  // the semaphore slot
+	Value       string `json:"value,omitempty"` // an election's value
 }
 
 type lockJSON struct {
 	Name      string       `json:"name"`
 	Held      bool         `json:"held"`
 	Holder    *holderJSON  `json:"holder,omitempty"`
+	Holders   []holderJSON `json:"holders"`
+	Permits   uint32       `json:"permits"`
 	Waiters   []waiterJSON `json:"waiters"`
 	LockDelay bool         `json:"lock_delay"`
 }
 
 func lockView(info *client.LockInfo) lockJSON {
-	v := lockJSON{Name: info.GetName(), LockDelay: info.GetDelayed(), Waiters: []waiterJSON{}}
-	if h := info.GetHolder(); h != nil {
+	v := lockJSON{Name: info.GetName(), LockDelay: info.GetDelayed(), Waiters: []waiterJSON{}, Holders: holdersView(info), Permits: max(info.GetPermits(), 1)}
+	if len(v.Holders) > 0 {
 		v.Held = true
-		v.Holder = &holderJSON{Owner: h.GetOwner(), LeaseID: h.GetLeaseId(), Token: h.GetToken(), RemainingMs: info.GetRemainingMs(), AcquiredMs: h.GetAcquiredUnixMs(), LockDelayMs: h.GetLockDelayMs()}
+		v.Holder = &v.Holders[0]
 	}
 	for _, w := range info.GetWaiters() {
 		v.Waiters = append(v.Waiters, waiterJSON{LeaseID: w.GetLeaseId(), Owner: w.GetOwner(), QueuedMs: w.GetQueuedUnixMs()})
@@ -155,12 +171,10 @@ func lockView(info *client.LockInfo) lockJSON {
 func (v lockJSON) text() string {
 	var b strings.Builder
 	switch {
+	case len(v.Holders) > 1 || v.Permits > 1:
+		fmt.Fprintf(&b, "%s  held by %s", v.Name, holdersText(v))
 	case v.Holder != nil:
-		rem := "unknown"
-		if v.Holder.RemainingMs >= 0 {
-			rem = (time.Duration(v.Holder.RemainingMs) * time.Millisecond).String()
-		}
-		fmt.Fprintf(&b, "%s  held by %q  lease %s  token %d  remaining %s", v.Name, v.Holder.Owner, v.Holder.LeaseID, v.Holder.Token, rem)
+		fmt.Fprintf(&b, "%s  held by %s", v.Name, v.Holder.text())
 	case v.LockDelay:
 		fmt.Fprintf(&b, "%s  free, in lock-delay", v.Name)
 	default:

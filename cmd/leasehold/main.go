@@ -108,6 +108,7 @@ func newRootCmd() (*cobra.Command, *globals) {
 		newStatusCmd(g), newLsCmd(g), newWatchCmd(g),
 		newKVCmd(g), newClusterCmd(g), newSnapshotCmd(g),
 		newDemoCmd(g), newGatewayCmd(g), newCertsCmd(g), newVersionCmd(g),
+		newElectCmd(g), newSessionCmd(g), newLockCmd(g),
 		newAuthCmd(g),
 	)
 	root.Version = buildinfo.Get().String()

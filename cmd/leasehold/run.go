@@ -20,12 +20,33 @@ import (
 	"github.com/leasehold/leasehold/internal/supervise"
 )
 
+// runFlags are the flags run and elect share.
+type runFlags struct {
+	ttl, killAfter time.Duration
+	owner          string
+	shell, seq     bool
+}
+
+func (f *runFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL (granted within [1s, 1h]); renewed every TTL/3")
+	fs.StringVar(&f.owner, "owner", "", "owner label shown to operators (default: hostname:pid)")
+	fs.DurationVar(&f.killAfter, "kill-after", 3*time.Second, "SIGTERM the command this long before SIGKILL at the lease's safe deadline; capped at TTL·0.98 − 0.1s − TTL/3 − min(TTL/6, 1s) (5.4s for a 10s TTL)")
+	fs.BoolVar(&f.shell, "shell", false, "run CMD ARGS... joined by spaces through /bin/sh -c")
+	sequencerFlag(fs, &f.seq)
+	cmd.PreRun = func(*cobra.Command, []string) {
+		if f.owner == "" {
+			host, _ := os.Hostname()
+			f.owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+		}
+	}
+}
+
 func newRunCmd(g *globals) *cobra.Command {
 	var (
-		ttl, wait, lockDelay, killAfter time.Duration
-		owner                           string
-		shell                           bool
-		seq                             bool
+		wait, lockDelay time.Duration
+		rf              runFlags
+		mf              modeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME [flags] -- CMD [ARGS...]",
@@ -45,116 +66,117 @@ to leasehold run are passed on to CMD's group.`,
   leasehold run report:417:rebuild --shell -- './rebuild.sh 417 && ./publish.sh 417'`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, argv := args[0], args[1:]
 			if cmd.ArgsLenAtDash() != 1 {
 				return usageErr("usage: leasehold run NAME [flags] -- CMD [ARGS...]")
 			}
-			if killAfter < 0 {
-				return usageErr("--kill-after %v is negative", killAfter)
+			opts, err := mf.options()
+			if err != nil {
+				return err
 			}
-			// Signals go to the command's group; leasehold run ends when it does.
-			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-			defer signal.Stop(sigs)
-			ctx, cancel := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			defer func() { cancel(); wg.Wait() }()
-			interrupted := false // written by the goroutine, read after wg.Wait
-			wg.Go(func() {
-				select {
-				case <-sigs:
-					interrupted = true
-					cancel() // interrupted while waiting for the lock
-				case <-ctx.Done():
-				}
+			opts = append(opts, client.WithLockDelay(lockDelay))
+			return holdAndRun(cmd, g, args[0], args[1:], rf, func(ctx context.Context, s *client.Session) (*client.Lock, error) {
+				return acquireLock(ctx, s, args[0], wait, opts...)
 			})
-
-			c, err := g.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			cctx, ccancel := context.WithTimeout(ctx, g.timeout)
-			sent := time.Now()
-			s, err := c.NewSession(cctx, sessionOptions(ttl, owner, seq)...)
-			ccancel()
-			if err != nil {
-				return err
-			}
-			closeSession := func() {
-				cctx, ccancel := context.WithTimeout(context.Background(), g.timeout)
-				defer ccancel()
-				_ = s.Close(cctx) // releases the lock too
-			}
-			l, err := acquireLock(ctx, s, name, wait, client.WithLockDelay(lockDelay))
-			if err != nil {
-				closeSession()
-				return err
-			}
-			cancel() // stop the signal goroutine above; the command's group gets signals now
-			wg.Wait()
-			if interrupted { // a signal raced the grant: do not start the command
-				closeSession()
-				return fmt.Errorf("leasehold run: interrupted before %s started: %w", argv[0], context.Canceled)
-			}
-
-			// SIGTERM must only ever go to a command whose renewal is overdue: cap
-			// --kill-after by the lease's window and keepalive interval (the client's TTL/3).
-			maxKill := supervise.MaxKillAfter(s.Deadline().Sub(sent), s.TTL()/3)
-			if killAfter > maxKill {
-				if cmd.Flags().Changed("kill-after") {
-					fmt.Fprintf(cmd.ErrOrStderr(), "leasehold run: --kill-after %v lowered to %v: with a %v TTL a longer one would stop a healthy command\n",
-						killAfter, maxKill.Round(time.Millisecond), s.TTL())
-				}
-				killAfter = maxKill
-			}
-			res, err := supervise.Run(context.Background(), runLease{s, l}, supervise.Config{
-				Argv:  argv,
-				Shell: shell,
-				Env: append(os.Environ(),
-					"LEASEHOLD_NAME="+name,
-					"LEASEHOLD_TOKEN="+strconv.FormatUint(l.Token(), 10),
-					"LEASEHOLD_LEASE_ID="+l.LeaseID(),
-					"LEASEHOLD_SEQUENCER="+l.Sequencer(),
-				),
-				Stdin: os.Stdin, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
-				KillAfter: killAfter,
-				Signals:   sigs,
-				Logger:    runLogger(cmd, l),
-			})
-			switch {
-			case errors.Is(err, supervise.ErrStart):
-				closeSession()
-				return usageErr("%v", err)
-			case errors.Is(err, supervise.ErrGroupSurvived):
-				s.Orphan() // not released: the server expires it after the TTL
-				return fmt.Errorf("leasehold run: %w; the lock is not released and expires after the TTL", err)
-			case err != nil:
-				closeSession()
-				return err
-			}
-			closeSession()
-			if res.ExitCode != 0 {
-				return exitError{res.ExitCode}
-			}
-			return nil
 		},
 	}
+	rf.register(cmd)
+	mf.register(cmd)
 	f := cmd.Flags()
-	f.DurationVar(&ttl, "ttl", 10*time.Second, "session TTL (granted within [1s, 1h]); renewed every TTL/3")
-	f.StringVar(&owner, "owner", "", "owner label shown to operators (default: hostname:pid)")
 	f.DurationVar(&wait, "wait", -1, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
-	sequencerFlag(f, &seq)
-	f.DurationVar(&killAfter, "kill-after", 3*time.Second, "SIGTERM the command this long before SIGKILL at the lease's safe deadline; capped at TTL·0.98 − 0.1s − TTL/3 − min(TTL/6, 1s) (5.4s for a 10s TTL)")
-	f.BoolVar(&shell, "shell", false, "run CMD ARGS... joined by spaces through /bin/sh -c")
-	cmd.PreRun = func(*cobra.Command, []string) {
-		if owner == "" {
-			host, _ := os.Hostname()
-			owner = fmt.Sprintf("%s:%d", host, os.Getpid())
-		}
-	}
 	return cmd
+}
+
+// holdAndRun runs argv under the lock that take acquires in a new session,
+// as leasehold run and leasehold elect do (see run's help).
+func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf runFlags,
+	take func(context.Context, *client.Session) (*client.Lock, error)) error {
+	killAfter := rf.killAfter
+	if killAfter < 0 {
+		return usageErr("--kill-after %v is negative", killAfter)
+	}
+	// Signals go to the command's group; leasehold run ends when it does.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	interrupted := false // written by the goroutine, read after wg.Wait
+	wg.Go(func() {
+		select {
+		case <-sigs:
+			interrupted = true
+			cancel() // interrupted while waiting for the lock
+		case <-ctx.Done():
+		}
+	})
+
+	c, err := g.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sent := time.Now()
+	s, closeSession, err := g.newSession(ctx, c, sessionOptions(rf.ttl, rf.owner, rf.seq))
+	if err != nil {
+		return err
+	}
+	// The lease's window, measured before a wait in the queue moves the
+	// deadline away from sent.
+	window := s.Deadline().Sub(sent)
+	l, err := take(ctx, s)
+	if err != nil {
+		closeSession()
+		return err
+	}
+	cancel() // stop the signal goroutine above; the command's group gets signals now
+	wg.Wait()
+	if interrupted { // a signal raced the grant: do not start the command
+		closeSession()
+		return fmt.Errorf("leasehold %s: interrupted before %s started: %w", cmd.Name(), argv[0], context.Canceled)
+	}
+
+	// SIGTERM must only ever go to a command whose renewal is overdue: cap
+	// --kill-after by the lease's window and keepalive interval (the client's TTL/3).
+	maxKill := supervise.MaxKillAfter(window, s.TTL()/3)
+	if killAfter > maxKill {
+		if cmd.Flags().Changed("kill-after") {
+			fmt.Fprintf(cmd.ErrOrStderr(), "leasehold %s: --kill-after %v lowered to %v: with a %v TTL a longer one would stop a healthy command\n",
+				cmd.Name(), killAfter, maxKill.Round(time.Millisecond), s.TTL())
+		}
+		killAfter = maxKill
+	}
+	res, err := supervise.Run(context.Background(), runLease{s, l}, supervise.Config{
+		Argv:  argv,
+		Shell: rf.shell,
+		Env: append(os.Environ(),
+			"LEASEHOLD_NAME="+name,
+			"LEASEHOLD_TOKEN="+strconv.FormatUint(l.Token(), 10),
+			"LEASEHOLD_LEASE_ID="+l.LeaseID(),
+			"LEASEHOLD_SEQUENCER="+l.Sequencer(),
+		),
+		Stdin: os.Stdin, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+		KillAfter: killAfter,
+		Signals:   sigs,
+		Logger:    runLogger(cmd, l),
+	})
+	switch {
+	case errors.Is(err, supervise.ErrStart):
+		closeSession()
+		return usageErr("%v", err)
+	case errors.Is(err, supervise.ErrGroupSurvived):
+		s.Orphan() // not released: the server expires it after the TTL
+		return fmt.Errorf("leasehold %s: %w; the lock is not released and expires after the TTL", cmd.Name(), err)
+	case err != nil:
+		closeSession()
+		return err
+	}
+	closeSession()
+	if res.ExitCode != 0 {
+		return exitError{res.ExitCode}
+	}
+	return nil
 }
 
 // runLease is the lease a command runs under: the session's safe deadline, and the lock's
@@ -170,20 +192,21 @@ func (r runLease) Done() <-chan struct{} { return r.l.Done() }
 // runLogger prints the supervisor's decisions as "leasehold run: MSG (CAUSE) key=value"
 // lines on stderr, CAUSE being why the lock's lease ended, once it has.
 func runLogger(cmd *cobra.Command, l *client.Lock) *slog.Logger {
-	return slog.New(&lineHandler{w: cmd.ErrOrStderr(), lock: l})
+	return slog.New(&lineHandler{w: cmd.ErrOrStderr(), lock: l, cmd: cmd.Name()})
 }
 
 // lineHandler is a slog.Handler writing one plain line per record at Info and above.
 type lineHandler struct {
 	w    io.Writer // written by Run's goroutine only
 	lock *client.Lock
+	cmd  string // run or elect
 }
 
 func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 
 func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
-	b.WriteString("leasehold run: " + r.Message)
+	b.WriteString("leasehold " + h.cmd + ": " + r.Message)
 	if cause := context.Cause(h.lock.Context()); cause != nil {
 		b.WriteString(" (" + cause.Error() + ")")
 	}

@@ -21,11 +21,3 @@ func sessionOptions(ttl time.Duration, owner string, seq bool) []client.SessionO
 	}
 	return opts
 }
-
-// sequencerLine is the text output's sequencer line ("" without one).
-func sequencerLine(l *client.Lock) string {
-	if s := l.Sequencer(); s != "" {
-		return "\nsequencer " + s
-	}
-	return ""
-}

@@ -25,6 +25,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		admins                                                                  []string
 		nodeSecretFile                                                          string
 		pprofOn                                                                 bool
+		limits                                                                  []string
 	)
 	var logFormat string
 	var accessLog bool
@@ -57,14 +58,19 @@ LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, L
 LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
 LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER,
-LEASEHOLD_PPROF); a flag on the command line wins.
+LEASEHOLD_PPROF, LEASEHOLD_LIMIT); a flag on the command line wins.
 
 Auth: --admin NAME makes NAME (a client certificate CN or a token's principal) an admin whatever
 the policies say; --node-secret-file FILE identifies nodes to each other without mutual TLS (see
 leasehold auth --help).
 
 Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
-with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.`,
+with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.
+
+--limit NAME=VALUE (repeatable, or comma-separated) sets a limit that keeps the node alive
+under floods; 0 turns one off. The limits and their defaults:
+  ` + limitDefaults() + `
+A request refused by a limit fails with resource-exhausted, naming the limit to raise.`,
 		Example: `  leasehold serve
   leasehold serve --node-id n1 --listen 127.0.0.1:7420 --raft-addr 127.0.0.1:7520 \
       --bootstrap n1=127.0.0.1:7520,n2=127.0.0.1:7521,n3=127.0.0.1:7522 --data ./n1`,
@@ -110,6 +116,17 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 			cfg.Raft.NodeID = nodeID
 			cfg.Raft.RaftAddr = raftAddr
 			cfg.Raft.Limits.MaxStateBytes = quotaBytes
+			for _, l := range limits {
+				name, value, _ := strings.Cut(l, "=")
+				if err := cfg.Limits.Set(name, value); err != nil {
+					_ = ln.Close()
+					return usageErr("--limit: %v", err)
+				}
+			}
+			if err := cfg.Limits.Validate(); err != nil {
+				_ = ln.Close()
+				return usageErr("--limit: %v", err)
+			}
 			cfg.Join = join
 			cfg.Raft.ForceNewCluster = forceNewCluster
 			cfg.Admins = admins
@@ -162,6 +179,7 @@ with sequencers get a signed sequencer with every grant; GET /v1/keys serves the
 	f.StringSliceVar(&admins, "admin", nil, "principals (client certificate CN or token principal) that are admins whatever the policies say (repeatable; see leasehold auth)")
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	f.BoolVar(&pprofOn, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the API address")
+	f.StringSliceVar(&limits, "limit", nil, "a limit NAME=VALUE (repeatable): "+strings.Join(server.LimitNames(), ", "))
 	return cmd
 }
 
@@ -195,4 +213,14 @@ func flagsFromEnv(cmd *cobra.Command) error {
 		}
 	})
 	return err
+}
+
+// limitDefaults lists every limit with its default, for the help text.
+func limitDefaults() string {
+	d := server.DefaultLimits()
+	var out []string
+	for _, n := range server.LimitNames() {
+		out = append(out, n+"="+d.Get(n))
+	}
+	return strings.Join(out, "\n  ")
 }

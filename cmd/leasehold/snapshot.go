@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/internal/server"
 )
 
 // A backup file:
@@ -344,21 +345,12 @@ func raftAddrFlag(addr string) string {
 	return " --raft-addr " + addr
 }
 
-// parseBytes reads a byte count: an integer, optionally with KiB, MiB or GiB.
+// parseBytes reads a byte count > 0: an integer, optionally with KiB, MiB
+// or GiB.
 func parseBytes(s string) (int64, error) {
-	mult := int64(1)
-	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
-		if v, ok := strings.CutSuffix(s, suffix); ok {
-			s, mult = strings.TrimSpace(v), m
-			break
-		}
+	n, err := server.ParseBytes(s)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%s must be > 0", s)
 	}
-	var n int64
-	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || fmt.Sprint(n) != s {
-		return 0, fmt.Errorf("%q is not a byte count (an integer, optionally with KiB, MiB or GiB)", s)
-	}
-	if n <= 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%s must be > 0", s)
-	}
-	return n * mult, nil
+	return n, err
 }

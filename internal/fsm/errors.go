@@ -36,6 +36,9 @@ var (
 	// ErrQuota: the command would grow the state past Limits.MaxStateBytes.
 	// Apply wraps it in a *QuotaError.
 	ErrQuota = errors.New("fsm: state quota reached")
+	// ErrInvalidMode: an Acquire's mode or permits are invalid or differ from
+	// the name's (a *PermitsError then says the name's permits).
+	ErrInvalidMode = errors.New("fsm: invalid lock mode")
 )
 
 // StaleTokenError is the refusal of a fenced write whose token is stale.

@@ -18,7 +18,9 @@
 //
 // Invariants (pinned by the tests of this package):
 //
-//  1. A name has at most one holding at any moment of the applied state.
+//  1. A name has at most one holding at any moment of the applied state,
+//     unless its mode allows more (modes.go): shared holders and no
+//     exclusive one, or at most permits holders in distinct slots.
 //  2. Every grant takes token = ++counter, so tokens strictly increase across
 //     all names, survive snapshot and restore, and are never reused.
 //  3. Release succeeds only when (name, lease_id, token) is the current
@@ -102,14 +104,17 @@ type session struct {
 }
 
 type lock struct {
-	name       string
-	holder     *fsmpb.Holding
+	name string
+	// holders are the holdings in grant order (see modes.go): at most one
+	// unless the name is shared or has permits > 1.
+	holders    []*fsmpb.Holding
+	permits    uint32 // >= 1
 	waiters    []*fsmpb.Waiter
 	delayToken uint64
 	delayMs    int64
 }
 
-func (l *lock) empty() bool { return l.holder == nil && len(l.waiters) == 0 && l.delayToken == 0 }
+func (l *lock) empty() bool { return len(l.holders) == 0 && len(l.waiters) == 0 && l.delayToken == 0 }
 
 // New returns an empty Machine.
 func New(limits Limits) *Machine {
@@ -134,6 +139,8 @@ type Event struct {
 	// WaitID is the queue entry an ACQUIRED or DEQUEUED event concerns
 	// (Acquire.wait_id; 0 for a grant made at once to a request without one).
 	WaitID uint64
+	// Value is the holding's value, for ACQUIRED and PROCLAIMED.
+	Value string
 }
 
 // LockDelay is a lock-delay that began in this Apply; the lessor ends it with
@@ -220,6 +227,8 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		m.tokenFloor(a, op.TokenFloor)
 	case *fsmpb.Command_AuthEnable, *fsmpb.Command_AuthPutPolicy, *fsmpb.Command_AuthDeletePolicy, *fsmpb.Command_AuthPutToken, *fsmpb.Command_AuthRevokeToken:
 		m.applyAuth(a, cmd)
+	case *fsmpb.Command_Proclaim:
+		m.proclaim(a, op.Proclaim)
 	case *fsmpb.Command_Checkpoint:
 		m.checkpoint(op.Checkpoint)
 	default:
@@ -281,8 +290,10 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 	sort.Strings(names) // map order must not leak into the log's effects
 	for _, name := range names {
 		l := m.locks[name]
-		if h := l.holder; h != nil && h.LeaseId == leaseID {
-			l.holder = nil
+		m.bytes -= l.valueBytes(leaseID)
+		if i := l.holderIndex(leaseID); i >= 0 {
+			h := l.holders[i]
+			l.holders = slices.Delete(l.holders, i, i+1)
 			a.res.Released = append(a.res.Released, name)
 			if expired {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_EXPIRED, name, leaseID, s.pb.Owner, h.Token)
@@ -317,17 +328,21 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	a.res.Session = s.pb
 	name := c.GetName()
 	l := m.locks[name]
+	if err := checkMode(l, c); err != nil {
+		a.res.Err = err
+		return
+	}
 	if l == nil {
-		l = &lock{name: name}
+		l = &lock{name: name, permits: permitsOf(c.GetPermits())}
 	}
 	// A session holds a name at most once: acquiring what it already holds
 	// (a retry whose answer was lost) returns the same holding, and the
 	// latest request owns it for CancelWait.
-	if h := l.holder; h != nil && h.LeaseId == s.pb.LeaseId {
+	if i := l.holderIndex(s.pb.LeaseId); i >= 0 {
 		// Copy on write: a snapshot being written may share the old record.
-		h = proto.CloneOf(h)
+		h := proto.CloneOf(l.holders[i])
 		h.WaitId = c.GetWaitId()
-		l.holder = h
+		l.holders[i] = h
 		a.res.Holding = h
 		return
 	}
@@ -347,7 +362,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 		a.res.Err = ErrTooManyLocks
 		return
 	}
-	need := entryBytes(name, s.pb.LeaseId)
+	need := entryBytes(name, s.pb.LeaseId) + int64(len(c.GetValue()))
 	if l.empty() {
 		need += lockBytes(name)
 	}
@@ -359,11 +374,17 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 		m.bytes += need
 		m.locks[name] = l
 		s.locks[name] = struct{}{}
-		a.res.Holding = m.grant(a, l, s, c.GetLockDelayMs(), c.GetWaitId())
+		a.res.Holding = m.grant(a, l, s, c.GetMode(), c.GetLockDelayMs(), c.GetWaitId(), c.GetValue())
+		return
+	}
+	if len(l.waiters) == 0 && l.delayToken == 0 && l.fits(c.GetMode()) {
+		m.bytes += need
+		s.locks[name] = struct{}{}
+		a.res.Holding = m.grant(a, l, s, c.GetMode(), c.GetLockDelayMs(), c.GetWaitId(), c.GetValue())
 		return
 	}
 	switch {
-	case c.GetTry() && l.holder == nil && l.delayToken != 0:
+	case c.GetTry() && len(l.holders) == 0 && l.delayToken != 0:
 		a.res.Err = ErrLockDelay
 		return
 	case c.GetTry():
@@ -374,29 +395,33 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 		return
 	}
 	m.bytes += need
-	l.waiters = append(l.waiters, &fsmpb.Waiter{LeaseId: s.pb.LeaseId, LockDelayMs: c.GetLockDelayMs(), WaitId: c.GetWaitId(), QueuedUnixMs: a.unixMs})
+	l.waiters = append(l.waiters, &fsmpb.Waiter{LeaseId: s.pb.LeaseId, LockDelayMs: c.GetLockDelayMs(), WaitId: c.GetWaitId(), QueuedUnixMs: a.unixMs, Mode: c.GetMode(), Value: c.GetValue()})
 	s.locks[name] = struct{}{}
 	a.res.Queued = true
 	a.event(leaseholdv1.EventType_EVENT_TYPE_QUEUED, name, s.pb.LeaseId, s.pb.Owner, 0)
 }
 
-// grant makes s the holder of the free lock l with the next token.
-func (m *Machine) grant(a *applyCtx, l *lock, s *session, lockDelayMs int64, waitID uint64) *fsmpb.Holding {
+// grant adds s to the holders of l, which has room for mode, with the next
+// token and the lowest free slot.
+func (m *Machine) grant(a *applyCtx, l *lock, s *session, mode fsmpb.Mode, lockDelayMs int64, waitID uint64, value []byte) *fsmpb.Holding {
 	m.token++
 	m.noteGrant(a.unixMs)
-	l.holder = &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: m.token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID}
+	h := &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: m.token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID, Mode: mode, Slot: l.freeSlot(mode), Value: value}
+	l.holders = append(l.holders, h)
 	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, m.token, waitID)
-	return l.holder
+	a.res.Events[len(a.res.Events)-1].Value = string(value)
+	return h
 }
 
-// grantNext passes a free, undelayed lock to the head of its queue, and
-// forgets a lock that is left with nothing.
+// grantNext grants an undelayed lock to the head of its queue, and to the
+// next head, while they fit beside the holders (several readers or permits
+// at once); then it forgets a lock that is left with nothing.
 func (m *Machine) grantNext(a *applyCtx, l *lock) {
-	if l.holder == nil && l.delayToken == 0 && len(l.waiters) > 0 {
+	for l.delayToken == 0 && len(l.waiters) > 0 && l.fits(l.waiters[0].GetMode()) {
 		w := l.waiters[0]
 		l.waiters = l.waiters[1:]
 		// Every queued session is live: ending a session removes its waiters.
-		a.res.Holding = m.grant(a, l, m.sessions[w.LeaseId], w.LockDelayMs, w.WaitId)
+		a.res.Holding = m.grant(a, l, m.sessions[w.LeaseId], w.GetMode(), w.LockDelayMs, w.WaitId, w.GetValue())
 	}
 	if l.empty() {
 		delete(m.locks, l.name)
@@ -413,35 +438,51 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 	if i := slices.IndexFunc(l.waiters, func(w *fsmpb.Waiter) bool {
 		return w.LeaseId == c.GetLeaseId() && w.WaitId == c.GetWaitId()
 	}); i >= 0 {
+		m.bytes -= entryBytes(l.name, s.pb.LeaseId) + int64(len(l.waiters[i].GetValue()))
 		l.waiters = slices.Delete(l.waiters, i, i+1)
 		delete(s.locks, l.name)
-		m.bytes -= entryBytes(l.name, s.pb.LeaseId)
 		a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, l.name, s.pb.LeaseId, s.pb.Owner, 0, c.GetWaitId())
 		m.grantNext(a, l)
 		return
 	}
 	// Granted from the queue after the requester gave up: nobody learned the
 	// token, so the holding is released rather than left to expire.
-	if h := l.holder; h != nil && h.LeaseId == c.GetLeaseId() && h.WaitId == c.GetWaitId() {
-		m.releaseHolder(a, l, s)
+	if i := l.holderIndex(c.GetLeaseId()); i >= 0 && l.holders[i].WaitId == c.GetWaitId() {
+		m.releaseHolder(a, l, s, i)
 	}
 }
 
 func (m *Machine) release(a *applyCtx, c *fsmpb.Release) {
-	l := m.locks[c.GetName()]
-	s := m.sessions[c.GetLeaseId()]
-	if l == nil || s == nil || l.holder == nil || l.holder.LeaseId != c.GetLeaseId() || l.holder.Token != c.GetToken() {
+	l, s, i, ok := m.holding(c.GetName(), c.GetLeaseId(), c.GetToken())
+	if !ok {
 		a.res.Err = ErrNotHolder
 		return
 	}
-	m.releaseHolder(a, l, s)
+	m.releaseHolder(a, l, s, i)
 }
 
-func (m *Machine) releaseHolder(a *applyCtx, l *lock, s *session) {
-	a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, l.name, s.pb.LeaseId, s.pb.Owner, l.holder.Token)
-	l.holder = nil
+// holding finds the holding (name, leaseID, token): its lock, its session
+// and its index among the lock's holders.
+func (m *Machine) holding(name, leaseID string, token uint64) (*lock, *session, int, bool) {
+	l := m.locks[name]
+	s := m.sessions[leaseID]
+	if l == nil || s == nil {
+		return nil, nil, 0, false
+	}
+	i := l.holderIndex(leaseID)
+	if i < 0 || l.holders[i].GetToken() != token {
+		return nil, nil, 0, false
+	}
+	return l, s, i, true
+}
+
+// releaseHolder ends l.holders[i], which s holds.
+func (m *Machine) releaseHolder(a *applyCtx, l *lock, s *session, i int) {
+	h := l.holders[i]
+	a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, l.name, s.pb.LeaseId, s.pb.Owner, h.Token)
+	l.holders = slices.Delete(l.holders, i, i+1)
 	delete(s.locks, l.name)
-	m.bytes -= entryBytes(l.name, s.pb.LeaseId)
+	m.bytes -= entryBytes(l.name, s.pb.LeaseId) + int64(len(h.GetValue()))
 	m.grantNext(a, l)
 }
 
@@ -467,9 +508,13 @@ func (m *Machine) registerNode(c *fsmpb.RegisterNode) {
 
 // LockInfo is a read-only view of one lock.
 type LockInfo struct {
-	Name    string
-	Holder  *fsmpb.Holding // nil when free
-	Owner   string         // the holder's owner
+	Name   string
+	Holder *fsmpb.Holding // the first of Holders; nil when free
+	Owner  string         // the holder's owner
+	// Holders are every holding in grant order, Owners their owners.
+	Holders []*fsmpb.Holding
+	Owners  []string
+	Permits uint32 // 1 for a lock, N for a semaphore
 	Waiters []*fsmpb.Waiter
 	Delayed bool
 	DelayMs int64
@@ -482,18 +527,19 @@ type LockInfo struct {
 func (m *Machine) Lock(name string) LockInfo {
 	l := m.locks[name]
 	if l == nil {
-		return LockInfo{Name: name}
+		return LockInfo{Name: name, Permits: 1}
 	}
-	info := LockInfo{Name: name, Delayed: l.delayToken != 0, DelayMs: l.delayMs, DelayToken: l.delayToken}
-	if l.holder != nil {
-		info.Holder = proto.CloneOf(l.holder)
+	info := LockInfo{Name: name, Permits: l.permits, Delayed: l.delayToken != 0, DelayMs: l.delayMs, DelayToken: l.delayToken}
+	for _, h := range l.holders {
+		info.Holders = append(info.Holders, proto.CloneOf(h))
+		info.Owners = append(info.Owners, m.sessions[h.LeaseId].pb.Owner)
+	}
+	if len(info.Holders) > 0 {
+		info.Holder, info.Owner = info.Holders[0], info.Owners[0]
 	}
 	info.Waiters = make([]*fsmpb.Waiter, len(l.waiters))
 	for i, w := range l.waiters {
 		info.Waiters[i] = proto.CloneOf(w)
-	}
-	if l.holder != nil {
-		info.Owner = m.sessions[l.holder.LeaseId].pb.Owner
 	}
 	return info
 }

@@ -37,6 +37,8 @@ func FuzzApply(f *testing.F) {
 		registerNode("n2", "127.0.0.1:1"),
 		kvDelete("k", 2), kvDelete("k", 1), kvDeleteStrict("k", 2), kvDelete("nope", 3),
 		floor(50, true), floor(5, false), floor(math.MaxUint64, false),
+		acquire("x", "B", shared()), acquire("new", "A", shared()), acquire("new", "A", permits(2)), acquire("x", "D", permits(2)),
+		acquire("new", "A", withValue("v")), proclaim("x", "A", 1, "v"), proclaim("x", "B", 1, "v"),
 	} {
 		b, err := proto.Marshal(cmd)
 		if err != nil {
@@ -69,6 +71,8 @@ func FuzzRestore(f *testing.F) {
 		{Token: 1, Sessions: []*fsmpb.Session{{LeaseId: "A"}}, Locks: []*fsmpb.Lock{{Name: "x", Holder: &fsmpb.Holding{LeaseId: "A", Token: 1}, Waiters: []*fsmpb.Waiter{{LeaseId: "A"}}}}},
 		{Token: 3, Sessions: []*fsmpb.Session{{LeaseId: "A"}, {LeaseId: "B"}}, Locks: []*fsmpb.Lock{{Name: "y", DelayToken: 2, DelayMs: 10, Waiters: []*fsmpb.Waiter{{LeaseId: "B", WaitId: 1}}}}},
 		{Token: 1, Kv: []*fsmpb.KV{{Key: "k", Token: 1}, {Key: "k", Token: 1}}, Nodes: []*fsmpb.Node{{Id: "n"}, {Id: "n"}}},
+		{Token: 3, Sessions: []*fsmpb.Session{{LeaseId: "A"}, {LeaseId: "B"}, {LeaseId: "C"}}, Locks: []*fsmpb.Lock{{Name: "s", Permits: 2, Holders: []*fsmpb.Holding{{LeaseId: "A", Token: 1}, {LeaseId: "B", Token: 2, Slot: 1}}, Waiters: []*fsmpb.Waiter{{LeaseId: "C"}}}}},
+		{Token: 3, Sessions: []*fsmpb.Session{{LeaseId: "A"}, {LeaseId: "B"}, {LeaseId: "C"}}, Locks: []*fsmpb.Lock{{Name: "rw", Holders: []*fsmpb.Holding{{LeaseId: "A", Token: 1, Mode: fsmpb.Mode_MODE_SHARED}, {LeaseId: "B", Token: 2, Mode: fsmpb.Mode_MODE_SHARED}}, Waiters: []*fsmpb.Waiter{{LeaseId: "C"}}}}},
 	} {
 		b, err := proto.Marshal(s)
 		if err != nil {
@@ -129,7 +133,7 @@ func drive(r *rig) {
 		r.t.Fatalf("sessions left after closing all: %d", len(r.m.sessions))
 	}
 	for name, l := range r.m.locks {
-		if l.holder != nil || len(l.waiters) != 0 {
+		if len(l.holders) != 0 || len(l.waiters) != 0 {
 			r.t.Fatalf("lock %q still held or queued with no sessions", name)
 		}
 	}

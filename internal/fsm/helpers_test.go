@@ -219,7 +219,10 @@ func consistent(m *Machine) error {
 			return fmt.Errorf("lock %q is empty but kept", key)
 		}
 		seen := map[string]bool{}
-		if h := l.holder; h != nil {
+		if err := validateModes(l); err != nil {
+			return err
+		}
+		for _, h := range l.holders {
 			if m.sessions[h.GetLeaseId()] == nil {
 				return fmt.Errorf("lock %q held by dead session %q", key, h.GetLeaseId())
 			}
@@ -234,9 +237,6 @@ func consistent(m *Machine) error {
 			names[h.GetLeaseId()] = append(names[h.GetLeaseId()], key)
 		}
 		if l.delayToken != 0 {
-			if l.holder != nil {
-				return fmt.Errorf("lock %q is held and in lock-delay", key)
-			}
 			if l.delayToken > m.token {
 				return fmt.Errorf("lock %q delayed by token %d, counter %d", key, l.delayToken, m.token)
 			}
@@ -244,9 +244,6 @@ func consistent(m *Machine) error {
 				return fmt.Errorf("token %d used by %q and %q", l.delayToken, other, key)
 			}
 			tokens[l.delayToken] = key
-		}
-		if l.holder == nil && l.delayToken == 0 && len(l.waiters) > 0 {
-			return fmt.Errorf("lock %q is free with %d waiters", key, len(l.waiters))
 		}
 		for _, w := range l.waiters {
 			if m.sessions[w.GetLeaseId()] == nil {

@@ -40,6 +40,11 @@ func TestRandomized(t *testing.T) {
 				want := predict(a.m, kvLast, cmd)
 				res := a.apply(cmd)
 				g.count(res)
+				for _, name := range genNames {
+					if len(a.m.Lock(name).Holders) > 1 {
+						g.shared++
+					}
+				}
 				if err := want(res); err != nil {
 					t.Fatalf("step %d: %v: %v", step, cmd, err)
 				}
@@ -62,8 +67,9 @@ func TestRandomized(t *testing.T) {
 					c = roundTrip(t, a.m)
 				}
 			}
-			if g.grants == 0 || g.refusals == 0 {
-				t.Fatalf("generator too tame: %d grants, %d refusals", g.grants, g.refusals)
+			// A seed with many grants must reach the modes' several holders.
+			if g.grants == 0 || g.refusals == 0 || g.grants > 100 && g.shared == 0 {
+				t.Fatalf("generator too tame: %d grants, %d refusals, %d steps with a name held by several", g.grants, g.refusals, g.shared)
 			}
 		})
 	}
@@ -77,6 +83,7 @@ type gen struct {
 	now      int64
 	grants   int
 	refusals int
+	shared   int // steps after which a name had several holders
 }
 
 var (
@@ -130,19 +137,21 @@ func (g *gen) next(m *Machine) *fsmpb.Command {
 			opts = append(opts, delay(int64(1+g.rnd.Intn(1000))))
 		}
 		opts = append(opts, waitID(uint64(g.rnd.Intn(4))))
-		cmd = acquire(g.pick(genNames), g.lease(), opts...)
+		name := g.pick(genNames)
+		opts = append(opts, g.mode(name)...)
+		cmd = acquire(name, g.lease(), opts...)
 	case n < 60:
 		name, lease, id := g.pick(genNames), g.lease(), uint64(g.rnd.Intn(4))
 		if ws := m.Lock(name).Waiters; len(ws) > 0 && g.rnd.Intn(2) == 0 {
 			w := ws[g.rnd.Intn(len(ws))]
 			lease, id = w.GetLeaseId(), w.GetWaitId()
-		} else if h := m.Lock(name).Holder; h != nil && g.rnd.Intn(2) == 0 {
+		} else if h := g.holder(m, name); h != nil && g.rnd.Intn(2) == 0 {
 			lease, id = h.GetLeaseId(), h.GetWaitId()
 		}
 		cmd = cancelWait(name, lease, id)
 	case n < 78:
 		name, lease, token := g.pick(genNames), g.lease(), uint64(g.rnd.Int63n(int64(m.Token())+2))
-		if h := m.Lock(name).Holder; h != nil && g.rnd.Intn(10) < 7 {
+		if h := g.holder(m, name); h != nil && g.rnd.Intn(10) < 7 {
 			switch g.rnd.Intn(4) {
 			case 0:
 				token = h.GetToken() // maybe the wrong lease
@@ -153,6 +162,9 @@ func (g *gen) next(m *Machine) *fsmpb.Command {
 			}
 		}
 		cmd = release(name, lease, token)
+		if g.rnd.Intn(4) == 0 { // the same check of (name, lease, token)
+			cmd = proclaim(name, lease, token, fmt.Sprint("p", g.now))
+		}
 	case n < 85:
 		name, token := g.pick(genNames), uint64(g.rnd.Int63n(int64(m.Token())+2))
 		if li := m.Lock(name); li.Delayed && g.rnd.Intn(10) < 7 {
@@ -177,6 +189,32 @@ func (g *gen) next(m *Machine) *fsmpb.Command {
 	}
 	cmd.UnixMs = g.now
 	return cmd
+}
+
+// mode returns the acquire options of name's recipe: n0 and n1 are locks,
+// n2 a read/write lock, n3 a semaphore of 2 permits; now and then a request
+// carries the wrong permits or an invalid combination.
+func (g *gen) mode(name string) []acqOpt {
+	switch {
+	case g.rnd.Intn(30) == 0:
+		return []acqOpt{shared(), permits(2)} // invalid
+	case name == "n2" && g.rnd.Intn(2) == 0:
+		return []acqOpt{shared()}
+	case name == "n3" && g.rnd.Intn(15) == 0:
+		return []acqOpt{permits(3)}
+	case name == "n3":
+		return []acqOpt{permits(2), withValue(fmt.Sprint("v", g.now))}
+	}
+	return nil
+}
+
+// holder returns one of name's holdings at random, or nil.
+func (g *gen) holder(m *Machine, name string) *fsmpb.Holding {
+	hs := m.Lock(name).Holders
+	if len(hs) == 0 {
+		return nil
+	}
+	return hs[g.rnd.Intn(len(hs))]
 }
 
 // predict returns a check of the outcome of cmd on m where it is certain,
@@ -206,8 +244,9 @@ func predict(m *Machine, kvLast map[string]uint64, cmd *fsmpb.Command) func(Resu
 		}
 	case *fsmpb.Command_Release:
 		c := op.Release
-		h := m.Lock(c.GetName()).Holder
-		owns := h != nil && h.GetLeaseId() == c.GetLeaseId() && h.GetToken() == c.GetToken()
+		owns := slices.ContainsFunc(m.Lock(c.GetName()).Holders, func(h *fsmpb.Holding) bool {
+			return h.GetLeaseId() == c.GetLeaseId() && h.GetToken() == c.GetToken()
+		})
 		return func(res Result) error {
 			if owns != (res.Err == nil) || (!owns && !errors.Is(res.Err, ErrNotHolder)) {
 				return fmt.Errorf("release by owner=%v: Err %v", owns, res.Err)
@@ -217,25 +256,41 @@ func predict(m *Machine, kvLast map[string]uint64, cmd *fsmpb.Command) func(Resu
 	case *fsmpb.Command_Acquire:
 		c := op.Acquire
 		li := m.Lock(c.GetName())
-		free := li.Holder == nil && !li.Delayed && len(li.Waiters) == 0
+		free := len(li.Holders) == 0 && !li.Delayed && len(li.Waiters) == 0
 		s := m.sessions[c.GetLeaseId()]
 		room := s != nil && len(s.locks) < m.limits.MaxLocksPerSession
-		held := li.Holder != nil && li.Holder.GetLeaseId() == c.GetLeaseId()
 		var heldToken uint64
-		if held {
-			heldToken = li.Holder.GetToken()
+		held := false
+		for _, h := range li.Holders {
+			if h.GetLeaseId() == c.GetLeaseId() {
+				held, heldToken = true, h.GetToken()
+			}
 		}
+		n := max(c.GetPermits(), 1)
+		isShared := c.GetMode() == fsmpb.Mode_MODE_SHARED
+		invalid := isShared && n > 1 || !free && (len(li.Holders) > 0 || len(li.Waiters) > 0 || li.Delayed) && n != li.Permits
+		// Room beside the holders, by the table of modes.go.
+		fits := len(li.Waiters) == 0 && !li.Delayed && !invalid
+		for _, h := range li.Holders {
+			hShared := h.GetMode() == fsmpb.Mode_MODE_SHARED
+			fits = fits && hShared == isShared && (isShared || n > 1)
+		}
+		fits = fits && (isShared || len(li.Holders) < int(n))
 		next := m.Token() + 1
 		return func(res Result) error {
 			switch {
 			case s == nil && !errors.Is(res.Err, ErrSessionNotFound):
 				return fmt.Errorf("acquire by a dead session: Err %v", res.Err)
-			case held && (res.Err != nil || res.Holding.GetToken() != heldToken):
+			case s != nil && invalid && !errors.Is(res.Err, ErrInvalidMode):
+				return fmt.Errorf("acquire with mode %v and %d permits of a name with %d: Err %v", c.GetMode(), n, li.Permits, res.Err)
+			case s != nil && !held && fits && room && (res.Err != nil || res.Queued || res.Holding.GetToken() != next):
+				return fmt.Errorf("acquire with room beside %d holders: Err %v, Holding %v, want token %d", len(li.Holders), res.Err, res.Holding, next)
+			case held && !invalid && (res.Err != nil || res.Holding.GetToken() != heldToken):
 				return fmt.Errorf("re-acquire by the holder: Err %v, Holding %v, want token %d", res.Err, res.Holding, heldToken)
-			case free && room && (res.Err != nil || res.Queued || res.Holding.GetToken() != next):
+			case free && room && !invalid && (res.Err != nil || res.Queued || res.Holding.GetToken() != next):
 				return fmt.Errorf("acquire of a free name: Err %v, Holding %v, want token %d", res.Err, res.Holding, next)
-			case !free && !held && res.Holding != nil:
-				return fmt.Errorf("acquire of a taken name granted %v", res.Holding)
+			case !fits && !held && res.Holding != nil:
+				return fmt.Errorf("acquire without room granted %v", res.Holding)
 			}
 			return nil
 		}

@@ -107,8 +107,14 @@ func (m *Machine) recount() int64 {
 			n += entryBytes(name, s.pb.GetLeaseId())
 		}
 	}
-	for name := range m.locks {
+	for name, l := range m.locks {
 		n += lockBytes(name)
+		for _, h := range l.holders {
+			n += int64(len(h.GetValue()))
+		}
+		for _, w := range l.waiters {
+			n += int64(len(w.GetValue()))
+		}
 	}
 	for _, e := range m.kv {
 		n += kvBytes(e)

@@ -67,7 +67,16 @@ func (m *Machine) Capture() *View {
 	}
 	for _, l := range m.locks {
 		// The queue slice is edited in place (slices.Delete): copy it.
-		v.locks = append(v.locks, &fsmpb.Lock{Name: l.name, Holder: l.holder, Waiters: slices.Clone(l.waiters), DelayToken: l.delayToken, DelayMs: l.delayMs})
+		pl := &fsmpb.Lock{Name: l.name, Waiters: slices.Clone(l.waiters), DelayToken: l.delayToken, DelayMs: l.delayMs}
+		if l.permits > 1 {
+			pl.Permits = l.permits
+		}
+		if len(l.holders) == 1 && l.holders[0].GetMode() == fsmpb.Mode_MODE_EXCLUSIVE && l.permits == 1 {
+			pl.Holder = l.holders[0] // the format of a lock before modes
+		} else {
+			pl.Holders = slices.Clone(l.holders)
+		}
+		v.locks = append(v.locks, pl)
 	}
 	for _, e := range m.kv {
 		v.kv = append(v.kv, e)
@@ -372,23 +381,27 @@ func (b *builder) claim(token uint64, name string) error {
 }
 
 func (b *builder) lock(pl *fsmpb.Lock) error {
-	l := &lock{name: pl.GetName(), holder: pl.GetHolder(), waiters: pl.GetWaiters(), delayToken: pl.GetDelayToken(), delayMs: pl.GetDelayMs()}
-	switch _, dup := b.m.locks[l.name]; {
-	case dup:
+	l := &lock{name: pl.GetName(), holders: pl.GetHolders(), permits: permitsOf(pl.GetPermits()), waiters: pl.GetWaiters(), delayToken: pl.GetDelayToken(), delayMs: pl.GetDelayMs()}
+	if h := pl.GetHolder(); h != nil {
+		if len(l.holders) > 0 {
+			return fmt.Errorf("fsm: decode snapshot: lock %q has both holder and holders", l.name)
+		}
+		l.holders = []*fsmpb.Holding{h}
+	}
+	if _, dup := b.m.locks[l.name]; dup {
 		return fmt.Errorf("fsm: decode snapshot: lock %q listed twice", l.name)
-	case l.holder != nil && l.delayToken != 0:
-		return fmt.Errorf("fsm: decode snapshot: lock %q is held and in lock-delay", l.name)
-	case l.holder == nil && l.delayToken == 0:
-		// A free lock passes to its queue in the same Apply, and a free
-		// lock without a queue is forgotten.
-		return fmt.Errorf("fsm: decode snapshot: lock %q is free but kept, with %d waiters", l.name, len(l.waiters))
+	}
+	// A free lock passes to its queue in the same Apply, and a free lock
+	// without a queue is forgotten (validateModes).
+	if err := validateModes(l); err != nil {
+		return err
 	}
 	if l.delayToken != 0 {
 		if err := b.claim(l.delayToken, l.name); err != nil {
 			return err
 		}
 	}
-	if h := l.holder; h != nil {
+	for _, h := range l.holders {
 		if err := b.claim(h.GetToken(), l.name); err != nil {
 			return err
 		}

@@ -41,7 +41,7 @@ func TestAccessLog(t *testing.T) {
 	}})
 	a := newSession(t, c.Client, 60_000, "A")
 	h := acquire(t, c.Client, "al:1", a.GetLeaseId())
-	_, err := c.JSON.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "al:k", Value: []byte("v"), Token: h.GetToken() + 100}))
+	_, err := c.JSON.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "al:k", Value: []byte("v"), Token: h.GetToken() + 100}))
 	if err == nil {
 		t.Fatal("a write with a never-issued token was accepted")
 	}
@@ -62,7 +62,7 @@ func TestAccessLog(t *testing.T) {
 	for _, want := range []string{
 		`path=/leasehold.v1.LeaseholdService/CreateSession status=200`,
 		`proto=HTTP/2.0`,
-		`path=/leasehold.v1.LeaseholdService/KVPut status=400`,
+		`path=/leasehold.v1.LeaseholdService/KvPut status=400`,
 		`code=invalid-argument`,
 		`path=/readyz status=200`,
 		`path=/leasehold.v1.LeaseholdService/KeepAliveStream status=200`,

@@ -60,22 +60,18 @@ func (t nodeSecretTransport) CloseIdleConnections() {
 	}
 }
 
-// principalHeader carries the original caller when a node forwards a
-// request; only another node of the same cluster may send it.
-const principalHeader = "Leasehold-Principal"
+// principalHeader (limits.go) carries the original caller when a node
+// forwards a request: a principal's name, nodeValue for a node, or for an
+// anonymous caller the limits' name of it ("ip:…", "token:…"). Names never
+// contain ':', so the forms do not mix. Only another node of the same
+// cluster may send it.
+const nodeValue = "node:"
 
-// principalHeader's values for the anonymous caller and for a node; ':' and
-// '-' alone are not principal names.
-const (
-	anonymousValue = "-"
-	nodeValue      = "node:"
-)
-
-type principalKey struct{}
+type authPrincipalKey struct{}
 
 // principalFrom returns the caller authenticated by the middleware.
 func principalFrom(ctx context.Context) auth.Principal {
-	p, _ := ctx.Value(principalKey{}).(auth.Principal)
+	p, _ := ctx.Value(authPrincipalKey{}).(auth.Principal)
 	return p
 }
 
@@ -125,7 +121,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeDenied(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, p)))
 	})
 }
 
@@ -153,11 +149,11 @@ func (s *Server) authenticateRequest(r *http.Request, fwd, bearer string) (auth.
 			}
 			return p, api.Errorf(api.CodePermissionDenied, "the %s header is accepted only from a node of this cluster (caller %s)", principalHeader, p)
 		}
-		switch fwd {
-		case anonymousValue:
-			return auth.Anonymous, nil
-		case nodeValue:
+		switch {
+		case fwd == nodeValue:
 			return p, nil // a node's own request, forwarded by another node
+		case strings.Contains(fwd, ":"):
+			return auth.Anonymous, nil // the limits' name of an anonymous caller
 		}
 		return s.withAdmin(auth.Principal{Name: fwd}), nil
 	}
@@ -231,6 +227,15 @@ func (s *Server) adminOnly(next http.Handler) http.Handler {
 	})
 }
 
+// limitsPrincipal is the per-principal limits' name of an authenticated
+// caller ("user:NAME"), or "" for an anonymous one or a node.
+func limitsPrincipal(r *http.Request) string {
+	if p := principalFrom(r.Context()); p.Name != "" && !p.Node {
+		return "user:" + p.Name
+	}
+	return ""
+}
+
 // setForwardHeaders marks a request this node forwards to the leader: by
 // whom, the cluster, and the caller it acts for.
 func (s *Server) setForwardHeaders(ctx context.Context, h http.Header) {
@@ -241,7 +246,7 @@ func (s *Server) setForwardHeaders(ctx context.Context, h http.Header) {
 	case p.Node:
 		h.Set(principalHeader, nodeValue)
 	case p.Name == "":
-		h.Set(principalHeader, anonymousValue)
+		h.Set(principalHeader, principal(ctx)) // the limits' name (limits.go)
 	default:
 		h.Set(principalHeader, p.Name)
 	}
@@ -276,9 +281,9 @@ var rules = map[string]rule{
 	leaseholdv1connect.LeaseholdServiceStatusProcedure:          {auth.PermRead, scopeName},
 	leaseholdv1connect.LeaseholdServiceListProcedure:            {auth.PermRead, scopePrefix},
 	leaseholdv1connect.LeaseholdServiceWatchProcedure:           {auth.PermRead, scopePrefix},
-	leaseholdv1connect.LeaseholdServiceKVPutProcedure:           {auth.PermKVWrite, scopeKey},
+	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           {auth.PermKVWrite, scopeKey},
 	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        {auth.PermKVWrite, scopeKey},
-	leaseholdv1connect.LeaseholdServiceKVGetProcedure:           {auth.PermKVRead, scopeKey},
+	leaseholdv1connect.LeaseholdServiceKvGetProcedure:           {auth.PermKVRead, scopeKey},
 	leaseholdv1connect.AuthServiceStatusProcedure:               {0, scopeOpen},
 }
 
@@ -387,7 +392,7 @@ var decidedAtLeader = map[string]string{
 	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      leaseholdv1connect.LeaseholdServiceTryAcquireProcedure,
 	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         leaseholdv1connect.LeaseholdServiceReleaseProcedure,
 	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      leaseholdv1connect.LeaseholdServiceCancelWaitProcedure,
-	leaseholdv1connect.LeaseholdServiceKVPutProcedure:           leaseholdv1connect.LeaseholdServiceKVPutProcedure,
+	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           leaseholdv1connect.LeaseholdServiceKvPutProcedure,
 	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        leaseholdv1connect.LeaseholdServiceKvDeleteProcedure,
 	leaseholdv1connect.ClusterServiceAddMemberProcedure:         leaseholdv1connect.ClusterServiceAddMemberProcedure,
 	leaseholdv1connect.ClusterServiceRemoveMemberProcedure:      leaseholdv1connect.ClusterServiceRemoveMemberProcedure,

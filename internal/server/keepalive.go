@@ -137,6 +137,11 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 		msg *pb.KeepAliveStreamRequest
 		err error
 	}
+	release, err := h.s.lim.stream(ctx, h.s.lim.keepalives)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in := make(chan received)

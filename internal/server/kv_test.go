@@ -24,8 +24,8 @@ func TestKvDelete(t *testing.T) {
 	t1 := acquire(t, cl, "x", a.GetLeaseId()).GetToken()
 	b := newSession(t, cl, 60_000, "B")
 	t2 := acquire(t, cl, "y", b.GetLeaseId()).GetToken()
-	_, err := cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "k", Value: []byte("v1"), Token: t1}))
-	mustOK(t, "KVPut", err)
+	_, err := cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "k", Value: []byte("v1"), Token: t1}))
+	mustOK(t, "KvPut", err)
 
 	_, err = cl.KvDelete(ctxT(t), req(&pb.KvDeleteRequest{Key: "missing", Token: t1}))
 	wantCode(t, "KvDelete of a key never written", err, api.CodeNotFound)
@@ -41,19 +41,19 @@ func TestKvDelete(t *testing.T) {
 	if res.Msg.GetToken() != t2 || res.Msg.GetKey() != "k" {
 		t.Fatalf("KvDelete answered %v", res.Msg)
 	}
-	_, err = cl.KVGet(ctxT(t), req(&pb.KVGetRequest{Key: "k"}))
-	wantCode(t, "KVGet of a deleted key", err, api.CodeNotFound)
-	_, err = cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "k", Value: []byte("late"), Token: t1}))
-	wantCode(t, "KVPut with the token before the delete", err, api.CodeStaleToken)
+	_, err = cl.KvGet(ctxT(t), req(&pb.KvGetRequest{Key: "k"}))
+	wantCode(t, "KvGet of a deleted key", err, api.CodeNotFound)
+	_, err = cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "k", Value: []byte("late"), Token: t1}))
+	wantCode(t, "KvPut with the token before the delete", err, api.CodeStaleToken)
 	if ae := api.FromError(err); ae.LastToken != t2 {
 		t.Fatalf("stale-token after delete carries last token %d, want %d", ae.LastToken, t2)
 	}
-	_, err = cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "k", Value: []byte("v2"), Token: t2}))
-	mustOK(t, "KVPut after delete", err)
-	got, err := cl.KVGet(ctxT(t), req(&pb.KVGetRequest{Key: "k"}))
-	mustOK(t, "KVGet", err)
+	_, err = cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "k", Value: []byte("v2"), Token: t2}))
+	mustOK(t, "KvPut after delete", err)
+	got, err := cl.KvGet(ctxT(t), req(&pb.KvGetRequest{Key: "k"}))
+	mustOK(t, "KvGet", err)
 	if string(got.Msg.GetValue()) != "v2" {
-		t.Fatalf("KVGet = %v", got.Msg)
+		t.Fatalf("KvGet = %v", got.Msg)
 	}
 }
 
@@ -71,12 +71,12 @@ func TestKVFloodEndsInQuota(t *testing.T) {
 	value := bytes.Repeat([]byte("v"), server.MaxValueLen)
 	var refused error
 	for i := range 64 { // 64 × 64 KiB = 4 MiB, four times the quota: the loop ends by refusal
-		if _, err := cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: fmt.Sprintf("k%02d", i), Value: value, Token: tok})); err != nil {
+		if _, err := cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: fmt.Sprintf("k%02d", i), Value: value, Token: tok})); err != nil {
 			refused = err
 			break
 		}
 	}
-	wantCode(t, "KVPut past the quota", refused, api.CodeResourceExhausted)
+	wantCode(t, "KvPut past the quota", refused, api.CodeResourceExhausted)
 	if msg := api.FromError(refused).Message; !strings.Contains(msg, "state quota of 1 MiB reached: delete KV keys or raise --quota-bytes") {
 		t.Fatalf("quota refusal says %q", msg)
 	}
@@ -95,17 +95,17 @@ func TestKVFloodEndsInQuota(t *testing.T) {
 		}
 	}
 	last := c.Server().Node().Raft().LastIndex()
-	_, err = cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "again", Value: value, Token: tok}))
-	wantCode(t, "KVPut on a full state", err, api.CodeResourceExhausted)
+	_, err = cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "again", Value: value, Token: tok}))
+	wantCode(t, "KvPut on a full state", err, api.CodeResourceExhausted)
 	if got := c.Server().Node().Raft().LastIndex(); got != last {
 		t.Fatalf("a refused write grew the log from %d to %d", last, got)
 	}
-	_, err = cl.KVGet(ctxT(t), req(&pb.KVGetRequest{Key: "k00"}))
-	mustOK(t, "KVGet on a full state", err)
+	_, err = cl.KvGet(ctxT(t), req(&pb.KvGetRequest{Key: "k00"}))
+	mustOK(t, "KvGet on a full state", err)
 	_, err = cl.KvDelete(ctxT(t), req(&pb.KvDeleteRequest{Key: "k00", Token: tok}))
 	mustOK(t, "KvDelete on a full state", err)
-	_, err = cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "again", Value: value, Token: tok}))
-	mustOK(t, "KVPut after a delete made room", err)
+	_, err = cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "again", Value: value, Token: tok}))
+	mustOK(t, "KvPut after a delete made room", err)
 	_, err = cl.Release(ctxT(t), req(&pb.ReleaseRequest{Name: "x", LeaseId: a.GetLeaseId(), Token: tok}))
 	mustOK(t, "Release on a full state", err)
 }

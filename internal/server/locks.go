@@ -35,7 +35,13 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
 		id := newLeaseID()
-		if _, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers(), Principal: principalFrom(ctx).Name}}}); err != nil {
+		created, err := h.s.lim.reserveSession(ctx, id, h.s.endedSessions)
+		if err != nil {
+			return nil, err
+		}
+		_, err = h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers(), Principal: principalFrom(ctx).Name}}})
+		created()
+		if err != nil {
 			return nil, err
 		}
 		_, _ = h.s.lessor.Renew(id) // the TTL counts from this answer
@@ -59,11 +65,14 @@ func (h *lockService) CloseSession(ctx context.Context, req *connect.Request[pb.
 func (h *lockService) TryAcquire(ctx context.Context, req *connect.Request[pb.TryAcquireRequest]) (*connect.Response[pb.TryAcquireResponse], error) {
 	m := req.Msg
 	delay, err := checkAcquire(m.GetName(), m.GetLeaseId(), m.GetLockDelayMs())
+	if err == nil {
+		err = checkMode(m.GetMode(), m.GetPermits(), m.GetValue())
+	}
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.TryAcquireRequest) (*pb.TryAcquireResponse, error) {
-		res, err := h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, try: true, waitID: m.GetWaitId()})
+		res, err := h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, try: true, waitID: m.GetWaitId(), mode: m.GetMode(), permits: m.GetPermits(), value: m.GetValue()})
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +91,8 @@ func checkAcquire(name, leaseID string, delayMs int64) (time.Duration, error) {
 }
 
 func acquireCmd(r acquireReq) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: r.name, LeaseId: r.leaseID, LockDelayMs: r.delay.Milliseconds(), Try: r.try, WaitId: r.waitID}}}
+	return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: r.name, LeaseId: r.leaseID, LockDelayMs: r.delay.Milliseconds(), Try: r.try, WaitId: r.waitID,
+		Mode: fsmpb.Mode(r.mode), Permits: r.permits, Value: r.value}}}
 }
 
 func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
@@ -92,11 +102,14 @@ func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.Acqui
 		return nil, api.ToConnect(err)
 	}
 	wait, err := checkWait(m.GetWaitMs())
+	if err == nil {
+		err = checkMode(m.GetMode(), m.GetPermits(), m.GetValue())
+	}
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.AcquireRequest) (*pb.AcquireResponse, error) {
-		return h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, wait: wait, waitID: m.GetWaitId()})
+		return h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, wait: wait, waitID: m.GetWaitId(), mode: m.GetMode(), permits: m.GetPermits(), value: m.GetValue()})
 	}, client.Acquire)
 }
 
@@ -107,6 +120,9 @@ type acquireReq struct {
 	wait          time.Duration // queue bound; 0: until ctx ends
 	try           bool
 	waitID        uint64 // the caller's id for CancelWait; 0: pick one
+	mode          pb.LockMode
+	permits       uint32
+	value         []byte
 }
 
 // acquire grants r.name to r.leaseID or waits in its queue until the
@@ -126,8 +142,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	defer s.hub.unwait(w)
 	var heldBefore bool
 	s.node.Read(func(m *fsm.Machine) {
-		h := m.Lock(r.name).Holder
-		heldBefore = h != nil && h.GetLeaseId() == r.leaseID
+		heldBefore = holdingOf(m.Lock(r.name), r.leaseID) != nil
 	})
 	withdraw := func() {
 		if !heldBefore {
@@ -207,7 +222,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 func (s *Server) waitOutcome(r acquireReq) (holding *fsmpb.Holding, done bool, err error) {
 	s.node.Read(func(m *fsm.Machine) {
 		info := m.Lock(r.name)
-		if h := info.Holder; h != nil && h.GetLeaseId() == r.leaseID && h.GetWaitId() == r.waitID {
+		if h := holdingOf(info, r.leaseID); h != nil && h.GetWaitId() == r.waitID {
 			holding, done = h, true
 			return
 		}
@@ -232,6 +247,8 @@ func (s *Server) lockedErr(name string) error {
 	var info fsm.LockInfo
 	s.node.Read(func(m *fsm.Machine) { info = m.Lock(name) })
 	switch {
+	case len(info.Holders) > 1:
+		return api.Errorf(api.CodeLocked, "%q is held by %d holders (%d permits) and %d session(s) wait for it", name, len(info.Holders), info.Permits, len(info.Waiters))
 	case info.Holder == nil && info.Delayed:
 		return api.Errorf(api.CodeLockDelay, "%q is in a lock-delay of %s after its holder (token %d) expired", name, time.Duration(info.DelayMs)*time.Millisecond, info.DelayToken)
 	case info.Holder != nil && info.Owner != "":
@@ -298,14 +315,7 @@ func (h *lockService) CancelWait(ctx context.Context, req *connect.Request[pb.Ca
 
 func (h *lockService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
 	m := req.Msg
-	err := checkName(m.GetName())
-	if err == nil {
-		err = checkLeaseID(m.GetLeaseId())
-	}
-	if err == nil {
-		err = checkToken(m.GetToken())
-	}
-	if err != nil {
+	if err := checkHolding(m.GetName(), m.GetLeaseId(), m.GetToken()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
@@ -325,7 +335,8 @@ func holdingPB(name string, h *fsmpb.Holding, owner string) *pb.Holding {
 	if h == nil {
 		return nil
 	}
-	return &pb.Holding{Name: name, LeaseId: h.GetLeaseId(), Token: h.GetToken(), Owner: owner, AcquiredUnixMs: h.GetAcquiredUnixMs(), LockDelayMs: h.GetLockDelayMs()}
+	return &pb.Holding{Name: name, LeaseId: h.GetLeaseId(), Token: h.GetToken(), Owner: owner, AcquiredUnixMs: h.GetAcquiredUnixMs(), LockDelayMs: h.GetLockDelayMs(),
+		Mode: pb.LockMode(h.GetMode()), Slot: h.GetSlot(), Value: h.GetValue()}
 }
 
 // read serves a read: linearizable on the leader (forwarded by a
@@ -368,7 +379,15 @@ func (h *lockService) Status(ctx context.Context, req *connect.Request[pb.Status
 }
 
 func (s *Server) lockInfoPB(info fsm.LockInfo, owners map[string]string) *pb.LockInfo {
-	out := &pb.LockInfo{Name: info.Name, Holder: holdingPB(info.Name, info.Holder, info.Owner), RemainingMs: -1, Delayed: info.Delayed}
+	out := &pb.LockInfo{Name: info.Name, Holder: holdingPB(info.Name, info.Holder, info.Owner), RemainingMs: -1, Delayed: info.Delayed, Permits: max(info.Permits, 1)}
+	for i, h := range info.Holders {
+		hp := holdingPB(info.Name, h, info.Owners[i])
+		hp.RemainingMs = -1
+		if d, ok := s.lessor.Remaining(h.LeaseId); ok {
+			hp.RemainingMs = d.Milliseconds()
+		}
+		out.Holders = append(out.Holders, hp)
+	}
 	if info.Holder != nil {
 		if d, ok := s.lessor.Remaining(info.Holder.LeaseId); ok {
 			out.RemainingMs = d.Milliseconds()
@@ -419,6 +438,11 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
 	}
+	release, err := h.s.lim.stream(ctx, h.s.lim.watches)
+	if err != nil {
+		return err
+	}
+	defer release()
 	w := h.s.hub.watch(req.Msg.GetPrefix())
 	defer h.s.hub.unwatch(w)
 	// Send headers now so the caller knows the watch is registered.
@@ -434,14 +458,14 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		case <-w.ended:
 			return api.ToConnect(w.err)
 		case ev := <-w.ch:
-			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs}}); err != nil {
+			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs, Value: []byte(ev.Value)}}); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRequest]) (*connect.Response[pb.KVPutResponse], error) {
+func (h *lockService) KvPut(ctx context.Context, req *connect.Request[pb.KvPutRequest]) (*connect.Response[pb.KvPutResponse], error) {
 	m := req.Msg
 	err := checkKey(m.GetKey())
 	if err == nil {
@@ -453,7 +477,7 @@ func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRe
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
-	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KVPutRequest) (*pb.KVPutResponse, error) {
+	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KvPutRequest) (*pb.KvPutResponse, error) {
 		// A write that cannot fit is refused before it costs a log entry.
 		var full error
 		h.s.node.Read(func(fm *fsm.Machine) { full = fm.CheckKVPut(m.GetKey(), m.GetValue()) })
@@ -464,15 +488,15 @@ func (h *lockService) KVPut(ctx context.Context, req *connect.Request[pb.KVPutRe
 		if err != nil {
 			return nil, err
 		}
-		return &pb.KVPutResponse{Key: m.GetKey(), Token: m.GetToken()}, nil
-	}, client.KVPut)
+		return &pb.KvPutResponse{Key: m.GetKey(), Token: m.GetToken()}, nil
+	}, client.KvPut)
 }
 
-func (h *lockService) KVGet(ctx context.Context, req *connect.Request[pb.KVGetRequest]) (*connect.Response[pb.KVGetResponse], error) {
+func (h *lockService) KvGet(ctx context.Context, req *connect.Request[pb.KvGetRequest]) (*connect.Response[pb.KvGetResponse], error) {
 	if err := checkKey(req.Msg.GetKey()); err != nil {
 		return nil, api.ToConnect(err)
 	}
-	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.KVGetRequest) (*pb.KVGetResponse, error) {
+	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.KvGetRequest) (*pb.KvGetResponse, error) {
 		var e *fsmpb.KV
 		h.s.node.Read(func(fm *fsm.Machine) { e = fm.KV(m.GetKey()) })
 		if e == nil {
@@ -481,8 +505,8 @@ func (h *lockService) KVGet(ctx context.Context, req *connect.Request[pb.KVGetRe
 		if e.GetDeleted() {
 			return nil, api.Errorf(api.CodeNotFound, "key %q was deleted with token %d", m.GetKey(), e.GetToken())
 		}
-		return &pb.KVGetResponse{Key: e.GetKey(), Value: e.GetValue(), Token: e.GetToken()}, nil
-	}, client.KVGet)
+		return &pb.KvGetResponse{Key: e.GetKey(), Value: e.GetValue(), Token: e.GetToken()}, nil
+	}, client.KvGet)
 }
 
 func (h *lockService) KvDelete(ctx context.Context, req *connect.Request[pb.KvDeleteRequest]) (*connect.Response[pb.KvDeleteResponse], error) {

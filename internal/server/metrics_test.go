@@ -47,14 +47,14 @@ func busy(t *testing.T, c *servertest.Cluster) {
 	if err != nil || !res.Queued {
 		t.Fatalf("queue B: %v %v", res, err)
 	}
-	_, err = c.Client.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "m:k", Value: []byte("v"), Token: h.GetToken()}))
-	mustOK(t, "KVPut", err)
+	_, err = c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "m:k", Value: []byte("v"), Token: h.GetToken()}))
+	mustOK(t, "KvPut", err)
 	h2 := acquire(t, c.Client, "m:2", a.GetLeaseId())
-	_, err = c.Client.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "m:k", Value: []byte("v2"), Token: h2.GetToken()}))
-	mustOK(t, "KVPut 2", err)
-	_, err = c.Client.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "m:k", Value: []byte("late"), Token: h.GetToken()}))
+	_, err = c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "m:k", Value: []byte("v2"), Token: h2.GetToken()}))
+	mustOK(t, "KvPut 2", err)
+	_, err = c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "m:k", Value: []byte("late"), Token: h.GetToken()}))
 	if err == nil {
-		t.Fatal("stale KVPut accepted")
+		t.Fatal("stale KvPut accepted")
 	}
 }
 
@@ -85,7 +85,7 @@ func TestMetricsGauges(t *testing.T) {
 	}
 	for _, want := range []string{
 		`leasehold_build_info{commit="`,
-		`leasehold_rpc_duration_seconds_count{method="KVPut"} 3`,
+		`leasehold_rpc_duration_seconds_count{method="KvPut"} 3`,
 		"leasehold_raft_log_append_seconds_count ",
 		"leasehold_fsm_apply_seconds_count ",
 		"go_goroutines ",

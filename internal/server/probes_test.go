@@ -145,11 +145,11 @@ func TestReflection(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("v1 list = %v, want %v", got, want)
 	}
-	if err := st.Send(&reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "leasehold.v1.LeaseholdService.KVPut"}}); err != nil {
+	if err := st.Send(&reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "leasehold.v1.LeaseholdService.KvPut"}}); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err = st.Recv(); err != nil || len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
-		t.Fatalf("v1 describe KVPut: %v %v", resp, err)
+		t.Fatalf("v1 describe KvPut: %v %v", resp, err)
 	}
 	_ = st.CloseSend()
 

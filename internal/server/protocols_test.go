@@ -50,15 +50,15 @@ func TestGRPCGoClient(t *testing.T) {
 	if tok == 0 || acq.GetHolding().GetOwner() != "grpc-go" {
 		t.Fatalf("Acquire response %v", &acq)
 	}
-	var put pb.KVPutResponse
-	if err := conn.Invoke(ctx, svc+"KVPut", &pb.KVPutRequest{Key: "g", Value: []byte("v"), Token: tok}, &put); err != nil {
-		t.Fatalf("KVPut: %v", err)
+	var put pb.KvPutResponse
+	if err := conn.Invoke(ctx, svc+"KvPut", &pb.KvPutRequest{Key: "g", Value: []byte("v"), Token: tok}, &put); err != nil {
+		t.Fatalf("KvPut: %v", err)
 	}
 
-	err = conn.Invoke(ctx, svc+"KVPut", &pb.KVPutRequest{Key: "g", Value: []byte("w"), Token: tok, Strict: true}, &put)
+	err = conn.Invoke(ctx, svc+"KvPut", &pb.KvPutRequest{Key: "g", Value: []byte("w"), Token: tok, Strict: true}, &put)
 	st, ok := grpcstatus.FromError(err)
 	if !ok || st.Code() != codes.Aborted {
-		t.Fatalf("stale KVPut: %v, want gRPC status Aborted", err)
+		t.Fatalf("stale KvPut: %v, want gRPC status Aborted", err)
 	}
 	var detail *pb.ErrorDetail
 	for _, d := range st.Details() {
@@ -128,8 +128,8 @@ func TestHTTPJSON(t *testing.T) {
 	}{
 		{"CreateSession", `{"ttlMs":"0","owner":"x"}`, http.StatusBadRequest, api.CodeInvalidArgument},
 		{"Release", `{"name":"j","leaseId":"` + sess.LeaseID + `","token":"999"}`, http.StatusBadRequest, api.CodeNotHolder},
-		{"KVPut", `{"key":"j","value":"dg==","token":"` + acq.Holding.Token + `"}`, http.StatusOK, ""},
-		{"KVPut", `{"key":"j","value":"dg==","token":"` + acq.Holding.Token + `","strict":true}`, http.StatusConflict, api.CodeStaleToken},
+		{"KvPut", `{"key":"j","value":"dg==","token":"` + acq.Holding.Token + `"}`, http.StatusOK, ""},
+		{"KvPut", `{"key":"j","value":"dg==","token":"` + acq.Holding.Token + `","strict":true}`, http.StatusConflict, api.CodeStaleToken},
 		{"KeepAlive", `{"leaseId":"` + servertest.UnknownLeaseID() + `"}`, http.StatusNotFound, api.CodeLeaseExpired},
 	} {
 		code, ctype, body := post(tc.method, tc.body)

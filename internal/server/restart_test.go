@@ -30,8 +30,8 @@ func TestRestart(t *testing.T) {
 	hA := acquire(t, cl, "r:1", a.GetLeaseId())
 	_, err := cl.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: "r:2", LeaseId: d.GetLeaseId(), LockDelayMs: 60_000}))
 	mustOK(t, "Acquire r:2", err)
-	_, err = cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "r:k", Value: []byte("v1"), Token: hA.GetToken()}))
-	mustOK(t, "KVPut", err)
+	_, err = cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "r:k", Value: []byte("v1"), Token: hA.GetToken()}))
+	mustOK(t, "KvPut", err)
 	// Queue B behind A. Through the node, not a blocking RPC, so no call is
 	// left waiting across the restart.
 	res, err := c.Server().Node().Apply(ctxT(t), &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: "r:1", LeaseId: b.GetLeaseId(), WaitId: 7}}})
@@ -66,8 +66,8 @@ func TestRestart(t *testing.T) {
 	if !status(t, cl, "r:2").GetDelayed() {
 		t.Fatal("r:2 lost its lock-delay across the restart")
 	}
-	kv, err := cl.KVGet(ctxT(t), req(&pb.KVGetRequest{Key: "r:k"}))
-	mustOK(t, "KVGet", err)
+	kv, err := cl.KvGet(ctxT(t), req(&pb.KvGetRequest{Key: "r:k"}))
+	mustOK(t, "KvGet", err)
 	if string(kv.Msg.GetValue()) != "v1" || kv.Msg.GetToken() != hA.GetToken() {
 		t.Fatalf("KV after restart %v", kv.Msg)
 	}

@@ -82,17 +82,17 @@ func TestSeedScenario(t *testing.T) {
 
 	// t=6100: B writes with its token.
 	clk.Advance(100 * time.Millisecond)
-	put, err := cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: key, Value: []byte("v2"), Token: t2}))
-	mustOK(t, "KVPut(t2)", err)
+	put, err := cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: key, Value: []byte("v2"), Token: t2}))
+	mustOK(t, "KvPut(t2)", err)
 	if put.Msg.GetToken() != t2 || put.Msg.GetKey() != key {
-		t.Fatalf("KVPut(t2) = %v", put.Msg)
+		t.Fatalf("KvPut(t2) = %v", put.Msg)
 	}
 	at(6100, "worker-B write(token=%d, v2) -> accepted", t2)
 
 	// t=6200: A resumes and writes with its stale token.
 	clk.Advance(100 * time.Millisecond)
-	_, err = cl.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: key, Value: []byte("v1"), Token: t1}))
-	wantCode(t, "KVPut(t1)", err, api.CodeStaleToken)
+	_, err = cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: key, Value: []byte("v1"), Token: t1}))
+	wantCode(t, "KvPut(t1)", err, api.CodeStaleToken)
 	if last := api.FromError(err).LastToken; last != t2 {
 		t.Fatalf("stale-token carries last token %d, want %d", last, t2)
 	}
@@ -108,10 +108,10 @@ func TestSeedScenario(t *testing.T) {
 	}
 	at(6200, "status %s -> %s lease-2 token %d", name, info.GetHolder().GetOwner(), info.GetHolder().GetToken())
 
-	got, err := cl.KVGet(ctxT(t), req(&pb.KVGetRequest{Key: key}))
-	mustOK(t, "KVGet", err)
+	got, err := cl.KvGet(ctxT(t), req(&pb.KvGetRequest{Key: key}))
+	mustOK(t, "KvGet", err)
 	if string(got.Msg.GetValue()) != "v2" || got.Msg.GetToken() != t2 {
-		t.Fatalf("KVGet = %q token %d, want v2 token %d", got.Msg.GetValue(), got.Msg.GetToken(), t2)
+		t.Fatalf("KvGet = %q token %d, want v2 token %d", got.Msg.GetValue(), got.Msg.GetToken(), t2)
 	}
 	at(6200, "kv get %s -> %s token %d", key, got.Msg.GetValue(), got.Msg.GetToken())
 

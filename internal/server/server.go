@@ -49,6 +49,8 @@ type Config struct {
 	// is registered in the replicated state so followers can forward to
 	// the leader. Required.
 	APIAddr string
+	// Limits bound what this node accepts from clients (DefaultLimits).
+	Limits Limits
 	// Join is the API address of a running member; when set, this node
 	// starts without bootstrapping and asks that member to add it.
 	Join string
@@ -86,7 +88,7 @@ func DefaultConfig(dataDir, apiAddr string) Config {
 	lc := lessor.DefaultConfig()
 	lc.Grace = 0 // Open: twice the leader-lease timeout
 	lc.Logger = nil
-	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Logger: slog.Default()}
+	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Limits: DefaultLimits(), Logger: slog.Default()}
 }
 
 // Server is one leasehold node's API.
@@ -98,6 +100,7 @@ type Server struct {
 	hub    *hub
 	feed   *web.Feed // the dashboard's event feed
 	met    *metrics
+	lim    *limiter
 	http   *http.Client // for forwarding to the leader
 	authState
 
@@ -157,6 +160,9 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.met = met
+	if s.lim, err = newLimiter(cfg.Limits, cfg.Lessor.Clock, reg); err != nil {
+		return nil, err
+	}
 	if s.lessor, err = lessor.New(cfg.Lessor, proposer{s}); err != nil {
 		return nil, err
 	}
@@ -420,7 +426,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestSize), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewAuthServiceHandler(&authService{s}, opts...))
@@ -438,17 +444,18 @@ func (s *Server) Handler() http.Handler {
 		mountPprof(pm)
 		mux.Handle("/debug/pprof/", s.adminOnly(pm))
 	}
-	h := s.authenticate(mux)
+	var hd http.Handler = s.limitHandler(mux)
+	hd = s.authenticate(hd) // before the limits: they count the authenticated principal
 	if s.cfg.AccessLog != nil {
-		return accessLog(s.cfg.AccessLog, h)
+		hd = accessLog(s.cfg.AccessLog, hd)
 	}
-	return h
+	return hd
 }
 
 // Serve serves Handler on ln (HTTP/1.1 and cleartext HTTP/2, as gRPC
 // needs) until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := NewHTTPServer(s.Handler())
+	hs, ln := s.limited(NewHTTPServer(s.Handler()), ln)
 	errc := make(chan error, 1)
 	go func() { errc <- s.serveOn(hs, ln) }()
 	select {

@@ -157,6 +157,7 @@ func toAPI(err error) error {
 		{fsm.ErrQuota, api.CodeResourceExhausted},
 		{fsm.ErrKeyNotFound, api.CodeNotFound},
 		{fsm.ErrInvalidToken, api.CodeInvalidArgument},
+		{fsm.ErrInvalidMode, api.CodeInvalidArgument},
 		{raftnode.ErrNotLeader, api.CodeNotLeader},
 		{lessor.ErrNotLeader, api.CodeNotLeader},
 		{raftnode.ErrUnavailable, api.CodeUnavailable},

@@ -26,8 +26,8 @@ func newFixture(t *testing.T, opts servertest.Options) *fixture {
 	c, _ := startManual(t, opts)
 	s := newSession(t, c.Client, 60_000, "holder")
 	h := acquire(t, c.Client, "held", s.GetLeaseId())
-	_, err := c.Client.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "k", Value: []byte("v"), Token: h.GetToken()}))
-	mustOK(t, "KVPut", err)
+	_, err := c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "k", Value: []byte("v"), Token: h.GetToken()}))
+	mustOK(t, "KvPut", err)
 	return &fixture{c: c, lease: s.GetLeaseId(), token: h.GetToken()}
 }
 
@@ -35,7 +35,7 @@ func newFixture(t *testing.T, opts servertest.Options) *fixture {
 type view struct {
 	list  *pb.ListResponse
 	held  *pb.LockInfo
-	kv    *pb.KVGetResponse
+	kv    *pb.KvGetResponse
 	state []byte
 }
 
@@ -43,8 +43,8 @@ func (f *fixture) view(t *testing.T) view {
 	t.Helper()
 	list, err := f.c.Client.List(ctxT(t), req(&pb.ListRequest{}))
 	mustOK(t, "List", err)
-	kv, err := f.c.Client.KVGet(ctxT(t), req(&pb.KVGetRequest{Key: "k"}))
-	mustOK(t, "KVGet", err)
+	kv, err := f.c.Client.KvGet(ctxT(t), req(&pb.KvGetRequest{Key: "k"}))
+	mustOK(t, "KvGet", err)
 	return view{list: list.Msg, held: status(t, f.c.Client, "held"), kv: kv.Msg, state: f.c.State()}
 }
 
@@ -158,15 +158,15 @@ func TestBadInput(t *testing.T) {
 		{"kv put value too big", putReq("k", bigValue, 1), api.CodeInvalidArgument},
 		{"kv put token never issued", putReq("k", []byte("x"), 1_000_000), api.CodeInvalidArgument},
 		{"kv put stale", func(ctx context.Context, c client, f *fixture) error {
-			_, err := c.KVPut(ctx, req(&pb.KVPutRequest{Key: "k", Value: []byte("x"), Token: f.token, Strict: true}))
+			_, err := c.KvPut(ctx, req(&pb.KvPutRequest{Key: "k", Value: []byte("x"), Token: f.token, Strict: true}))
 			return err
 		}, api.CodeStaleToken},
 		{"kv get bad key", func(ctx context.Context, c client, _ *fixture) error {
-			_, err := c.KVGet(ctx, req(&pb.KVGetRequest{Key: "a b"}))
+			_, err := c.KvGet(ctx, req(&pb.KvGetRequest{Key: "a b"}))
 			return err
 		}, api.CodeInvalidArgument},
 		{"kv get missing", func(ctx context.Context, c client, _ *fixture) error {
-			_, err := c.KVGet(ctx, req(&pb.KVGetRequest{Key: "missing"}))
+			_, err := c.KvGet(ctx, req(&pb.KvGetRequest{Key: "missing"}))
 			return err
 		}, api.CodeNotFound},
 
@@ -242,7 +242,7 @@ func releaseReq(name, lease string, token uint64) func(context.Context, client, 
 
 func putReq(key string, value []byte, token uint64) func(context.Context, client, *fixture) error {
 	return func(ctx context.Context, c client, _ *fixture) error {
-		_, err := c.KVPut(ctx, req(&pb.KVPutRequest{Key: key, Value: value, Token: token}))
+		_, err := c.KvPut(ctx, req(&pb.KvPutRequest{Key: key, Value: value, Token: token}))
 		return err
 	}
 }
@@ -296,8 +296,8 @@ func TestClamps(t *testing.T) {
 		}
 	}
 	h := status(t, c.Client, longest).GetHolder()
-	_, err := c.Client.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: longest, Value: make([]byte, server.MaxValueLen), Token: h.GetToken()}))
-	mustOK(t, "KVPut of a value of exactly MaxValueLen", err)
+	_, err := c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: longest, Value: make([]byte, server.MaxValueLen), Token: h.GetToken()}))
+	mustOK(t, "KvPut of a value of exactly MaxValueLen", err)
 }
 
 // TestResourceExhausted: the state machine's limits answer
@@ -360,16 +360,16 @@ func TestResourceExhausted(t *testing.T) {
 		c, _ := startManual(t, limits(func(l *fsm.Limits) { l.MaxKVKeys = 1 }))
 		a := newSession(t, c.Client, 60_000, "a")
 		h := acquire(t, c.Client, "n", a.GetLeaseId())
-		_, err := c.Client.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "k1", Value: []byte("v"), Token: h.GetToken()}))
+		_, err := c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "k1", Value: []byte("v"), Token: h.GetToken()}))
 		mustOK(t, "first key", err)
 		before := c.State()
-		_, err = c.Client.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "k2", Value: []byte("v"), Token: h.GetToken()}))
+		_, err = c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "k2", Value: []byte("v"), Token: h.GetToken()}))
 		wantCode(t, "second key", err, api.CodeResourceExhausted)
 		if !bytes.Equal(before, c.State()) {
-			t.Fatal("a refused KVPut changed the state")
+			t.Fatal("a refused KvPut changed the state")
 		}
 		// Overwriting the one key is still allowed.
-		_, err = c.Client.KVPut(ctxT(t), req(&pb.KVPutRequest{Key: "k1", Value: []byte("w"), Token: h.GetToken()}))
+		_, err = c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: "k1", Value: []byte("w"), Token: h.GetToken()}))
 		mustOK(t, "overwrite", err)
 	})
 }

@@ -147,10 +147,10 @@ func TestDashboardSeedScenario(t *testing.T) {
 	b := session(t, cl, 5000, "worker-B")
 	t2 := acquire(t, cl, name, b)
 	c.Manual().Advance(100 * time.Millisecond)
-	_, err := cl.KVPut(ctxT(t), connect.NewRequest(&pb.KVPutRequest{Key: key, Value: []byte("v2"), Token: t2}))
+	_, err := cl.KvPut(ctxT(t), connect.NewRequest(&pb.KvPutRequest{Key: key, Value: []byte("v2"), Token: t2}))
 	mustOK(t, "B's write", err)
 	c.Manual().Advance(100 * time.Millisecond)
-	_, err = cl.KVPut(ctxT(t), connect.NewRequest(&pb.KVPutRequest{Key: key, Value: []byte("v1"), Token: t1}))
+	_, err = cl.KvPut(ctxT(t), connect.NewRequest(&pb.KvPutRequest{Key: key, Value: []byte("v1"), Token: t1}))
 	if err == nil {
 		t.Fatal("A's late write was accepted")
 	}

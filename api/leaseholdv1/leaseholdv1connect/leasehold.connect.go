@@ -72,13 +72,19 @@ const (
 	LeaseholdServiceListProcedure = "/leasehold.v1.LeaseholdService/List"
 	// LeaseholdServiceWatchProcedure is the fully-qualified name of the LeaseholdService's Watch RPC.
 	LeaseholdServiceWatchProcedure = "/leasehold.v1.LeaseholdService/Watch"
-	// LeaseholdServiceKVPutProcedure is the fully-qualified name of the LeaseholdService's KVPut RPC.
-	LeaseholdServiceKVPutProcedure = "/leasehold.v1.LeaseholdService/KVPut"
-	// LeaseholdServiceKVGetProcedure is the fully-qualified name of the LeaseholdService's KVGet RPC.
-	LeaseholdServiceKVGetProcedure = "/leasehold.v1.LeaseholdService/KVGet"
+	// LeaseholdServiceKvPutProcedure is the fully-qualified name of the LeaseholdService's KvPut RPC.
+	LeaseholdServiceKvPutProcedure = "/leasehold.v1.LeaseholdService/KvPut"
+	// LeaseholdServiceKvGetProcedure is the fully-qualified name of the LeaseholdService's KvGet RPC.
+	LeaseholdServiceKvGetProcedure = "/leasehold.v1.LeaseholdService/KvGet"
 	// LeaseholdServiceKvDeleteProcedure is the fully-qualified name of the LeaseholdService's KvDelete
 	// RPC.
 	LeaseholdServiceKvDeleteProcedure = "/leasehold.v1.LeaseholdService/KvDelete"
+	// LeaseholdServiceProclaimProcedure is the fully-qualified name of the LeaseholdService's Proclaim
+	// RPC.
+	LeaseholdServiceProclaimProcedure = "/leasehold.v1.LeaseholdService/Proclaim"
+	// LeaseholdServiceListSessionsProcedure is the fully-qualified name of the LeaseholdService's
+	// ListSessions RPC.
+	LeaseholdServiceListSessionsProcedure = "/leasehold.v1.LeaseholdService/ListSessions"
 	// ClusterServiceMembersProcedure is the fully-qualified name of the ClusterService's Members RPC.
 	ClusterServiceMembersProcedure = "/leasehold.v1.ClusterService/Members"
 	// ClusterServiceAddMemberProcedure is the fully-qualified name of the ClusterService's AddMember
@@ -124,13 +130,18 @@ type LeaseholdServiceClient interface {
 	List(context.Context, *connect.Request[leaseholdv1.ListRequest]) (*connect.Response[leaseholdv1.ListResponse], error)
 	// Watch streams lock events for names with the prefix, from now on.
 	Watch(context.Context, *connect.Request[leaseholdv1.WatchRequest]) (*connect.ServerStreamForClient[leaseholdv1.WatchResponse], error)
-	// KVPut writes to the built-in fenced KV iff the token is not stale.
-	KVPut(context.Context, *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error)
-	// KVGet reads from the built-in fenced KV.
-	KVGet(context.Context, *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error)
+	// KvPut writes to the built-in fenced KV iff the token is not stale.
+	KvPut(context.Context, *connect.Request[leaseholdv1.KvPutRequest]) (*connect.Response[leaseholdv1.KvPutResponse], error)
+	// KvGet reads from the built-in fenced KV.
+	KvGet(context.Context, *connect.Request[leaseholdv1.KvGetRequest]) (*connect.Response[leaseholdv1.KvGetResponse], error)
 	// KvDelete removes a key's value iff the token is not stale (the rule of
-	// KVPut); a token-only tombstone keeps the fence.
+	// KvPut); a token-only tombstone keeps the fence.
 	KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error)
+	// Proclaim changes the value of the holding (name, lease_id, token)
+	// without ending it: an elected leader announcing a new value.
+	Proclaim(context.Context, *connect.Request[leaseholdv1.ProclaimRequest]) (*connect.Response[leaseholdv1.ProclaimResponse], error)
+	// ListSessions describes the live sessions, in lease id order.
+	ListSessions(context.Context, *connect.Request[leaseholdv1.ListSessionsRequest]) (*connect.Response[leaseholdv1.ListSessionsResponse], error)
 }
 
 // NewLeaseholdServiceClient constructs a client for the leasehold.v1.LeaseholdService service. By
@@ -210,22 +221,34 @@ func NewLeaseholdServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(leaseholdServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
-		kVPut: connect.NewClient[leaseholdv1.KVPutRequest, leaseholdv1.KVPutResponse](
+		kvPut: connect.NewClient[leaseholdv1.KvPutRequest, leaseholdv1.KvPutResponse](
 			httpClient,
-			baseURL+LeaseholdServiceKVPutProcedure,
-			connect.WithSchema(leaseholdServiceMethods.ByName("KVPut")),
+			baseURL+LeaseholdServiceKvPutProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("KvPut")),
 			connect.WithClientOptions(opts...),
 		),
-		kVGet: connect.NewClient[leaseholdv1.KVGetRequest, leaseholdv1.KVGetResponse](
+		kvGet: connect.NewClient[leaseholdv1.KvGetRequest, leaseholdv1.KvGetResponse](
 			httpClient,
-			baseURL+LeaseholdServiceKVGetProcedure,
-			connect.WithSchema(leaseholdServiceMethods.ByName("KVGet")),
+			baseURL+LeaseholdServiceKvGetProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("KvGet")),
 			connect.WithClientOptions(opts...),
 		),
 		kvDelete: connect.NewClient[leaseholdv1.KvDeleteRequest, leaseholdv1.KvDeleteResponse](
 			httpClient,
 			baseURL+LeaseholdServiceKvDeleteProcedure,
 			connect.WithSchema(leaseholdServiceMethods.ByName("KvDelete")),
+			connect.WithClientOptions(opts...),
+		),
+		proclaim: connect.NewClient[leaseholdv1.ProclaimRequest, leaseholdv1.ProclaimResponse](
+			httpClient,
+			baseURL+LeaseholdServiceProclaimProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("Proclaim")),
+			connect.WithClientOptions(opts...),
+		),
+		listSessions: connect.NewClient[leaseholdv1.ListSessionsRequest, leaseholdv1.ListSessionsResponse](
+			httpClient,
+			baseURL+LeaseholdServiceListSessionsProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("ListSessions")),
 			connect.WithClientOptions(opts...),
 		),
 	}
@@ -244,9 +267,11 @@ type leaseholdServiceClient struct {
 	status          *connect.Client[leaseholdv1.StatusRequest, leaseholdv1.StatusResponse]
 	list            *connect.Client[leaseholdv1.ListRequest, leaseholdv1.ListResponse]
 	watch           *connect.Client[leaseholdv1.WatchRequest, leaseholdv1.WatchResponse]
-	kVPut           *connect.Client[leaseholdv1.KVPutRequest, leaseholdv1.KVPutResponse]
-	kVGet           *connect.Client[leaseholdv1.KVGetRequest, leaseholdv1.KVGetResponse]
+	kvPut           *connect.Client[leaseholdv1.KvPutRequest, leaseholdv1.KvPutResponse]
+	kvGet           *connect.Client[leaseholdv1.KvGetRequest, leaseholdv1.KvGetResponse]
 	kvDelete        *connect.Client[leaseholdv1.KvDeleteRequest, leaseholdv1.KvDeleteResponse]
+	proclaim        *connect.Client[leaseholdv1.ProclaimRequest, leaseholdv1.ProclaimResponse]
+	listSessions    *connect.Client[leaseholdv1.ListSessionsRequest, leaseholdv1.ListSessionsResponse]
 }
 
 // CreateSession calls leasehold.v1.LeaseholdService.CreateSession.
@@ -304,19 +329,29 @@ func (c *leaseholdServiceClient) Watch(ctx context.Context, req *connect.Request
 	return c.watch.CallServerStream(ctx, req)
 }
 
-// KVPut calls leasehold.v1.LeaseholdService.KVPut.
-func (c *leaseholdServiceClient) KVPut(ctx context.Context, req *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error) {
-	return c.kVPut.CallUnary(ctx, req)
+// KvPut calls leasehold.v1.LeaseholdService.KvPut.
+func (c *leaseholdServiceClient) KvPut(ctx context.Context, req *connect.Request[leaseholdv1.KvPutRequest]) (*connect.Response[leaseholdv1.KvPutResponse], error) {
+	return c.kvPut.CallUnary(ctx, req)
 }
 
-// KVGet calls leasehold.v1.LeaseholdService.KVGet.
-func (c *leaseholdServiceClient) KVGet(ctx context.Context, req *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error) {
-	return c.kVGet.CallUnary(ctx, req)
+// KvGet calls leasehold.v1.LeaseholdService.KvGet.
+func (c *leaseholdServiceClient) KvGet(ctx context.Context, req *connect.Request[leaseholdv1.KvGetRequest]) (*connect.Response[leaseholdv1.KvGetResponse], error) {
+	return c.kvGet.CallUnary(ctx, req)
 }
 
 // KvDelete calls leasehold.v1.LeaseholdService.KvDelete.
 func (c *leaseholdServiceClient) KvDelete(ctx context.Context, req *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error) {
 	return c.kvDelete.CallUnary(ctx, req)
+}
+
+// Proclaim calls leasehold.v1.LeaseholdService.Proclaim.
+func (c *leaseholdServiceClient) Proclaim(ctx context.Context, req *connect.Request[leaseholdv1.ProclaimRequest]) (*connect.Response[leaseholdv1.ProclaimResponse], error) {
+	return c.proclaim.CallUnary(ctx, req)
+}
+
+// ListSessions calls leasehold.v1.LeaseholdService.ListSessions.
+func (c *leaseholdServiceClient) ListSessions(ctx context.Context, req *connect.Request[leaseholdv1.ListSessionsRequest]) (*connect.Response[leaseholdv1.ListSessionsResponse], error) {
+	return c.listSessions.CallUnary(ctx, req)
 }
 
 // LeaseholdServiceHandler is an implementation of the leasehold.v1.LeaseholdService service.
@@ -346,13 +381,18 @@ type LeaseholdServiceHandler interface {
 	List(context.Context, *connect.Request[leaseholdv1.ListRequest]) (*connect.Response[leaseholdv1.ListResponse], error)
 	// Watch streams lock events for names with the prefix, from now on.
 	Watch(context.Context, *connect.Request[leaseholdv1.WatchRequest], *connect.ServerStream[leaseholdv1.WatchResponse]) error
-	// KVPut writes to the built-in fenced KV iff the token is not stale.
-	KVPut(context.Context, *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error)
-	// KVGet reads from the built-in fenced KV.
-	KVGet(context.Context, *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error)
+	// KvPut writes to the built-in fenced KV iff the token is not stale.
+	KvPut(context.Context, *connect.Request[leaseholdv1.KvPutRequest]) (*connect.Response[leaseholdv1.KvPutResponse], error)
+	// KvGet reads from the built-in fenced KV.
+	KvGet(context.Context, *connect.Request[leaseholdv1.KvGetRequest]) (*connect.Response[leaseholdv1.KvGetResponse], error)
 	// KvDelete removes a key's value iff the token is not stale (the rule of
-	// KVPut); a token-only tombstone keeps the fence.
+	// KvPut); a token-only tombstone keeps the fence.
 	KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error)
+	// Proclaim changes the value of the holding (name, lease_id, token)
+	// without ending it: an elected leader announcing a new value.
+	Proclaim(context.Context, *connect.Request[leaseholdv1.ProclaimRequest]) (*connect.Response[leaseholdv1.ProclaimResponse], error)
+	// ListSessions describes the live sessions, in lease id order.
+	ListSessions(context.Context, *connect.Request[leaseholdv1.ListSessionsRequest]) (*connect.Response[leaseholdv1.ListSessionsResponse], error)
 }
 
 // NewLeaseholdServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -428,22 +468,34 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 		connect.WithSchema(leaseholdServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
-	leaseholdServiceKVPutHandler := connect.NewUnaryHandler(
-		LeaseholdServiceKVPutProcedure,
-		svc.KVPut,
-		connect.WithSchema(leaseholdServiceMethods.ByName("KVPut")),
+	leaseholdServiceKvPutHandler := connect.NewUnaryHandler(
+		LeaseholdServiceKvPutProcedure,
+		svc.KvPut,
+		connect.WithSchema(leaseholdServiceMethods.ByName("KvPut")),
 		connect.WithHandlerOptions(opts...),
 	)
-	leaseholdServiceKVGetHandler := connect.NewUnaryHandler(
-		LeaseholdServiceKVGetProcedure,
-		svc.KVGet,
-		connect.WithSchema(leaseholdServiceMethods.ByName("KVGet")),
+	leaseholdServiceKvGetHandler := connect.NewUnaryHandler(
+		LeaseholdServiceKvGetProcedure,
+		svc.KvGet,
+		connect.WithSchema(leaseholdServiceMethods.ByName("KvGet")),
 		connect.WithHandlerOptions(opts...),
 	)
 	leaseholdServiceKvDeleteHandler := connect.NewUnaryHandler(
 		LeaseholdServiceKvDeleteProcedure,
 		svc.KvDelete,
 		connect.WithSchema(leaseholdServiceMethods.ByName("KvDelete")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseholdServiceProclaimHandler := connect.NewUnaryHandler(
+		LeaseholdServiceProclaimProcedure,
+		svc.Proclaim,
+		connect.WithSchema(leaseholdServiceMethods.ByName("Proclaim")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseholdServiceListSessionsHandler := connect.NewUnaryHandler(
+		LeaseholdServiceListSessionsProcedure,
+		svc.ListSessions,
+		connect.WithSchema(leaseholdServiceMethods.ByName("ListSessions")),
 		connect.WithHandlerOptions(opts...),
 	)
 	return "/leasehold.v1.LeaseholdService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -470,12 +522,16 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 			leaseholdServiceListHandler.ServeHTTP(w, r)
 		case LeaseholdServiceWatchProcedure:
 			leaseholdServiceWatchHandler.ServeHTTP(w, r)
-		case LeaseholdServiceKVPutProcedure:
-			leaseholdServiceKVPutHandler.ServeHTTP(w, r)
-		case LeaseholdServiceKVGetProcedure:
-			leaseholdServiceKVGetHandler.ServeHTTP(w, r)
+		case LeaseholdServiceKvPutProcedure:
+			leaseholdServiceKvPutHandler.ServeHTTP(w, r)
+		case LeaseholdServiceKvGetProcedure:
+			leaseholdServiceKvGetHandler.ServeHTTP(w, r)
 		case LeaseholdServiceKvDeleteProcedure:
 			leaseholdServiceKvDeleteHandler.ServeHTTP(w, r)
+		case LeaseholdServiceProclaimProcedure:
+			leaseholdServiceProclaimHandler.ServeHTTP(w, r)
+		case LeaseholdServiceListSessionsProcedure:
+			leaseholdServiceListSessionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -529,16 +585,24 @@ func (UnimplementedLeaseholdServiceHandler) Watch(context.Context, *connect.Requ
 	return connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.Watch is not implemented"))
 }
 
-func (UnimplementedLeaseholdServiceHandler) KVPut(context.Context, *connect.Request[leaseholdv1.KVPutRequest]) (*connect.Response[leaseholdv1.KVPutResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KVPut is not implemented"))
+func (UnimplementedLeaseholdServiceHandler) KvPut(context.Context, *connect.Request[leaseholdv1.KvPutRequest]) (*connect.Response[leaseholdv1.KvPutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KvPut is not implemented"))
 }
 
-func (UnimplementedLeaseholdServiceHandler) KVGet(context.Context, *connect.Request[leaseholdv1.KVGetRequest]) (*connect.Response[leaseholdv1.KVGetResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KVGet is not implemented"))
+func (UnimplementedLeaseholdServiceHandler) KvGet(context.Context, *connect.Request[leaseholdv1.KvGetRequest]) (*connect.Response[leaseholdv1.KvGetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KvGet is not implemented"))
 }
 
 func (UnimplementedLeaseholdServiceHandler) KvDelete(context.Context, *connect.Request[leaseholdv1.KvDeleteRequest]) (*connect.Response[leaseholdv1.KvDeleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.KvDelete is not implemented"))
+}
+
+func (UnimplementedLeaseholdServiceHandler) Proclaim(context.Context, *connect.Request[leaseholdv1.ProclaimRequest]) (*connect.Response[leaseholdv1.ProclaimResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.Proclaim is not implemented"))
+}
+
+func (UnimplementedLeaseholdServiceHandler) ListSessions(context.Context, *connect.Request[leaseholdv1.ListSessionsRequest]) (*connect.Response[leaseholdv1.ListSessionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.ListSessions is not implemented"))
 }
 
 // ClusterServiceClient is a client for the leasehold.v1.ClusterService service.

@@ -24,6 +24,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Mode is how a request shares its name with other holders.
+type Mode int32
+
+const (
+	// MODE_EXCLUSIVE: one holder, or one of permits holders (semaphore).
+	Mode_MODE_EXCLUSIVE Mode = 0
+	// MODE_SHARED: any number of shared holders and no exclusive one.
+	Mode_MODE_SHARED Mode = 1
+)
+
+// Enum value maps for Mode.
+var (
+	Mode_name = map[int32]string{
+		0: "MODE_EXCLUSIVE",
+		1: "MODE_SHARED",
+	}
+	Mode_value = map[string]int32{
+		"MODE_EXCLUSIVE": 0,
+		"MODE_SHARED":    1,
+	}
+)
+
+func (x Mode) Enum() *Mode {
+	p := new(Mode)
+	*p = x
+	return p
+}
+
+func (x Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_fsm_v1_fsm_proto_enumTypes[0].Descriptor()
+}
+
+func (Mode) Type() protoreflect.EnumType {
+	return &file_leasehold_fsm_v1_fsm_proto_enumTypes[0]
+}
+
+func (x Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mode.Descriptor instead.
+func (Mode) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{0}
+}
+
 // Command is one Raft log entry. unix_ms is the proposing leader's wall
 // clock, recorded for display only; no decision depends on it.
 type Command struct {
@@ -49,6 +98,7 @@ type Command struct {
 	//	*Command_AuthDeletePolicy
 	//	*Command_AuthPutToken
 	//	*Command_AuthRevokeToken
+	//	*Command_Proclaim
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -260,6 +310,15 @@ func (x *Command) GetAuthRevokeToken() *AuthRevokeToken {
 	return nil
 }
 
+func (x *Command) GetProclaim() *Proclaim {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -337,6 +396,10 @@ type Command_AuthRevokeToken struct {
 	AuthRevokeToken *AuthRevokeToken `protobuf:"bytes,34,opt,name=auth_revoke_token,json=authRevokeToken,proto3,oneof"`
 }
 
+type Command_Proclaim struct {
+	Proclaim *Proclaim `protobuf:"bytes,40,opt,name=proclaim,proto3,oneof"`
+}
+
 func (*Command_CreateSession) isCommand_Op() {}
 
 func (*Command_CloseSession) isCommand_Op() {}
@@ -372,6 +435,8 @@ func (*Command_AuthDeletePolicy) isCommand_Op() {}
 func (*Command_AuthPutToken) isCommand_Op() {}
 
 func (*Command_AuthRevokeToken) isCommand_Op() {}
+
+func (*Command_Proclaim) isCommand_Op() {}
 
 type CreateSession struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -548,7 +613,14 @@ type Acquire struct {
 	// try refuses instead of queueing.
 	Try bool `protobuf:"varint,4,opt,name=try,proto3" json:"try,omitempty"`
 	// wait_id names this request's place in the queue (see CancelWait).
-	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	WaitId uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	// mode is exclusive (the default) or shared (a reader of a read/write lock).
+	Mode Mode `protobuf:"varint,6,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	// permits makes the name a semaphore of that many holders; 0 and 1 mean
+	// one. Every request for a name must carry the name's current permits.
+	Permits uint32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
+	// value is the holding's value (an election candidate's proclamation).
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -618,6 +690,97 @@ func (x *Acquire) GetWaitId() uint64 {
 	return 0
 }
 
+func (x *Acquire) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Acquire) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *Acquire) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// Proclaim changes the value of the holding (name, lease_id, token) without
+// ending it (an elected leader announcing a new value).
+type Proclaim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Proclaim) Reset() {
+	*x = Proclaim{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Proclaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Proclaim) ProtoMessage() {}
+
+func (x *Proclaim) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Proclaim.ProtoReflect.Descriptor instead.
+func (*Proclaim) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Proclaim) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Proclaim) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *Proclaim) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Proclaim) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // CancelWait withdraws the queue entry of wait_id; when that entry was
 // already granted (the requester gave up before learning it), the holding is
 // released.
@@ -632,7 +795,7 @@ type CancelWait struct {
 
 func (x *CancelWait) Reset() {
 	*x = CancelWait{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +807,7 @@ func (x *CancelWait) String() string {
 func (*CancelWait) ProtoMessage() {}
 
 func (x *CancelWait) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[5]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +820,7 @@ func (x *CancelWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWait.ProtoReflect.Descriptor instead.
 func (*CancelWait) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelWait) GetName() string {
@@ -692,7 +855,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +867,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[6]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +880,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Release) GetName() string {
@@ -753,7 +916,7 @@ type EndLockDelay struct {
 
 func (x *EndLockDelay) Reset() {
 	*x = EndLockDelay{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +928,7 @@ func (x *EndLockDelay) String() string {
 func (*EndLockDelay) ProtoMessage() {}
 
 func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[7]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +941,7 @@ func (x *EndLockDelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndLockDelay.ProtoReflect.Descriptor instead.
 func (*EndLockDelay) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EndLockDelay) GetName() string {
@@ -807,7 +970,7 @@ type KVPut struct {
 
 func (x *KVPut) Reset() {
 	*x = KVPut{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +982,7 @@ func (x *KVPut) String() string {
 func (*KVPut) ProtoMessage() {}
 
 func (x *KVPut) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[8]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +995,7 @@ func (x *KVPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPut.ProtoReflect.Descriptor instead.
 func (*KVPut) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KVPut) GetKey() string {
@@ -876,7 +1039,7 @@ type KVDelete struct {
 
 func (x *KVDelete) Reset() {
 	*x = KVDelete{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1051,7 @@ func (x *KVDelete) String() string {
 func (*KVDelete) ProtoMessage() {}
 
 func (x *KVDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1064,7 @@ func (x *KVDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelete.ProtoReflect.Descriptor instead.
 func (*KVDelete) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KVDelete) GetKey() string {
@@ -940,7 +1103,7 @@ type TokenFloor struct {
 
 func (x *TokenFloor) Reset() {
 	*x = TokenFloor{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1115,7 @@ func (x *TokenFloor) String() string {
 func (*TokenFloor) ProtoMessage() {}
 
 func (x *TokenFloor) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1128,7 @@ func (x *TokenFloor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenFloor.ProtoReflect.Descriptor instead.
 func (*TokenFloor) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TokenFloor) GetMin() uint64 {
@@ -992,7 +1155,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1167,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1180,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterNode) GetId() string {
@@ -1044,7 +1207,7 @@ type BumpToken struct {
 
 func (x *BumpToken) Reset() {
 	*x = BumpToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1219,7 @@ func (x *BumpToken) String() string {
 func (*BumpToken) ProtoMessage() {}
 
 func (x *BumpToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1232,7 @@ func (x *BumpToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpToken.ProtoReflect.Descriptor instead.
 func (*BumpToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BumpToken) GetMin() uint64 {
@@ -1104,7 +1267,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1279,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1292,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Session) GetLeaseId() string {
@@ -1202,14 +1365,19 @@ type Holding struct {
 	AcquiredUnixMs int64                  `protobuf:"varint,3,opt,name=acquired_unix_ms,json=acquiredUnixMs,proto3" json:"acquired_unix_ms,omitempty"`
 	LockDelayMs    int64                  `protobuf:"varint,4,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// wait_id is the queue entry the grant came from (0 when granted at once).
-	WaitId        uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	WaitId uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
+	Mode   Mode   `protobuf:"varint,6,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	// slot is the permit this holding occupies, 0..permits-1 (0 for a lock of
+	// one permit); a semaphore holder fences its slot with the key NAME/slot/K.
+	Slot          uint32 `protobuf:"varint,7,opt,name=slot,proto3" json:"slot,omitempty"`
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1389,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1402,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Holding) GetLeaseId() string {
@@ -1272,19 +1440,42 @@ func (x *Holding) GetWaitId() uint64 {
 	return 0
 }
 
+func (x *Holding) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Holding) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Holding) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type Waiter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	LockDelayMs   int64                  `protobuf:"varint,2,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	WaitId        uint64                 `protobuf:"varint,3,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
 	QueuedUnixMs  int64                  `protobuf:"varint,4,opt,name=queued_unix_ms,json=queuedUnixMs,proto3" json:"queued_unix_ms,omitempty"`
+	Mode          Mode                   `protobuf:"varint,5,opt,name=mode,proto3,enum=leasehold.fsm.v1.Mode" json:"mode,omitempty"`
+	Value         []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1487,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1500,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Waiter) GetLeaseId() string {
@@ -1340,6 +1531,20 @@ func (x *Waiter) GetQueuedUnixMs() int64 {
 	return 0
 }
 
+func (x *Waiter) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_EXCLUSIVE
+}
+
+func (x *Waiter) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type Lock struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1347,15 +1552,20 @@ type Lock struct {
 	Waiters []*Waiter              `protobuf:"bytes,3,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	// delay_token is the token of the expired holding whose lock-delay is in
 	// force (0 when none); delay_ms its length.
-	DelayToken    uint64 `protobuf:"varint,4,opt,name=delay_token,json=delayToken,proto3" json:"delay_token,omitempty"`
-	DelayMs       int64  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	DelayToken uint64 `protobuf:"varint,4,opt,name=delay_token,json=delayToken,proto3" json:"delay_token,omitempty"`
+	DelayMs    int64  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	// holders lists the holdings when there is more than one possible (shared
+	// or permits > 1); an exclusive lock of one permit uses holder.
+	Holders []*Holding `protobuf:"bytes,6,rep,name=holders,proto3" json:"holders,omitempty"`
+	// permits is the semaphore size; 0 means 1.
+	Permits       uint32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1577,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1590,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Lock) GetName() string {
@@ -1418,6 +1628,20 @@ func (x *Lock) GetDelayMs() int64 {
 	return 0
 }
 
+func (x *Lock) GetHolders() []*Holding {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *Lock) GetPermits() uint32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 type KV struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1431,7 +1655,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1667,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1680,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KV) GetKey() string {
@@ -1497,7 +1721,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1733,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1746,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Node) GetId() string {
@@ -1557,7 +1781,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1793,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1806,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotHeader) GetToken() uint64 {
@@ -1631,7 +1855,7 @@ type SnapshotEnd struct {
 
 func (x *SnapshotEnd) Reset() {
 	*x = SnapshotEnd{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1867,7 @@ func (x *SnapshotEnd) String() string {
 func (*SnapshotEnd) ProtoMessage() {}
 
 func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1880,7 @@ func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotEnd.ProtoReflect.Descriptor instead.
 func (*SnapshotEnd) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotEnd) GetRecords() uint64 {
@@ -1686,7 +1910,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1922,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1935,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotRecord) GetRec() isSnapshotRecord_Rec {
@@ -1845,7 +2069,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2081,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[22]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2094,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Snapshot) GetToken() uint64 {
@@ -1918,7 +2142,7 @@ type AuthEnable struct {
 
 func (x *AuthEnable) Reset() {
 	*x = AuthEnable{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2154,7 @@ func (x *AuthEnable) String() string {
 func (*AuthEnable) ProtoMessage() {}
 
 func (x *AuthEnable) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2167,7 @@ func (x *AuthEnable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEnable.ProtoReflect.Descriptor instead.
 func (*AuthEnable) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AuthEnable) GetEnabled() bool {
@@ -1968,7 +2192,7 @@ type AuthPolicy struct {
 
 func (x *AuthPolicy) Reset() {
 	*x = AuthPolicy{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2204,7 @@ func (x *AuthPolicy) String() string {
 func (*AuthPolicy) ProtoMessage() {}
 
 func (x *AuthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2217,7 @@ func (x *AuthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthPolicy.ProtoReflect.Descriptor instead.
 func (*AuthPolicy) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AuthPolicy) GetName() string {
@@ -2033,7 +2257,7 @@ type AuthPutPolicy struct {
 
 func (x *AuthPutPolicy) Reset() {
 	*x = AuthPutPolicy{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2269,7 @@ func (x *AuthPutPolicy) String() string {
 func (*AuthPutPolicy) ProtoMessage() {}
 
 func (x *AuthPutPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2282,7 @@ func (x *AuthPutPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthPutPolicy.ProtoReflect.Descriptor instead.
 func (*AuthPutPolicy) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AuthPutPolicy) GetPolicy() *AuthPolicy {
@@ -2077,7 +2301,7 @@ type AuthDeletePolicy struct {
 
 func (x *AuthDeletePolicy) Reset() {
 	*x = AuthDeletePolicy{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2313,7 @@ func (x *AuthDeletePolicy) String() string {
 func (*AuthDeletePolicy) ProtoMessage() {}
 
 func (x *AuthDeletePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2326,7 @@ func (x *AuthDeletePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthDeletePolicy.ProtoReflect.Descriptor instead.
 func (*AuthDeletePolicy) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AuthDeletePolicy) GetName() string {
@@ -2127,7 +2351,7 @@ type AuthToken struct {
 
 func (x *AuthToken) Reset() {
 	*x = AuthToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2363,7 @@ func (x *AuthToken) String() string {
 func (*AuthToken) ProtoMessage() {}
 
 func (x *AuthToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2376,7 @@ func (x *AuthToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthToken.ProtoReflect.Descriptor instead.
 func (*AuthToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AuthToken) GetId() string {
@@ -2192,7 +2416,7 @@ type AuthPutToken struct {
 
 func (x *AuthPutToken) Reset() {
 	*x = AuthPutToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2428,7 @@ func (x *AuthPutToken) String() string {
 func (*AuthPutToken) ProtoMessage() {}
 
 func (x *AuthPutToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2441,7 @@ func (x *AuthPutToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthPutToken.ProtoReflect.Descriptor instead.
 func (*AuthPutToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AuthPutToken) GetToken() *AuthToken {
@@ -2236,7 +2460,7 @@ type AuthRevokeToken struct {
 
 func (x *AuthRevokeToken) Reset() {
 	*x = AuthRevokeToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2472,7 @@ func (x *AuthRevokeToken) String() string {
 func (*AuthRevokeToken) ProtoMessage() {}
 
 func (x *AuthRevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2485,7 @@ func (x *AuthRevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRevokeToken.ProtoReflect.Descriptor instead.
 func (*AuthRevokeToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AuthRevokeToken) GetId() string {
@@ -2283,7 +2507,7 @@ type AuthState struct {
 
 func (x *AuthState) Reset() {
 	*x = AuthState{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2519,7 @@ func (x *AuthState) String() string {
 func (*AuthState) ProtoMessage() {}
 
 func (x *AuthState) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2532,7 @@ func (x *AuthState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthState.ProtoReflect.Descriptor instead.
 func (*AuthState) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AuthState) GetEnabled() bool {
@@ -2344,7 +2568,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2580,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2593,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Checkpoint) GetSessions() []*SessionCheckpoint {
@@ -2396,7 +2620,7 @@ type SessionCheckpoint struct {
 
 func (x *SessionCheckpoint) Reset() {
 	*x = SessionCheckpoint{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2632,7 @@ func (x *SessionCheckpoint) String() string {
 func (*SessionCheckpoint) ProtoMessage() {}
 
 func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2645,7 @@ func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheckpoint.ProtoReflect.Descriptor instead.
 func (*SessionCheckpoint) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionCheckpoint) GetLeaseId() string {
@@ -2456,7 +2680,8 @@ var File_leasehold_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\xd0\t\n" +
+	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x8a\n" +
+	"\n" +
 	"\aCommand\x12\x17\n" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12H\n" +
 	"\x0ecreate_session\x18\n" +
@@ -2483,7 +2708,8 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0fauth_put_policy\x18\x1f \x01(\v2\x1f.leasehold.fsm.v1.AuthPutPolicyH\x00R\rauthPutPolicy\x12R\n" +
 	"\x12auth_delete_policy\x18  \x01(\v2\".leasehold.fsm.v1.AuthDeletePolicyH\x00R\x10authDeletePolicy\x12F\n" +
 	"\x0eauth_put_token\x18! \x01(\v2\x1e.leasehold.fsm.v1.AuthPutTokenH\x00R\fauthPutToken\x12O\n" +
-	"\x11auth_revoke_token\x18\" \x01(\v2!.leasehold.fsm.v1.AuthRevokeTokenH\x00R\x0fauthRevokeTokenB\x04\n" +
+	"\x11auth_revoke_token\x18\" \x01(\v2!.leasehold.fsm.v1.AuthRevokeTokenH\x00R\x0fauthRevokeToken\x128\n" +
+	"\bproclaim\x18( \x01(\v2\x1a.leasehold.fsm.v1.ProclaimH\x00R\bproclaimB\x04\n" +
 	"\x02op\"\x95\x01\n" +
 	"\rCreateSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
@@ -2496,13 +2722,21 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fCloseSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"#\n" +
 	"\x06Expire\x12\x19\n" +
-	"\blease_id\x18\x01 \x01(\tR\aleaseId\"\x87\x01\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\"\xe3\x01\n" +
 	"\aAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\"\n" +
 	"\rlock_delay_ms\x18\x03 \x01(\x03R\vlockDelayMs\x12\x10\n" +
 	"\x03try\x18\x04 \x01(\bR\x03try\x12\x17\n" +
-	"\await_id\x18\x05 \x01(\x04R\x06waitId\"T\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\x12*\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x18\n" +
+	"\apermits\x18\a \x01(\rR\apermits\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"e\n" +
+	"\bProclaim\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\"T\n" +
 	"\n" +
 	"CancelWait\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -2544,25 +2778,32 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"sequencers\x18\x14 \x01(\bR\n" +
 	"sequencers\x12\x1c\n" +
-	"\tprincipal\x18\x1e \x01(\tR\tprincipal\"\xa1\x01\n" +
+	"\tprincipal\x18\x1e \x01(\tR\tprincipal\"\xf7\x01\n" +
 	"\aHolding\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12(\n" +
 	"\x10acquired_unix_ms\x18\x03 \x01(\x03R\x0eacquiredUnixMs\x12\"\n" +
 	"\rlock_delay_ms\x18\x04 \x01(\x03R\vlockDelayMs\x12\x17\n" +
-	"\await_id\x18\x05 \x01(\x04R\x06waitId\"\x86\x01\n" +
+	"\await_id\x18\x05 \x01(\x04R\x06waitId\x12*\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x12\n" +
+	"\x04slot\x18\a \x01(\rR\x04slot\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"\xc8\x01\n" +
 	"\x06Waiter\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\"\n" +
 	"\rlock_delay_ms\x18\x02 \x01(\x03R\vlockDelayMs\x12\x17\n" +
 	"\await_id\x18\x03 \x01(\x04R\x06waitId\x12$\n" +
-	"\x0equeued_unix_ms\x18\x04 \x01(\x03R\fqueuedUnixMs\"\xbd\x01\n" +
+	"\x0equeued_unix_ms\x18\x04 \x01(\x03R\fqueuedUnixMs\x12*\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x16.leasehold.fsm.v1.ModeR\x04mode\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"\x8c\x02\n" +
 	"\x04Lock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06holder\x18\x02 \x01(\v2\x19.leasehold.fsm.v1.HoldingR\x06holder\x122\n" +
 	"\awaiters\x18\x03 \x03(\v2\x18.leasehold.fsm.v1.WaiterR\awaiters\x12\x1f\n" +
 	"\vdelay_token\x18\x04 \x01(\x04R\n" +
 	"delayToken\x12\x19\n" +
-	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\"\\\n" +
+	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x123\n" +
+	"\aholders\x18\x06 \x03(\v2\x19.leasehold.fsm.v1.HoldingR\aholders\x12\x18\n" +
+	"\apermits\x18\a \x01(\rR\apermits\"\\\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
@@ -2633,7 +2874,10 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\acleared\x18\x03 \x01(\bR\acleared\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
-	"generationB9Z7github.com/leasehold/leasehold/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"generation*+\n" +
+	"\x04Mode\x12\x12\n" +
+	"\x0eMODE_EXCLUSIVE\x10\x00\x12\x0f\n" +
+	"\vMODE_SHARED\x10\x01B9Z7github.com/leasehold/leasehold/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_leasehold_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2647,84 +2891,92 @@ func file_leasehold_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_leasehold_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_leasehold_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
-	(*Command)(nil),           // 0: leasehold.fsm.v1.Command
-	(*CreateSession)(nil),     // 1: leasehold.fsm.v1.CreateSession
-	(*CloseSession)(nil),      // 2: leasehold.fsm.v1.CloseSession
-	(*Expire)(nil),            // 3: leasehold.fsm.v1.Expire
-	(*Acquire)(nil),           // 4: leasehold.fsm.v1.Acquire
-	(*CancelWait)(nil),        // 5: leasehold.fsm.v1.CancelWait
-	(*Release)(nil),           // 6: leasehold.fsm.v1.Release
-	(*EndLockDelay)(nil),      // 7: leasehold.fsm.v1.EndLockDelay
-	(*KVPut)(nil),             // 8: leasehold.fsm.v1.KVPut
-	(*KVDelete)(nil),          // 9: leasehold.fsm.v1.KVDelete
-	(*TokenFloor)(nil),        // 10: leasehold.fsm.v1.TokenFloor
-	(*RegisterNode)(nil),      // 11: leasehold.fsm.v1.RegisterNode
-	(*BumpToken)(nil),         // 12: leasehold.fsm.v1.BumpToken
-	(*Session)(nil),           // 13: leasehold.fsm.v1.Session
-	(*Holding)(nil),           // 14: leasehold.fsm.v1.Holding
-	(*Waiter)(nil),            // 15: leasehold.fsm.v1.Waiter
-	(*Lock)(nil),              // 16: leasehold.fsm.v1.Lock
-	(*KV)(nil),                // 17: leasehold.fsm.v1.KV
-	(*Node)(nil),              // 18: leasehold.fsm.v1.Node
-	(*SnapshotHeader)(nil),    // 19: leasehold.fsm.v1.SnapshotHeader
-	(*SnapshotEnd)(nil),       // 20: leasehold.fsm.v1.SnapshotEnd
-	(*SnapshotRecord)(nil),    // 21: leasehold.fsm.v1.SnapshotRecord
-	(*Snapshot)(nil),          // 22: leasehold.fsm.v1.Snapshot
-	(*AuthEnable)(nil),        // 23: leasehold.fsm.v1.AuthEnable
-	(*AuthPolicy)(nil),        // 24: leasehold.fsm.v1.AuthPolicy
-	(*AuthPutPolicy)(nil),     // 25: leasehold.fsm.v1.AuthPutPolicy
-	(*AuthDeletePolicy)(nil),  // 26: leasehold.fsm.v1.AuthDeletePolicy
-	(*AuthToken)(nil),         // 27: leasehold.fsm.v1.AuthToken
-	(*AuthPutToken)(nil),      // 28: leasehold.fsm.v1.AuthPutToken
-	(*AuthRevokeToken)(nil),   // 29: leasehold.fsm.v1.AuthRevokeToken
-	(*AuthState)(nil),         // 30: leasehold.fsm.v1.AuthState
-	(*Checkpoint)(nil),        // 31: leasehold.fsm.v1.Checkpoint
-	(*SessionCheckpoint)(nil), // 32: leasehold.fsm.v1.SessionCheckpoint
+	(Mode)(0),                 // 0: leasehold.fsm.v1.Mode
+	(*Command)(nil),           // 1: leasehold.fsm.v1.Command
+	(*CreateSession)(nil),     // 2: leasehold.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 3: leasehold.fsm.v1.CloseSession
+	(*Expire)(nil),            // 4: leasehold.fsm.v1.Expire
+	(*Acquire)(nil),           // 5: leasehold.fsm.v1.Acquire
+	(*Proclaim)(nil),          // 6: leasehold.fsm.v1.Proclaim
+	(*CancelWait)(nil),        // 7: leasehold.fsm.v1.CancelWait
+	(*Release)(nil),           // 8: leasehold.fsm.v1.Release
+	(*EndLockDelay)(nil),      // 9: leasehold.fsm.v1.EndLockDelay
+	(*KVPut)(nil),             // 10: leasehold.fsm.v1.KVPut
+	(*KVDelete)(nil),          // 11: leasehold.fsm.v1.KVDelete
+	(*TokenFloor)(nil),        // 12: leasehold.fsm.v1.TokenFloor
+	(*RegisterNode)(nil),      // 13: leasehold.fsm.v1.RegisterNode
+	(*BumpToken)(nil),         // 14: leasehold.fsm.v1.BumpToken
+	(*Session)(nil),           // 15: leasehold.fsm.v1.Session
+	(*Holding)(nil),           // 16: leasehold.fsm.v1.Holding
+	(*Waiter)(nil),            // 17: leasehold.fsm.v1.Waiter
+	(*Lock)(nil),              // 18: leasehold.fsm.v1.Lock
+	(*KV)(nil),                // 19: leasehold.fsm.v1.KV
+	(*Node)(nil),              // 20: leasehold.fsm.v1.Node
+	(*SnapshotHeader)(nil),    // 21: leasehold.fsm.v1.SnapshotHeader
+	(*SnapshotEnd)(nil),       // 22: leasehold.fsm.v1.SnapshotEnd
+	(*SnapshotRecord)(nil),    // 23: leasehold.fsm.v1.SnapshotRecord
+	(*Snapshot)(nil),          // 24: leasehold.fsm.v1.Snapshot
+	(*AuthEnable)(nil),        // 25: leasehold.fsm.v1.AuthEnable
+	(*AuthPolicy)(nil),        // 26: leasehold.fsm.v1.AuthPolicy
+	(*AuthPutPolicy)(nil),     // 27: leasehold.fsm.v1.AuthPutPolicy
+	(*AuthDeletePolicy)(nil),  // 28: leasehold.fsm.v1.AuthDeletePolicy
+	(*AuthToken)(nil),         // 29: leasehold.fsm.v1.AuthToken
+	(*AuthPutToken)(nil),      // 30: leasehold.fsm.v1.AuthPutToken
+	(*AuthRevokeToken)(nil),   // 31: leasehold.fsm.v1.AuthRevokeToken
+	(*AuthState)(nil),         // 32: leasehold.fsm.v1.AuthState
+	(*Checkpoint)(nil),        // 33: leasehold.fsm.v1.Checkpoint
+	(*SessionCheckpoint)(nil), // 34: leasehold.fsm.v1.SessionCheckpoint
 }
 var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
-	1,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
-	2,  // 1: leasehold.fsm.v1.Command.close_session:type_name -> leasehold.fsm.v1.CloseSession
-	3,  // 2: leasehold.fsm.v1.Command.expire:type_name -> leasehold.fsm.v1.Expire
-	4,  // 3: leasehold.fsm.v1.Command.acquire:type_name -> leasehold.fsm.v1.Acquire
-	5,  // 4: leasehold.fsm.v1.Command.cancel_wait:type_name -> leasehold.fsm.v1.CancelWait
-	6,  // 5: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
-	7,  // 6: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
-	8,  // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
-	11, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
-	12, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
-	31, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
-	9,  // 11: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
-	10, // 12: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
-	23, // 13: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
-	25, // 14: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
-	26, // 15: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
-	28, // 16: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
-	29, // 17: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
-	14, // 18: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
-	15, // 19: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
-	19, // 20: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
-	13, // 21: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
-	16, // 22: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
-	17, // 23: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
-	18, // 24: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
-	20, // 25: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
-	30, // 26: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
-	13, // 27: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
-	16, // 28: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
-	17, // 29: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
-	18, // 30: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
-	24, // 31: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
-	27, // 32: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
-	24, // 33: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
-	27, // 34: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
-	32, // 35: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	2,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
+	3,  // 1: leasehold.fsm.v1.Command.close_session:type_name -> leasehold.fsm.v1.CloseSession
+	4,  // 2: leasehold.fsm.v1.Command.expire:type_name -> leasehold.fsm.v1.Expire
+	5,  // 3: leasehold.fsm.v1.Command.acquire:type_name -> leasehold.fsm.v1.Acquire
+	7,  // 4: leasehold.fsm.v1.Command.cancel_wait:type_name -> leasehold.fsm.v1.CancelWait
+	8,  // 5: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
+	9,  // 6: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
+	10, // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
+	13, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
+	14, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
+	33, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
+	11, // 11: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
+	12, // 12: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
+	25, // 13: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
+	27, // 14: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
+	28, // 15: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
+	30, // 16: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
+	31, // 17: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
+	6,  // 18: leasehold.fsm.v1.Command.proclaim:type_name -> leasehold.fsm.v1.Proclaim
+	0,  // 19: leasehold.fsm.v1.Acquire.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 20: leasehold.fsm.v1.Holding.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 21: leasehold.fsm.v1.Waiter.mode:type_name -> leasehold.fsm.v1.Mode
+	16, // 22: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
+	17, // 23: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
+	16, // 24: leasehold.fsm.v1.Lock.holders:type_name -> leasehold.fsm.v1.Holding
+	21, // 25: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
+	15, // 26: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
+	18, // 27: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
+	19, // 28: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 29: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
+	22, // 30: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
+	32, // 31: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
+	15, // 32: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
+	18, // 33: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
+	19, // 34: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 35: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
+	26, // 36: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
+	29, // 37: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
+	26, // 38: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
+	29, // 39: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
+	34, // 40: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_fsm_v1_fsm_proto_init() }
@@ -2751,8 +3003,9 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*Command_AuthDeletePolicy)(nil),
 		(*Command_AuthPutToken)(nil),
 		(*Command_AuthRevokeToken)(nil),
+		(*Command_Proclaim)(nil),
 	}
-	file_leasehold_fsm_v1_fsm_proto_msgTypes[21].OneofWrappers = []any{
+	file_leasehold_fsm_v1_fsm_proto_msgTypes[22].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Session)(nil),
 		(*SnapshotRecord_Lock)(nil),
@@ -2766,13 +3019,14 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_fsm_v1_fsm_proto_rawDesc), len(file_leasehold_fsm_v1_fsm_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   33,
+			NumEnums:      1,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_leasehold_fsm_v1_fsm_proto_goTypes,
 		DependencyIndexes: file_leasehold_fsm_v1_fsm_proto_depIdxs,
+		EnumInfos:         file_leasehold_fsm_v1_fsm_proto_enumTypes,
 		MessageInfos:      file_leasehold_fsm_v1_fsm_proto_msgTypes,
 	}.Build()
 	File_leasehold_fsm_v1_fsm_proto = out.File

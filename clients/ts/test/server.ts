@@ -1,0 +1,114 @@
+// A real leasehold server for the tests: built once from this repository,
+// started on a free loopback port with a temporary data dir, stopped by PID.
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
+let built: string | undefined;
+
+/** binary returns the leasehold binary: $LEASEHOLD_BIN, or one built once from the repository. */
+export function binary(): string {
+  if (process.env.LEASEHOLD_BIN) return process.env.LEASEHOLD_BIN;
+  if (!built) {
+    const dir = mkdtempSync(join(tmpdir(), "leasehold-bin-"));
+    built = join(dir, "leasehold");
+    execFileSync("go", ["build", "-o", built, "./cmd/leasehold"], { cwd: repoRoot, stdio: "inherit" });
+  }
+  return built;
+}
+
+/** Server is one running `leasehold serve`. */
+export class Server {
+  readonly dataDir: string;
+  addr = "";
+  #proc: ChildProcess | undefined;
+  #log = "";
+  #exited: Promise<void> = Promise.resolve();
+
+  constructor() {
+    this.dataDir = mkdtempSync(join(tmpdir(), "leasehold-data-"));
+  }
+
+  /** start runs the server (on listen, default a free port) and waits until it is ready. */
+  async start(listen = "127.0.0.1:0"): Promise<void> {
+    const proc = spawn(binary(), ["serve", "--data", this.dataDir, "--listen", listen], { stdio: ["ignore", "pipe", "pipe"] });
+    this.#proc = proc;
+    // If the test process ends without stopping it, the server goes too.
+    const orphaned = () => {
+      if (proc.exitCode === null && proc.pid !== undefined) process.kill(proc.pid, "SIGKILL");
+    };
+    process.once("exit", orphaned);
+    this.#exited = new Promise((r) =>
+      proc.once("exit", () => {
+        process.removeListener("exit", orphaned);
+        r();
+      }),
+    );
+    const onData = (b: Buffer) => {
+      this.#log += b.toString();
+    };
+    proc.stdout!.on("data", onData);
+    proc.stderr!.on("data", onData);
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const m = /msg="leasehold serving" api=(\S+)/.exec(this.#log);
+      if (m) {
+        this.addr = m[1];
+        break;
+      }
+      if (proc.exitCode !== null || Date.now() > deadline) throw new Error("leasehold serve did not start:\n" + this.#log);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    for (;;) {
+      try {
+        const res = await fetch(`http://${this.addr}/readyz`);
+        if (res.status === 200) return;
+      } catch {
+        // not listening yet
+      }
+      if (Date.now() > deadline) throw new Error("leasehold serve not ready:\n" + this.#log);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  /** signal sends sig to the server's PID. */
+  signal(sig: NodeJS.Signals): void {
+    if (this.#proc?.pid !== undefined && this.#proc.exitCode === null) process.kill(this.#proc.pid, sig);
+  }
+
+  /** stop ends the server (SIGTERM, SIGKILL after 10 s) and waits for it to exit. */
+  async stop(): Promise<void> {
+    if (!this.#proc || this.#proc.exitCode !== null || this.#proc.signalCode !== null) return;
+    this.signal("SIGCONT");
+    this.signal("SIGTERM");
+    const t = setTimeout(() => this.signal("SIGKILL"), 10_000);
+    await this.#exited;
+    clearTimeout(t);
+  }
+
+  /** close stops the server and removes its data dir. */
+  async close(): Promise<void> {
+    await this.stop();
+    rmSync(this.dataDir, { recursive: true, force: true });
+  }
+}
+
+/** until resolves when cond() holds, polling, or rejects after ms. */
+export async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** aborted resolves with the signal's reason when it aborts. */
+export function aborted(signal: AbortSignal): Promise<unknown> {
+  return new Promise((r) => {
+    if (signal.aborted) r(signal.reason);
+    else signal.addEventListener("abort", () => r(signal.reason), { once: true });
+  });
+}

@@ -1,0 +1,182 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+)
+
+// Modes of one queue. A name's lock has a small set of holders and one FIFO
+// queue; what may hold it together is decided here, and nowhere else:
+//
+//	permits 1, exclusive   at most one holder (the mutex; the default)
+//	permits 1, shared      any number of shared holders and no exclusive one
+//	                       (a read/write lock: readers shared, the writer exclusive)
+//	permits N > 1          at most N exclusive holders, each in its own slot
+//	                       0..N-1, the lowest free one (a semaphore)
+//
+// Every grant takes token = ++counter, so a writer's token is greater than
+// that of every reader granted before it. The queue is strict FIFO: a request
+// is granted at once only when nobody waits and it fits beside the holders,
+// and the queue's head is granted (and after it the next, while they fit)
+// whenever a holding ends. A queued writer therefore blocks every later
+// reader, and nobody starves.
+//
+// A request for a name that exists must carry the name's permits; a shared
+// request carries permits 1. An election is an exclusive lock whose holding
+// carries a value that Proclaim changes.
+
+// MaxPermits bounds the permits of a semaphore.
+const MaxPermits = 1_000
+
+// PermitsError refuses a request whose permits differ from the name's.
+type PermitsError struct {
+	Name    string
+	Permits uint32 // the name's current permits
+	Asked   uint32
+}
+
+func (e *PermitsError) Error() string {
+	return fmt.Sprintf("fsm: %q has %d permits, the request asked for %d", e.Name, e.Permits, e.Asked)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidMode) true.
+func (e *PermitsError) Unwrap() error { return ErrInvalidMode }
+
+func permitsOf(n uint32) uint32 { return max(n, 1) }
+
+// checkMode validates a request's mode against itself and the lock l (nil or
+// empty when the name is free).
+func checkMode(l *lock, c *fsmpb.Acquire) error {
+	n := permitsOf(c.GetPermits())
+	switch {
+	case n > MaxPermits:
+		return fmt.Errorf("%w: %d permits, at most %d", ErrInvalidMode, n, MaxPermits)
+	case c.GetMode() == fsmpb.Mode_MODE_SHARED && n > 1:
+		return fmt.Errorf("%w: a shared request cannot carry %d permits", ErrInvalidMode, n)
+	case c.GetMode() != fsmpb.Mode_MODE_EXCLUSIVE && c.GetMode() != fsmpb.Mode_MODE_SHARED:
+		return fmt.Errorf("%w: unknown mode %d", ErrInvalidMode, c.GetMode())
+	case l != nil && !l.empty() && n != l.permits:
+		return &PermitsError{Name: l.name, Permits: l.permits, Asked: n}
+	}
+	return nil
+}
+
+// fits reports whether a request of mode may hold l beside its holders.
+func (l *lock) fits(mode fsmpb.Mode) bool {
+	for _, h := range l.holders {
+		if h.GetMode() != mode || mode == fsmpb.Mode_MODE_EXCLUSIVE && l.permits == 1 {
+			return false
+		}
+	}
+	return mode == fsmpb.Mode_MODE_SHARED || len(l.holders) < int(l.permits)
+}
+
+// holderIndex returns the index of leaseID's holding, or -1.
+func (l *lock) holderIndex(leaseID string) int {
+	return slices.IndexFunc(l.holders, func(h *fsmpb.Holding) bool { return h.GetLeaseId() == leaseID })
+}
+
+// valueBytes is the size of the value leaseID's holding or queue entry carries.
+func (l *lock) valueBytes(leaseID string) int64 {
+	if i := l.holderIndex(leaseID); i >= 0 {
+		return int64(len(l.holders[i].GetValue()))
+	}
+	if i := slices.IndexFunc(l.waiters, func(w *fsmpb.Waiter) bool { return w.GetLeaseId() == leaseID }); i >= 0 {
+		return int64(len(l.waiters[i].GetValue()))
+	}
+	return 0
+}
+
+// freeSlot returns the slot of a new holding of mode: the lowest no holder
+// occupies; shared holders all share slot 0.
+func (l *lock) freeSlot(mode fsmpb.Mode) uint32 {
+	if mode == fsmpb.Mode_MODE_SHARED {
+		return 0
+	}
+	for k := uint32(0); ; k++ {
+		if !slices.ContainsFunc(l.holders, func(h *fsmpb.Holding) bool { return h.GetSlot() == k }) {
+			return k
+		}
+	}
+}
+
+// proclaim changes the value of a holding without ending it.
+func (m *Machine) proclaim(a *applyCtx, c *fsmpb.Proclaim) {
+	l, s, i, ok := m.holding(c.GetName(), c.GetLeaseId(), c.GetToken())
+	if !ok {
+		a.res.Err = ErrNotHolder
+		return
+	}
+	grow := int64(len(c.GetValue()) - len(l.holders[i].GetValue()))
+	if grow > 0 {
+		if err := m.reserve(grow); err != nil {
+			a.res.Err = err
+			return
+		}
+	}
+	m.bytes += grow
+	// Copy on write: a snapshot being written may share the old record.
+	h := proto.CloneOf(l.holders[i])
+	h.Value = c.GetValue()
+	l.holders[i] = h
+	a.res.Holding = h
+	a.event(leaseholdv1.EventType_EVENT_TYPE_PROCLAIMED, l.name, s.pb.LeaseId, s.pb.Owner, h.Token)
+	a.res.Events[len(a.res.Events)-1].Value = string(h.Value)
+}
+
+// validateModes checks the mode invariants of a restored lock.
+func validateModes(l *lock) error {
+	exclusive := 0
+	slots := map[uint32]bool{}
+	for _, h := range l.holders {
+		if h.GetMode() == fsmpb.Mode_MODE_SHARED {
+			if h.GetSlot() != 0 {
+				return fmt.Errorf("fsm: decode snapshot: lock %q has a shared holder in slot %d", l.name, h.GetSlot())
+			}
+			continue
+		}
+		exclusive++
+		if h.GetSlot() >= l.permits || slots[h.GetSlot()] {
+			return fmt.Errorf("fsm: decode snapshot: lock %q has slot %d twice or beyond its %d permits", l.name, h.GetSlot(), l.permits)
+		}
+		slots[h.GetSlot()] = true
+	}
+	switch {
+	case l.permits > MaxPermits:
+		return fmt.Errorf("fsm: decode snapshot: lock %q has %d permits", l.name, l.permits)
+	case exclusive > 0 && exclusive < len(l.holders):
+		return fmt.Errorf("fsm: decode snapshot: lock %q has shared and exclusive holders", l.name)
+	case exclusive == 0 && len(l.holders) > 0 && l.permits > 1:
+		return fmt.Errorf("fsm: decode snapshot: lock %q has shared holders and %d permits", l.name, l.permits)
+	case len(l.holders) > int(max(l.permits, 1)) && exclusive > 0:
+		return fmt.Errorf("fsm: decode snapshot: lock %q has %d holders for %d permits", l.name, len(l.holders), l.permits)
+	case l.delayToken != 0 && exclusive > 0 && l.permits == 1:
+		return fmt.Errorf("fsm: decode snapshot: lock %q is held and in lock-delay", l.name)
+	case l.empty():
+		return fmt.Errorf("fsm: decode snapshot: lock %q is free but kept, with 0 waiters", l.name)
+	case l.delayToken == 0 && len(l.waiters) > 0 && l.fits(l.waiters[0].GetMode()):
+		// The queue's head is granted in the Apply that frees room for it.
+		return fmt.Errorf("fsm: decode snapshot: lock %q is free but kept, with %d waiters", l.name, len(l.waiters))
+	}
+	return nil
+}
+
+// SessionNames returns the names the session leaseID holds or waits for, in
+// order (nil for a session that does not exist).
+func (m *Machine) SessionNames(leaseID string) []string {
+	s, ok := m.sessions[leaseID]
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(s.locks))
+	for name := range s.locks {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,671 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/clock"
+	"github.com/leasehold/leasehold/internal/fsm"
+)
+
+// Limits bound what one node accepts from its clients, so that a flood of
+// connections, streams, sessions, requests or bytes is refused with
+// resource-exhausted instead of taking the node's memory or CPU. A zero
+// count, rate or timeout means no limit. Every limit is per node except
+// SessionsPerPrincipal, which the leader enforces.
+type Limits struct {
+	// RequestBytes bounds one request message: a body announced larger is
+	// refused before it is read, a chunked body is cut at the limit, and a
+	// compressed message is bounded after decompression.
+	RequestBytes int64
+	// Conns bounds the open client connections; one more is answered with
+	// an HTTP 429 and closed.
+	Conns int
+	// IdleTimeout closes a connection with no request in flight.
+	IdleTimeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers (and a new
+	// connection's first bytes).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading the body of a unary request. Streams
+	// (Watch, KeepAliveStream) have no read deadline.
+	ReadTimeout time.Duration
+	// Watches and WatchesPerPrincipal bound the open Watch streams.
+	Watches, WatchesPerPrincipal int
+	// KeepAliveStreams and KeepAliveStreamsPerPrincipal bound the open
+	// KeepAliveStream streams.
+	KeepAliveStreams, KeepAliveStreamsPerPrincipal int
+	// SessionsPerPrincipal bounds the live sessions one principal created.
+	SessionsPerPrincipal int
+	// Rate is the requests per second one principal may send on average,
+	// with bursts of up to Burst; renewals (KeepAlive, KeepAliveStream)
+	// are not counted.
+	Rate  float64
+	Burst int
+}
+
+// DefaultLimits returns the limits `leasehold serve` starts with.
+func DefaultLimits() Limits {
+	return Limits{
+		RequestBytes:                 MaxRequestSize,
+		Conns:                        4096,
+		IdleTimeout:                  2 * time.Minute,
+		ReadHeaderTimeout:            10 * time.Second,
+		ReadTimeout:                  10 * time.Second,
+		Watches:                      4096,
+		WatchesPerPrincipal:          512,
+		KeepAliveStreams:             4096,
+		KeepAliveStreamsPerPrincipal: 512,
+		SessionsPerPrincipal:         10000,
+		Rate:                         2000,
+		Burst:                        4000,
+	}
+}
+
+// limitFields names every limit as `serve --limit NAME=VALUE` spells it.
+func (l *Limits) fields() map[string]any {
+	return map[string]any{
+		"request-bytes":                   &l.RequestBytes,
+		"conns":                           &l.Conns,
+		"idle-timeout":                    &l.IdleTimeout,
+		"read-header-timeout":             &l.ReadHeaderTimeout,
+		"read-timeout":                    &l.ReadTimeout,
+		"watches":                         &l.Watches,
+		"watches-per-principal":           &l.WatchesPerPrincipal,
+		"keepalive-streams":               &l.KeepAliveStreams,
+		"keepalive-streams-per-principal": &l.KeepAliveStreamsPerPrincipal,
+		"sessions-per-principal":          &l.SessionsPerPrincipal,
+		"rate":                            &l.Rate,
+		"burst":                           &l.Burst,
+	}
+}
+
+// LimitNames returns the names Set accepts, sorted.
+func LimitNames() []string {
+	var l Limits
+	var names []string
+	for n := range l.fields() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Get returns the limit name as Set reads it ("" for an unknown name).
+func (l *Limits) Get(name string) string {
+	switch p := l.fields()[name].(type) {
+	case *int:
+		return strconv.Itoa(*p)
+	case *float64:
+		return strconv.FormatFloat(*p, 'g', -1, 64)
+	case *time.Duration:
+		return p.String()
+	case *int64:
+		if *p%(1<<20) == 0 && *p > 0 {
+			return strconv.FormatInt(*p>>20, 10) + "MiB"
+		}
+		return strconv.FormatInt(*p, 10)
+	}
+	return ""
+}
+
+// Set sets the limit name (as LimitNames spells it) from value: a count,
+// a rate, a byte count (with KiB, MiB or GiB) or a duration ("90s").
+func (l *Limits) Set(name, value string) error {
+	p, ok := l.fields()[name]
+	if !ok {
+		return fmt.Errorf("unknown limit %q; the limits are %s", name, strings.Join(LimitNames(), ", "))
+	}
+	var err error
+	switch p := p.(type) {
+	case *int:
+		*p, err = strconv.Atoi(value)
+	case *float64:
+		*p, err = strconv.ParseFloat(value, 64)
+	case *time.Duration:
+		*p, err = time.ParseDuration(value)
+	case *int64:
+		*p, err = ParseBytes(value)
+	}
+	if err != nil {
+		return fmt.Errorf("limit %s=%q: %w", name, value, err)
+	}
+	return nil
+}
+
+// ParseBytes reads a byte count: an integer ≥ 0, optionally with KiB, MiB
+// or GiB.
+func ParseBytes(s string) (int64, error) {
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if v, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = strings.TrimSpace(v), m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a byte count (an integer, optionally with KiB, MiB or GiB)", s)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("%s%s is too large", s, map[int64]string{1: "", 1 << 10: "KiB", 1 << 20: "MiB", 1 << 30: "GiB"}[mult])
+	}
+	return n * mult, nil
+}
+
+// Validate reports the first limit that is negative or below its floor.
+func (l Limits) Validate() error {
+	for _, name := range LimitNames() {
+		var neg bool
+		switch p := l.fields()[name].(type) {
+		case *int:
+			neg = *p < 0
+		case *int64:
+			neg = *p < 0
+		case *float64:
+			neg = *p < 0 || *p != *p
+		case *time.Duration:
+			neg = *p < 0
+		}
+		if neg {
+			return fmt.Errorf("server: limit %s is negative", name)
+		}
+	}
+	if l.RequestBytes != 0 && l.RequestBytes < 4<<10 {
+		return fmt.Errorf("server: limit request-bytes=%d is below its floor of 4096 (a request must fit a lock name, a lease id and a header)", l.RequestBytes)
+	}
+	if l.Rate > 0 && l.Burst < 1 {
+		return errors.New("server: limit rate is set but burst is 0; a burst of at least 1 is needed")
+	}
+	return nil
+}
+
+// exhausted is the refusal of limit name: it says what ran out and how to
+// raise it.
+func exhausted(name string, format string, args ...any) *api.Error {
+	return api.Errorf(api.CodeResourceExhausted, "%s; raise it with serve --limit %s=N", fmt.Sprintf(format, args...), name)
+}
+
+// principalOf names who sent r, for the per-principal limits: an
+// authenticated principal's name (a verified client certificate, a valid
+// bearer token, or the caller a node forwarded for; see auth.go), else the
+// hash of its Authorization header when it has one, else its remote IP. A
+// request a follower forwarded carries the principal the follower saw.
+//
+// With auth disabled a client can still choose its principal (any bearer
+// token will do), so the per-principal limits only bound clients that do
+// not lie; the per-node totals bound everyone.
+func principalOf(r *http.Request) string {
+	if p := limitsPrincipal(r); p != "" {
+		return p // authenticated (auth.go)
+	}
+	if r.Header.Get(forwardedHeader) != "" {
+		if p := r.Header.Get(principalHeader); p != "" {
+			return p
+		}
+	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		sum := sha256.Sum256([]byte(a))
+		return "token:" + hex.EncodeToString(sum[:8])
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "ip:" + host
+}
+
+// principalHeader carries the caller's principal on a forwarded request.
+const principalHeader = "Leasehold-Principal"
+
+type principalKey struct{}
+
+// principal returns the principal the limits handler stored in ctx.
+func principal(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(string)
+	return p
+}
+
+// limiter enforces Limits on one node.
+type limiter struct {
+	cfg   Limits
+	clock clock.Clock
+
+	refused *prometheus.CounterVec
+	conns   atomic.Int64 // open connections
+
+	watches, keepalives *gate
+
+	mu      sync.Mutex          // protects following
+	buckets map[string]*bucket  // per principal
+	owned   map[string]ownedSet // sessions created through this node, per principal
+	made    int                 // sessions reserved since owned was last swept
+}
+
+func newLimiter(cfg Limits, clk clock.Clock, reg prometheus.Registerer) (*limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &limiter{
+		cfg:   cfg,
+		clock: clk,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_limit_refused_total",
+			Help: "Requests, streams and connections refused by a limit (serve --limit), by limit name.",
+		}, []string{"limit"}),
+		buckets: map[string]*bucket{},
+		owned:   map[string]ownedSet{},
+	}
+	l.watches = newGate("watches", cfg.Watches, cfg.WatchesPerPrincipal, "watch streams")
+	l.keepalives = newGate("keepalive-streams", cfg.KeepAliveStreams, cfg.KeepAliveStreamsPerPrincipal, "keepalive streams")
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_connections", Help: "Open client connections (serve --limit conns)."},
+		func() float64 { return float64(l.conns.Load()) })
+	for _, c := range []prometheus.Collector{l.refused, open} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+func (l *limiter) refuse(name string) { l.refused.WithLabelValues(name).Inc() }
+
+// gate counts open streams of one kind, in total and per principal.
+type gate struct {
+	name, what string
+	max, per   int
+
+	mu    sync.Mutex     // protects following
+	total int            // open streams
+	by    map[string]int // open streams per principal; no zero entries
+}
+
+func newGate(name string, max, per int, what string) *gate {
+	return &gate{name: name, what: what, max: max, per: per, by: map[string]int{}}
+}
+
+// enter admits one more stream of p, or refuses it naming the limit hit.
+// The returned func releases the stream; call it exactly once.
+func (g *gate) enter(p string) (func(), string, *api.Error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.max > 0 && g.total >= g.max {
+		return nil, g.name, exhausted(g.name, "%d %s are open on this node, the limit", g.total, g.what)
+	}
+	if name := g.name + "-per-principal"; g.per > 0 && g.by[p] >= g.per {
+		return nil, name, exhausted(name, "principal %s has %d %s open on this node, the limit", p, g.by[p], g.what)
+	}
+	g.total++
+	g.by[p]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.total--
+			if g.by[p]--; g.by[p] == 0 {
+				delete(g.by, p)
+			}
+		})
+	}, "", nil
+}
+
+// stream admits a Watch or KeepAliveStream of the caller in ctx.
+func (l *limiter) stream(ctx context.Context, g *gate) (func(), error) {
+	release, name, err := g.enter(principal(ctx))
+	if err != nil {
+		l.refuse(name)
+		return nil, api.ToConnect(err)
+	}
+	return release, nil
+}
+
+// bucket is one principal's token bucket.
+type bucket struct {
+	tokens float64
+	at     time.Time // when tokens was computed
+}
+
+// maxBuckets bounds the principals with a bucket of their own; beyond it
+// the newest principals share one, so a client that invents principals
+// costs memory only up to here.
+const maxBuckets = 1 << 16
+
+const sharedBucket = "(principals beyond the bucket table)"
+
+// allow takes one token of p's bucket, or refuses.
+func (l *limiter) allow(p string) *api.Error {
+	if l.cfg.Rate <= 0 {
+		return nil
+	}
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[p]
+	if !ok {
+		if len(l.buckets) >= maxBuckets {
+			l.sweepBucketsLocked(now)
+		}
+		if len(l.buckets) >= maxBuckets {
+			p = sharedBucket
+			b = l.buckets[p]
+		}
+		if b == nil {
+			b = &bucket{tokens: float64(l.cfg.Burst), at: now}
+			l.buckets[p] = b
+		}
+	}
+	if d := now.Sub(b.at); d > 0 {
+		b.tokens = min(float64(l.cfg.Burst), b.tokens+d.Seconds()*l.cfg.Rate)
+		b.at = now
+	}
+	if b.tokens < 1 {
+		return exhausted("rate", "rate limit of %g req/s (burst %d) for principal %s exceeded", l.cfg.Rate, l.cfg.Burst, p)
+	}
+	b.tokens--
+	return nil
+}
+
+// sweepBucketsLocked drops the buckets that have refilled: a full bucket
+// is the same as none.
+func (l *limiter) sweepBucketsLocked(now time.Time) {
+	for p, b := range l.buckets {
+		if b.tokens+now.Sub(b.at).Seconds()*l.cfg.Rate >= float64(l.cfg.Burst) {
+			delete(l.buckets, p)
+		}
+	}
+}
+
+// ownedSet is the sessions one principal created through this node while
+// it led: true for a CreateSession still in flight.
+type ownedSet map[string]bool
+
+// reserveSession admits a new session id for the caller in ctx, counting
+// the sessions it created through this node that are still live (ended
+// returns those of ids that are not), or refuses. Call the returned func
+// once the CreateSession is answered, whatever the answer: from then on
+// the id counts while it is a live session.
+//
+// The count lives in the leader's memory: the replicated state does not
+// record who created a session. After a leader change the new leader
+// counts only the sessions created through it, so a principal can for a
+// while hold up to twice the limit; the old leader's sessions stop
+// mattering as they end.
+func (l *limiter) reserveSession(ctx context.Context, id string, ended func(ids []string) []string) (func(), error) {
+	max := l.cfg.SessionsPerPrincipal
+	if max <= 0 {
+		return func() {}, nil
+	}
+	p := principal(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	set := l.owned[p]
+	if set == nil {
+		set = ownedSet{}
+		l.owned[p] = set
+	}
+	if len(set) >= max {
+		l.pruneLocked(set, ended)
+	}
+	if len(set) >= max {
+		l.refuse("sessions-per-principal")
+		return nil, (exhausted("sessions-per-principal", "principal %s has %d live sessions, the limit: close some", p, len(set)))
+	}
+	set[id] = true
+	if l.made++; l.made >= 4096 {
+		// Principals that stopped creating sessions are swept now and
+		// then, so that their ended sessions are not kept forever.
+		for q, s := range l.owned {
+			l.pruneLocked(s, ended)
+			if len(s) == 0 && q != p {
+				delete(l.owned, q)
+			}
+		}
+		l.made = 0
+	}
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		set[id] = false
+	}, nil
+}
+
+// pruneLocked removes the ended sessions of set; one still being created
+// stays.
+func (l *limiter) pruneLocked(set ownedSet, ended func(ids []string) []string) {
+	var ids []string
+	for id, creating := range set {
+		if !creating {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ended(ids) {
+		delete(set, id)
+	}
+}
+
+// endedSessions returns those of ids that are not live sessions.
+func (s *Server) endedSessions(ids []string) []string {
+	var out []string
+	s.node.Read(func(m *fsm.Machine) {
+		for _, id := range ids {
+			if m.Session(id) == nil {
+				out = append(out, id)
+			}
+		}
+	})
+	return out
+}
+
+// unmetered are the paths the request rate does not count: renewals
+// touch only the leader's memory and must never be the reason a
+// well-behaved session expires, and a health check or scrape must not
+// fail because another client on the same host floods.
+var unmetered = map[string]bool{
+	"/healthz": true,
+	"/metrics": true,
+	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       true,
+	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: true,
+}
+
+// bidi are the procedures whose request body is a stream of messages
+// without end; only each message is bounded.
+var bidi = map[string]bool{
+	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: true,
+}
+
+// streams are the procedures that may run without end; their body has no
+// read deadline (on HTTP/1.1 an expired one would end the call).
+var streams = map[string]bool{
+	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: true,
+	leaseholdv1connect.LeaseholdServiceWatchProcedure:           true,
+}
+
+// limitHandler enforces the per-request limits around h: it names the
+// principal, meters its rate, bounds the request body and sets the body's
+// read deadline.
+func (s *Server) limitHandler(h http.Handler) http.Handler {
+	l := s.lim
+	ew := connect.NewErrorWriter()
+	fail := func(w http.ResponseWriter, r *http.Request, name string, err *api.Error) {
+		l.refuse(name)
+		if ew.IsSupported(r) {
+			_ = ew.Write(w, r, api.ToConnect(err))
+			return
+		}
+		http.Error(w, string(err.Code)+": "+err.Message, http.StatusTooManyRequests)
+	}
+	bodyCap := l.cfg.RequestBytes
+	if bodyCap > 0 {
+		bodyCap += 5 // the envelope prefix of gRPC, gRPC-Web and Connect streams
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := principalOf(r)
+		if !unmetered[r.URL.Path] {
+			if err := l.allow(p); err != nil {
+				fail(w, r, "rate", err)
+				return
+			}
+		}
+		if bodyCap > 0 && bidi[r.URL.Path] {
+			r.Body = &envelopeCap{ReadCloser: r.Body, limit: l.cfg.RequestBytes}
+		}
+		if bodyCap > 0 && !bidi[r.URL.Path] {
+			if r.ContentLength > bodyCap {
+				// Nothing of the body is read; net/http closes an HTTP/1
+				// connection rather than drain a body this large.
+				fail(w, r, "request-bytes", tooLarge(r.ContentLength, l.cfg.RequestBytes))
+				return
+			}
+			body := &cappedBody{ReadCloser: http.MaxBytesReader(w, r.Body, bodyCap), limit: l.cfg.RequestBytes}
+			if l.cfg.ReadTimeout > 0 && !streams[r.URL.Path] {
+				// The deadline covers the body only: once it is read the
+				// call may wait (a queued Acquire) as long as it asks.
+				rc := http.NewResponseController(w)
+				if rc.SetReadDeadline(time.Now().Add(l.cfg.ReadTimeout)) == nil {
+					body.read = func() { _ = rc.SetReadDeadline(time.Time{}) }
+				}
+			}
+			r.Body = body
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	})
+}
+
+func tooLarge(n, limit int64) *api.Error {
+	what := "a request body of more than " + strconv.FormatInt(limit, 10) + " bytes"
+	if n > 0 {
+		what = "a request body of " + strconv.FormatInt(n, 10) + " bytes"
+	}
+	return exhausted("request-bytes", "%s exceeds the request limit of %d bytes", what, limit)
+}
+
+// cappedBody turns http.MaxBytesReader's error into resource-exhausted
+// with a message that names the limit, and calls read (when set) once the
+// body has been read to its end.
+type cappedBody struct {
+	io.ReadCloser
+	limit int64
+	read  func()
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && b.read != nil {
+		b.read()
+		b.read = nil
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return n, api.ToConnect(tooLarge(0, b.limit))
+	}
+	return n, err
+}
+
+// limited applies the connection limits to hs and ln.
+func (s *Server) limited(hs *http.Server, ln net.Listener) (*http.Server, net.Listener) {
+	c := s.lim.cfg
+	hs.ReadHeaderTimeout = c.ReadHeaderTimeout
+	hs.IdleTimeout = c.IdleTimeout
+	if c.Conns > 0 {
+		ln = &connLimiter{Listener: ln, l: s.lim}
+	}
+	return hs, ln
+}
+
+// connLimiter refuses a connection beyond Limits.Conns: it answers an
+// HTTP/1.1 429 that names the limit, and closes it. (An HTTP/2 client
+// sees the connection fail; its error carries the text.)
+type connLimiter struct {
+	net.Listener
+	l *limiter
+}
+
+func (cl *connLimiter) Accept() (net.Conn, error) {
+	for {
+		c, err := cl.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		max := int64(cl.l.cfg.Conns)
+		if cl.l.conns.Add(1) <= max {
+			return &countedConn{Conn: c, n: &cl.l.conns}, nil
+		}
+		cl.l.conns.Add(-1)
+		cl.l.refuse("conns")
+		msg := exhausted("conns", "%d connections are open on this node, the limit", max).Message
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(msg)+len("resource-exhausted: \n"), "resource-exhausted: "+msg+"\n")
+		_ = c.Close()
+	}
+}
+
+// countedConn gives its place back when closed.
+type countedConn struct {
+	net.Conn
+	n    *atomic.Int64
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.n.Add(-1) })
+	return c.Conn.Close()
+}
+
+// envelopeCap bounds each message of a request stream (gRPC, gRPC-Web and
+// Connect streams frame a message with a 5-byte prefix: a flag byte and a
+// big-endian length): a prefix announcing more than limit fails the read
+// at once, so an oversized message is never read, not even to skip it.
+type envelopeCap struct {
+	io.ReadCloser
+	limit  int64
+	left   int64   // bytes of the current message still to pass
+	prefix [5]byte // the prefix being read
+	got    int     // bytes of prefix read
+	err    error   // set once a prefix announced too much
+}
+
+func (e *envelopeCap) Read(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.ReadCloser.Read(p)
+	for i := 0; i < n; {
+		if e.left > 0 {
+			k := min(int64(n-i), e.left)
+			i += int(k)
+			e.left -= k
+			continue
+		}
+		e.prefix[e.got] = p[i]
+		e.got++
+		i++
+		if e.got < len(e.prefix) {
+			continue
+		}
+		e.got = 0
+		e.left = int64(binary.BigEndian.Uint32(e.prefix[1:]))
+		if e.left > e.limit {
+			e.err = api.ToConnect(exhausted("request-bytes", "a stream message of %d bytes exceeds the request limit of %d bytes", e.left, e.limit))
+			return i, nil // the prefix; the message itself is never read
+		}
+	}
+	return n, err
+}

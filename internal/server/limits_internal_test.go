@@ -1,0 +1,36 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestPrincipalOf(t *testing.T) {
+	r := func(remote string, h map[string]string) *http.Request {
+		req, _ := http.NewRequest("POST", "http://x/", nil)
+		req.RemoteAddr = remote
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		return req
+	}
+	ip := principalOf(r("10.0.0.7:5555", nil))
+	if ip != "ip:10.0.0.7" {
+		t.Fatalf("no header: %q", ip)
+	}
+	if p := principalOf(r("[::1]:5555", nil)); p != "ip:::1" {
+		t.Fatalf("IPv6: %q", p)
+	}
+	a := principalOf(r("10.0.0.7:1", map[string]string{"Authorization": "Bearer a"}))
+	b := principalOf(r("10.0.0.7:2", map[string]string{"Authorization": "Bearer b"}))
+	if !strings.HasPrefix(a, "token:") || a == b || strings.Contains(a, "Bearer") {
+		t.Fatalf("bearer principals %q and %q: want distinct hashes that do not show the token", a, b)
+	}
+	if p := principalOf(r("10.0.0.7:1", map[string]string{principalHeader: "ip:1.2.3.4"})); p != ip {
+		t.Fatalf("a principal header on a request nobody forwarded was believed: %q", p)
+	}
+	if p := principalOf(r("10.0.0.8:1", map[string]string{principalHeader: "ip:1.2.3.4", forwardedHeader: "n2"})); p != "ip:1.2.3.4" {
+		t.Fatalf("a forwarded request keeps its caller's principal: %q", p)
+	}
+}
