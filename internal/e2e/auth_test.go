@@ -146,7 +146,7 @@ func TestAuthAttacks(t *testing.T) {
 	// A reader forwarded through a follower cannot write.
 	_, err = bob.locks.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 30000}))
 	wantDenied(t, "bob (read only) creates a session", err)
-	_, err = bob.locks.KVPut(ctx, connect.NewRequest(&pb.KVPutRequest{Key: "report:1", Value: []byte("x"), Token: acq.Msg.GetHolding().GetToken()}))
+	_, err = bob.locks.KvPut(ctx, connect.NewRequest(&pb.KvPutRequest{Key: "report:1", Value: []byte("x"), Token: acq.Msg.GetHolding().GetToken()}))
 	wantDenied(t, "bob writes KV", err)
 	st, err := bob.locks.Status(ctx, connect.NewRequest(&pb.StatusRequest{Name: "report:1"}))
 	must(t, "bob reads status", err)
@@ -203,7 +203,7 @@ func TestAuthAttacks(t *testing.T) {
 	// A new policy takes effect without restart: mallory gets kv-write.
 	_, err = root.auth.SetPolicy(ctx, connect.NewRequest(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "kv", Principals: []string{"mallory"}, Permissions: []string{"kv-write"}, Prefixes: []string{"report:"}}}))
 	must(t, "set kv policy", err)
-	_, err = mallory.locks.KVPut(ctx, connect.NewRequest(&pb.KVPutRequest{Key: "report:1", Value: []byte("v"), Token: tok}))
+	_, err = mallory.locks.KvPut(ctx, connect.NewRequest(&pb.KvPutRequest{Key: "report:1", Value: []byte("v"), Token: tok}))
 	must(t, "mallory writes KV once granted", err)
 
 	// Denials and administrative actions are in the audit log.
