@@ -278,6 +278,7 @@ var rules = map[string]rule{
 	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      {auth.PermLock, scopeName},
 	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         {auth.PermLock, scopeName},
 	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      {auth.PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        {auth.PermLock, scopeName},
 	leaseholdv1connect.LeaseholdServiceStatusProcedure:          {auth.PermRead, scopeName},
 	leaseholdv1connect.LeaseholdServiceListProcedure:            {auth.PermRead, scopePrefix},
 	leaseholdv1connect.LeaseholdServiceWatchProcedure:           {auth.PermRead, scopePrefix},
@@ -392,6 +393,7 @@ var decidedAtLeader = map[string]string{
 	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      leaseholdv1connect.LeaseholdServiceTryAcquireProcedure,
 	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         leaseholdv1connect.LeaseholdServiceReleaseProcedure,
 	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      leaseholdv1connect.LeaseholdServiceCancelWaitProcedure,
+	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        leaseholdv1connect.LeaseholdServiceProclaimProcedure,
 	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           leaseholdv1connect.LeaseholdServiceKvPutProcedure,
 	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        leaseholdv1connect.LeaseholdServiceKvDeleteProcedure,
 	leaseholdv1connect.ClusterServiceAddMemberProcedure:         leaseholdv1connect.ClusterServiceAddMemberProcedure,
@@ -525,6 +527,11 @@ func (s *Server) redact(ctx context.Context, pol *auth.Policies, msg any) {
 	for _, li := range infos {
 		if h := li.GetHolder(); h != nil && !s.owns(p, h.GetLeaseId()) {
 			h.LeaseId = ""
+		}
+		for _, h := range li.GetHolders() { // shared holders and permits
+			if !s.owns(p, h.GetLeaseId()) {
+				h.LeaseId = ""
+			}
 		}
 		for _, w := range li.GetWaiters() {
 			if !s.owns(p, w.GetLeaseId()) {
