@@ -74,8 +74,8 @@ func DefaultLimits() Limits {
 		KeepAliveStreams:             4096,
 		KeepAliveStreamsPerPrincipal: 512,
 		SessionsPerPrincipal:         10000,
-		Rate:                         2000,
-		Burst:                        4000,
+		Rate:                         50000,
+		Burst:                        100000,
 	}
 }
 
@@ -476,11 +476,13 @@ func (s *Server) endedSessions(ids []string) []string {
 
 // unmetered are the paths the request rate does not count: renewals
 // touch only the leader's memory and must never be the reason a
-// well-behaved session expires, and a health check or scrape must not
-// fail because another client on the same host floods.
+// well-behaved session expires, and a probe or scrape must not fail
+// because another client on the same host floods.
 var unmetered = map[string]bool{
-	"/healthz": true,
-	"/metrics": true,
+	"/healthz":                     true,
+	"/readyz":                      true,
+	"/metrics":                     true,
+	"/grpc.health.v1.Health/Check": true,
 	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       true,
 	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: true,
 }

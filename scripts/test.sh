@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Every test of the project, in one command (the README's second command and
+# .ci/run call it): vet, the Go tests with the race detector, the deploy/
+# and bench/ modules (each its own Go module), and the TypeScript client
+# against a real server. Run it after scripts/ci-services.sh has started
+# PostgreSQL and Redis and printed their LEASEHOLD_TEST_* variables.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+go vet ./...
+go test -race -count=1 -timeout 15m ./...
+# deploy/ is a module of its own (the Kubernetes API types stay out of leasehold's).
+(cd deploy && go vet ./... && go test -count=1 ./...)
+# The side-by-side benchmark's smoke run (its own module: etcd stays out of the main one).
+(cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
+# The TypeScript client against a real server (node's test runner).
+bash scripts/ts-test.sh
