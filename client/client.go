@@ -62,6 +62,7 @@ type endpoint struct {
 type dialOptions struct {
 	retryTimeout time.Duration
 	tls          *tls.Config // WithTLS (tls.go); nil: cleartext unless an endpoint says https://
+	bearer       string      // WithBearerToken (auth.go)
 }
 
 // DialOption configures Dial.

@@ -22,6 +22,8 @@ func newServeCmd(g *globals) *cobra.Command {
 		quota                                                                   string
 		tlsFlags                                                                serveTLSFlags
 		forceNewCluster                                                         bool
+		admins                                                                  []string
+		nodeSecretFile                                                          string
 		pprofOn                                                                 bool
 		limits                                                                  []string
 	)
@@ -58,6 +60,10 @@ LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
 LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER,
 LEASEHOLD_PPROF, LEASEHOLD_LIMIT, LEASEHOLD_WATCH_HISTORY); a flag on the command line wins.
+
+Auth: --admin NAME makes NAME (a client certificate CN or a token's principal) an admin whatever
+the policies say; --node-secret-file FILE identifies nodes to each other without mutual TLS (see
+leasehold auth --help).
 
 Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
 with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.
@@ -128,6 +134,11 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 			cfg.Join = join
 			cfg.WatchHistory = watchHistory
 			cfg.Raft.ForceNewCluster = forceNewCluster
+			cfg.Admins = admins
+			if cfg.NodeSecret, err = readNodeSecret(nodeSecretFile); err != nil {
+				_ = ln.Close()
+				return err
+			}
 			cfg.Pprof = pprofOn
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
@@ -170,6 +181,8 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
 	tlsFlags.add(f)
 	f.IntVar(&watchHistory, "watch-history", server.DefaultWatchHistory, "events kept in memory for watch --from-index; a watcher may fall half of it behind")
+	f.StringVar(&nodeSecretFile, "node-secret-file", "", "file with a secret (>= 32 bytes) shared by every node: a caller presenting it is a node (for auth without mutual TLS between nodes; use with --cert)")
+	f.StringSliceVar(&admins, "admin", nil, "principals (client certificate CN or token principal) that are admins whatever the policies say (repeatable; see leasehold auth)")
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	f.BoolVar(&pprofOn, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the API address")
 	f.StringSliceVar(&limits, "limit", nil, "a limit NAME=VALUE (repeatable): "+strings.Join(server.LimitNames(), ", "))
