@@ -35,7 +35,7 @@ const (
 	CodeUnavailable       Code = "unavailable"        // no quorum or no server reachable; safe to retry
 	CodeOutcomeUnknown    Code = "outcome-unknown"    // leadership was lost mid-write: it may or may not have applied
 	CodeNotFound          Code = "not-found"          // the KV key does not exist
-	CodeResyncRequired    Code = "resync-required"    // a watch missed events (snapshot installed): read the state, watch again
+	CodeCompacted         Code = "compacted"          // a watch's events are no longer in the node's history: read the state, watch again
 	CodeCanceled          Code = "canceled"           // the caller cancelled the call (Ctrl-C)
 )
 
@@ -43,6 +43,11 @@ type codeInfo struct {
 	connect connect.Code
 	exit    int
 }
+
+// CodeResyncRequired is the former name of CodeCompacted.
+//
+// Deprecated: use CodeCompacted.
+const CodeResyncRequired = CodeCompacted
 
 // codes is the one table mapping a leasehold code to its RPC code and the
 // CLI's exit status. Exit status 1 is also used for failures that are not
@@ -62,7 +67,7 @@ var codes = map[Code]codeInfo{
 	CodeUnavailable:       {connect.CodeUnavailable, 12},
 	CodeOutcomeUnknown:    {connect.CodeUnknown, 13},
 	CodeNotFound:          {connect.CodeNotFound, 14},
-	CodeResyncRequired:    {connect.CodeOutOfRange, 15},
+	CodeCompacted:         {connect.CodeOutOfRange, 15},
 	CodeCanceled:          {connect.CodeCanceled, 16},
 }
 

@@ -27,7 +27,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"iter"
 	"net/http"
 	"strings"
 	"sync"
@@ -63,6 +62,7 @@ type endpoint struct {
 type dialOptions struct {
 	retryTimeout time.Duration
 	tls          *tls.Config // WithTLS (tls.go); nil: cleartext unless an endpoint says https://
+	bearer       string      // WithBearerToken (auth.go)
 }
 
 // DialOption configures Dial.
@@ -244,20 +244,30 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 		if !retryable(e.Code, req) || ctx.Err() != nil || time.Now().After(stop) {
 			return nil, opError(op, e)
 		}
-		c.mu.Lock()
-		if c.cur == i {
-			c.cur = (i + 1) % len(c.eps)
-		}
-		c.mu.Unlock()
-		if attempt%len(c.eps) == 0 { // every endpoint tried: wait a little
-			select {
-			case <-ctx.Done():
-				return nil, opError(op, e)
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 100*time.Millisecond) // an election takes ~1 s
+		if !c.failover(ctx, i, attempt, &backoff) {
+			return nil, opError(op, e)
 		}
 	}
+}
+
+// failover moves calls off endpoint i after the attempt-th failed attempt
+// and, once every endpoint was tried, waits backoff (growing it). It
+// reports false when ctx ended while waiting.
+func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Duration) bool {
+	c.mu.Lock()
+	if c.cur == i {
+		c.cur = (i + 1) % len(c.eps)
+	}
+	c.mu.Unlock()
+	if attempt%len(c.eps) == 0 { // every endpoint tried: wait a little
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(*backoff):
+		}
+		*backoff = min(2**backoff, 100*time.Millisecond) // an election takes ~1 s
+	}
+	return true
 }
 
 func (c *Client) addrs() string {
@@ -328,42 +338,6 @@ func (c *Client) List(ctx context.Context, prefix string, opts ...ReadOption) ([
 		return nil, false, err
 	}
 	return res.GetLocks(), res.GetTruncated(), nil
-}
-
-// Watch subscribes to the lock events of names with prefix, from now on:
-// when it returns without error the subscription is registered on the
-// server, and every event applied after that is delivered by the iterator,
-// until ctx ends or the stream fails (the last pair then carries the error).
-// A watcher that falls more than 1024 events behind is ended with
-// ErrResourceExhausted; a watcher whose node installs a snapshot (and so
-// skips the events in between) with ErrResyncRequired; a stream cut off
-// with ErrUnavailable. The stream stays on one endpoint; after an error,
-// read the state and watch again (events in between are not replayed).
-func (c *Client) Watch(ctx context.Context, prefix string) (iter.Seq2[*Event, error], error) {
-	c.mu.Lock()
-	ep := c.eps[c.cur]
-	c.mu.Unlock()
-	req := &pb.WatchRequest{Prefix: prefix}
-	stream, err := ep.locks.Watch(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, opError("watch", classify(ctx, err, req))
-	}
-	stream.ResponseHeader() // the server sends its headers once the watcher is registered
-	if err := stream.Err(); err != nil {
-		stream.Close()
-		return nil, opError("watch", classify(ctx, err, req))
-	}
-	return func(yield func(*Event, error) bool) {
-		defer stream.Close()
-		for stream.Receive() {
-			if !yield(stream.Msg().GetEvent(), nil) {
-				return
-			}
-		}
-		if err := stream.Err(); err != nil && ctx.Err() == nil {
-			yield(nil, opError("watch", classify(ctx, err, req)))
-		}
-	}, nil
 }
 
 // KVPut writes value under key in the built-in fenced KV iff token is not

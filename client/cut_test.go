@@ -3,10 +3,8 @@ package client_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -158,33 +156,4 @@ func serveHandler(t *testing.T, h http.Handler) string {
 		<-done
 	})
 	return ln.Addr().String()
-}
-
-// A watch whose connection breaks ends with unavailable (watch again), not
-// internal.
-func TestWatchCutIsUnavailable(t *testing.T) {
-	ts := startServer(t)
-	ctx := testCtx(t)
-	conns := make(chan net.Conn, 16)
-	addr := forward(t, ts.Addr, func(wg *sync.WaitGroup, _ <-chan struct{}, cc, sc net.Conn) {
-		conns <- cc
-		wg.Go(func() { _, _ = io.Copy(sc, cc); sc.Close() })
-		wg.Go(func() { _, _ = io.Copy(cc, sc); cc.Close() })
-	})
-	c := dial(t, addr)
-	events, err := c.Watch(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	(<-conns).Close()
-	for ev, err := range events {
-		if err != nil {
-			if !errors.Is(err, client.ErrUnavailable) {
-				t.Fatalf("watch cut off: %v (code %s), want unavailable", err, api.CodeOf(err))
-			}
-			return
-		}
-		t.Fatalf("unexpected event %v", ev)
-	}
-	t.Fatal("the watch ended without an error")
 }

@@ -23,9 +23,12 @@ var (
 	ErrUnavailable       error = &api.Error{Code: api.CodeUnavailable}
 	ErrOutcomeUnknown    error = &api.Error{Code: api.CodeOutcomeUnknown}
 	ErrNotFound          error = &api.Error{Code: api.CodeNotFound}
-	ErrResyncRequired    error = &api.Error{Code: api.CodeResyncRequired}
+	ErrCompacted         error = &api.Error{Code: api.CodeCompacted}
 	ErrCanceled          error = &api.Error{Code: api.CodeCanceled}
 )
+
+// ErrResyncRequired is ErrCompacted, by its former name.
+var ErrResyncRequired = ErrCompacted
 
 // Local conditions of a Session or Lock.
 var (

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/api"
@@ -211,4 +212,57 @@ func ExampleClient_KVPut() {
 	}
 	// Output:
 	// refused; last accepted token is the current holder's: true
+}
+
+// A watch that resumes from a log index: events already seen are not
+// delivered again, and a history that no longer holds them says so.
+func ExampleClient_Watch() {
+	addr, stop := exampleServer()
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	s, err := c.NewSession(ctx, client.WithOwner("worker-A"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(ctx)
+	for _, name := range []string{"job:1", "job:2"} {
+		l, err := s.Acquire(ctx, name)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	// Replay everything the server's history holds, from index 1.
+	events, err := c.Watch(ctx, "job:", client.FromIndex(1))
+	if errors.Is(err, client.ErrCompacted) {
+		log.Fatal("history gone: read the state with List, then watch from now")
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	seen := 0
+	for ev, err := range events {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(strings.ToLower(strings.TrimPrefix(ev.GetType().String(), "EVENT_TYPE_")), ev.GetName(), ev.GetIndex() > 0)
+		if seen++; seen == 4 {
+			break
+		}
+	}
+	// Output:
+	// acquired job:1 true
+	// released job:1 true
+	// acquired job:2 true
+	// released job:2 true
 }

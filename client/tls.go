@@ -32,7 +32,7 @@ func newHTTPClient(o dialOptions) *http.Client {
 	if o.tls != nil {
 		t.TLSClientConfig = o.tls.Clone()
 	}
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: o.withBearer(t)}
 }
 
 // baseURL returns the URL of endpoint ep: ep itself when it has a scheme, else https://ep

@@ -2054,10 +2054,19 @@ func (x *ListResponse) GetTruncated() bool {
 }
 
 type WatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// from_index, when not 0, replays every event with index >= from_index
+	// from the node's event history, then continues live, with no gap and no
+	// duplicate. An index older than the history (or from before a snapshot
+	// the node installed) fails with the code compacted. 0: live from now.
+	FromIndex uint64 `protobuf:"varint,2,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
+	// progress_notify asks for progress responses: one right after the watch
+	// is registered, then one whenever the stream was idle for the server's
+	// progress interval (1 s by default).
+	ProgressNotify bool `protobuf:"varint,3,opt,name=progress_notify,json=progressNotify,proto3" json:"progress_notify,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -2095,6 +2104,20 @@ func (x *WatchRequest) GetPrefix() string {
 		return x.Prefix
 	}
 	return ""
+}
+
+func (x *WatchRequest) GetFromIndex() uint64 {
+	if x != nil {
+		return x.FromIndex
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetProgressNotify() bool {
+	if x != nil {
+		return x.ProgressNotify
+	}
+	return false
 }
 
 type Event struct {
@@ -2200,8 +2223,13 @@ func (x *Event) GetValue() []byte {
 }
 
 type WatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event is unset in a progress response.
+	Event *Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// applied_index, in a progress response, is the node's applied log index:
+	// the stream has delivered every event of the prefix with an index up to
+	// it, so a watch resumed at applied_index+1 misses nothing.
+	AppliedIndex  uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2241,6 +2269,13 @@ func (x *WatchResponse) GetEvent() *Event {
 		return x.Event
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
 }
 
 type KvPutRequest struct {
@@ -3492,9 +3527,12 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"Z\n" +
 	"\fListResponse\x12,\n" +
 	"\x05locks\x18\x01 \x03(\v2\x16.leasehold.v1.LockInfoR\x05locks\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"&\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"n\n" +
 	"\fWatchRequest\x12\x16\n" +
-	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\xd4\x01\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1d\n" +
+	"\n" +
+	"from_index\x18\x02 \x01(\x04R\tfromIndex\x12'\n" +
+	"\x0fprogress_notify\x18\x03 \x01(\bR\x0eprogressNotify\"\xd4\x01\n" +
 	"\x05Event\x12+\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x17.leasehold.v1.EventTypeR\x04type\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -3503,9 +3541,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\a \x01(\x03R\x06unixMs\x12\x14\n" +
-	"\x05value\x18\x14 \x01(\fR\x05value\":\n" +
+	"\x05value\x18\x14 \x01(\fR\x05value\"_\n" +
 	"\rWatchResponse\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event\"d\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event\x12#\n" +
+	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\"d\n" +
 	"\fKvPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -348,42 +346,7 @@ func TestCLIDemo(t *testing.T) {
 func TestCLIWatchJSON(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, t.TempDir())
-	cmd := exec.Command(leaseholdBin, "watch", "w:", "-o", "json", "--endpoints", srv.Addr)
-	cmd.Env = binEnv()
-	// An os.Pipe rather than StdoutPipe: cmd.Wait (in startGroup) must not
-	// close the read end under the reader.
-	stdout, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout = w
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	lines := make(chan string, 64)
-	stop := make(chan struct{})
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			case <-stop:
-				return
-			}
-		}
-	}()
-	// Registered before startGroup, so it runs after startGroup's cleanup
-	// has killed watch: the reader then sees EOF.
-	t.Cleanup(func() {
-		close(stop)
-		_ = w.Close()
-		<-read
-		_ = stdout.Close()
-	})
-	startGroup(t, cmd)
-	_ = w.Close()
+	lines, stderr := watchLines(t, "watch", "w:", "-o", "json", "--endpoints", srv.Addr)
 	event := func(line string) eventOut {
 		t.Helper()
 		return oneJSON[eventOut](t, result{args: []string{"watch"}, stdout: line})

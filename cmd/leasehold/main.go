@@ -74,6 +74,7 @@ type globals struct {
 	output    string
 	timeout   time.Duration
 	tls       clientTLSFlags // --cacert, --cert, --key (tls.go)
+	auth      authFlags      // --auth-token-file (auth.go)
 	printed   bool           // a command printed its error (see wrapErrors)
 }
 
@@ -99,6 +100,7 @@ func newRootCmd() (*cobra.Command, *globals) {
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "text", "output format: text or json")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 15*time.Second, "deadline of each request (waiting in a queue is bounded by --wait instead)")
 	g.tls.add(root.PersistentFlags())
+	g.auth.add(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	root.AddCommand(
 		newServeCmd(g),
@@ -107,6 +109,7 @@ func newRootCmd() (*cobra.Command, *globals) {
 		newKVCmd(g), newClusterCmd(g), newSnapshotCmd(g),
 		newDemoCmd(g), newGatewayCmd(g), newCertsCmd(g), newVersionCmd(g),
 		newElectCmd(g), newSessionCmd(g), newLockCmd(g),
+		newAuthCmd(g),
 	)
 	root.Version = buildinfo.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -211,6 +214,9 @@ func emit(cmd *cobra.Command, g *globals, v any, text string) {
 func (g *globals) dial(ctx context.Context) (*client.Client, error) {
 	opts, err := g.tls.dialOptions()
 	if err != nil {
+		return nil, err
+	}
+	if opts, err = g.auth.dialOptions(opts); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)

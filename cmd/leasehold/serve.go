@@ -22,11 +22,14 @@ func newServeCmd(g *globals) *cobra.Command {
 		quota                                                                   string
 		tlsFlags                                                                serveTLSFlags
 		forceNewCluster                                                         bool
+		admins                                                                  []string
+		nodeSecretFile                                                          string
 		pprofOn                                                                 bool
 		limits                                                                  []string
 	)
 	var logFormat string
 	var accessLog bool
+	var watchHistory int
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a leasehold server (a single durable node with no flags)",
@@ -56,7 +59,11 @@ LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, L
 LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
 LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER,
-LEASEHOLD_PPROF, LEASEHOLD_LIMIT); a flag on the command line wins.
+LEASEHOLD_PPROF, LEASEHOLD_LIMIT, LEASEHOLD_WATCH_HISTORY); a flag on the command line wins.
+
+Auth: --admin NAME makes NAME (a client certificate CN or a token's principal) an admin whatever
+the policies say; --node-secret-file FILE identifies nodes to each other without mutual TLS (see
+leasehold auth --help).
 
 Signed sequencers: with --sequencer-key FILE (the same file on every node), sessions created
 with sequencers get a signed sequencer with every grant; GET /v1/keys serves the public keys.
@@ -80,6 +87,9 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 			quotaBytes, err := parseBytes(quota)
 			if err != nil {
 				return usageErr("--quota-bytes: %v", err)
+			}
+			if watchHistory < 1 || watchHistory > maxWatchHistory {
+				return usageErr("--watch-history %d: want 1 to %d events", watchHistory, maxWatchHistory)
 			}
 			serverTLS, peerTLS, err := tlsFlags.config(listen, g.tls.cacert)
 			if err != nil {
@@ -122,7 +132,13 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				return usageErr("--limit: %v", err)
 			}
 			cfg.Join = join
+			cfg.WatchHistory = watchHistory
 			cfg.Raft.ForceNewCluster = forceNewCluster
+			cfg.Admins = admins
+			if cfg.NodeSecret, err = readNodeSecret(nodeSecretFile); err != nil {
+				_ = ln.Close()
+				return err
+			}
 			cfg.Pprof = pprofOn
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
@@ -164,11 +180,17 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
 	tlsFlags.add(f)
+	f.IntVar(&watchHistory, "watch-history", server.DefaultWatchHistory, "events kept in memory for watch --from-index; a watcher may fall half of it behind")
+	f.StringVar(&nodeSecretFile, "node-secret-file", "", "file with a secret (>= 32 bytes) shared by every node: a caller presenting it is a node (for auth without mutual TLS between nodes; use with --cert)")
+	f.StringSliceVar(&admins, "admin", nil, "principals (client certificate CN or token principal) that are admins whatever the policies say (repeatable; see leasehold auth)")
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	f.BoolVar(&pprofOn, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the API address")
 	f.StringSliceVar(&limits, "limit", nil, "a limit NAME=VALUE (repeatable): "+strings.Join(server.LimitNames(), ", "))
 	return cmd
 }
+
+// maxWatchHistory caps --watch-history (a few hundred bytes per event).
+const maxWatchHistory = 1_000_000
 
 func parsePeers(s string) ([]raftnode.Peer, error) {
 	var peers []raftnode.Peer

@@ -49,6 +49,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/auth"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
 
@@ -85,6 +86,7 @@ type Machine struct {
 	locks    map[string]*lock
 	kv       map[string]*fsmpb.KV
 	nodes    map[string]string // node id → API address
+	auth     authState         // auth.go
 
 	// bytes is the accounted size of the state (see quota.go).
 	bytes int64
@@ -170,6 +172,8 @@ type Result struct {
 	LockDelays []LockDelay
 	// Events are the lock events, in order.
 	Events []Event
+	// Auth is the recompiled auth state after an auth command (auth.go).
+	Auth *auth.Policies
 }
 
 // applyCtx carries what one Apply needs besides the command.
@@ -221,6 +225,8 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		res.Err = m.raiseFloor(a, op.BumpToken.GetMin())
 	case *fsmpb.Command_TokenFloor:
 		m.tokenFloor(a, op.TokenFloor)
+	case *fsmpb.Command_AuthEnable, *fsmpb.Command_AuthPutPolicy, *fsmpb.Command_AuthDeletePolicy, *fsmpb.Command_AuthPutToken, *fsmpb.Command_AuthRevokeToken:
+		m.applyAuth(a, cmd)
 	case *fsmpb.Command_Proclaim:
 		m.proclaim(a, op.Proclaim)
 	case *fsmpb.Command_Checkpoint:
@@ -255,7 +261,7 @@ func (m *Machine) createSession(a *applyCtx, c *fsmpb.CreateSession) {
 		return
 	}
 	s := &session{
-		pb:    &fsmpb.Session{LeaseId: c.GetLeaseId(), Owner: c.GetOwner(), TtlMs: c.GetTtlMs(), CreatedUnixMs: a.unixMs, Sequencers: c.GetSequencers()},
+		pb:    &fsmpb.Session{LeaseId: c.GetLeaseId(), Owner: c.GetOwner(), TtlMs: c.GetTtlMs(), CreatedUnixMs: a.unixMs, Sequencers: c.GetSequencers(), Principal: c.GetPrincipal()},
 		locks: map[string]struct{}{},
 	}
 	if err := m.reserve(sessionBytes(s.pb)); err != nil {

@@ -24,6 +24,7 @@ import (
 //	uvarint(len) SnapshotRecord{lock}...     by name
 //	uvarint(len) SnapshotRecord{kv}...       by key, tombstones included
 //	uvarint(len) SnapshotRecord{node}...     by id
+//	uvarint(len) SnapshotRecord{auth}        only when auth was set up (auth.go)
 //	uvarint(len) SnapshotRecord{end}         the number of records before it
 //
 // A record is at most MaxRecordBytes long. Restore also reads the format
@@ -47,6 +48,7 @@ type View struct {
 	locks    []*fsmpb.Lock
 	kv       []*fsmpb.KV
 	nodes    []*fsmpb.Node
+	auth     *fsmpb.AuthState // nil when auth was never set up
 }
 
 // Capture returns a view of the current state; the caller holds the lock
@@ -58,6 +60,7 @@ func (m *Machine) Capture() *View {
 		locks:    make([]*fsmpb.Lock, 0, len(m.locks)),
 		kv:       make([]*fsmpb.KV, 0, len(m.kv)),
 		nodes:    make([]*fsmpb.Node, 0, len(m.nodes)),
+		auth:     m.authRecord(),
 	}
 	for _, s := range m.sessions {
 		v.sessions = append(v.sessions, s.pb)
@@ -115,6 +118,9 @@ func (v *View) write(w io.Writer) (int64, error) {
 	}
 	for _, n := range v.nodes {
 		sw.record(&fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Node{Node: n}})
+	}
+	if v.auth != nil {
+		sw.record(&fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Auth{Auth: v.auth}})
 	}
 	sw.record(&fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_End{End: &fsmpb.SnapshotEnd{Records: sw.records}}})
 	return sw.n, sw.err
@@ -349,6 +355,8 @@ func (b *builder) record(rec *fsmpb.SnapshotRecord) error {
 		return b.kv(x.Kv)
 	case *fsmpb.SnapshotRecord_Node:
 		b.m.nodes[x.Node.GetId()] = x.Node.GetApiAddr()
+	case *fsmpb.SnapshotRecord_Auth:
+		return b.auth(x.Auth)
 	}
 	return nil
 }

@@ -95,6 +95,9 @@ func leaderCluster[Req, Res any](
 	remote func(leaseholdv1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
+		if err := s.checkPending(ctx, req.Msg); err != nil {
+			return nil, err
+		}
 		res, err := local(ctx, req.Msg)
 		if err != nil {
 			return nil, api.ToConnect(toAPI(err))
@@ -110,8 +113,7 @@ func leaderCluster[Req, Res any](
 	}
 	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	fwd := connect.NewRequest(req.Msg)
-	fwd.Header().Set(forwardedHeader, s.node.ID())
-	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
+	s.setForwardHeaders(ctx, fwd.Header())
 	res, err := remote(cc, ctx, fwd)
 	return res, forwardErr(err)
 }

@@ -12,27 +12,48 @@ import (
 // waiting in a queue. publish and restored run on the raft apply goroutine
 // and never block, and nothing is dropped silently:
 //
-//   - a watcher that falls behind by more than its buffer is ended with
-//     resource-exhausted; when the node installs a snapshot (the events in
-//     between were never applied here) every watcher is ended with
-//     resync-required;
+//   - every event goes into a bounded history (history.go); a watcher is a
+//     cursor into it, so a Watch can start at a log index (replay, then
+//     live, in one sequence: no gap, no duplicate);
+//   - a watcher that falls more than maxLag events behind the events
+//     published since it registered is ended with resource-exhausted while
+//     the events after the last one it sent are still held, so that it can
+//     resume from there; a Watch from an index the history no longer holds,
+//     or whose replay the history overtook, fails with compacted;
+//   - when the node installs a snapshot (the events in between were never
+//     applied here) the history is emptied and every watcher is ended with
+//     compacted;
 //   - a waiter is not sent events: it gets a coalescing wake-up whenever
 //     an event concerns its (name, lease) — its own grant or withdrawal, or
 //     another request of the same session that replaced it in the queue —
 //     and reads the outcome of its wait id from the applied state, which is
 //     the truth however many events happened in between.
 type hub struct {
-	mu       sync.Mutex // protects following
-	watchers map[*watcher]struct{}
-	waiters  map[waitKey]map[*waiter]struct{}
+	maxLag uint64
+
+	mu sync.Mutex // protects following
+	// raftApplied, when set, is raft's applied index: raft counts an entry
+	// once it hands it to the state machine, before it is published here.
+	raftApplied func() uint64
+	hist        history
+	applied     uint64 // the highest index published (with or without events)
+	pending     bool   // a snapshot was installed and its index is not known yet
+	restoredAt  uint64 // applied when the snapshot was installed
+	watchers    map[*watcher]struct{}
+	waiters     map[waitKey]map[*waiter]struct{}
 }
 
 type watcher struct {
 	prefix string
-	ch     chan fsm.Event
+	from   uint64        // events below this index are not sent (guarded by hub.mu)
+	wake   chan struct{} // buffered, one slot: "new events"
 	// ended is closed when the hub dropped the watcher; err says why.
 	ended chan struct{}
-	err   error // written once before ended is closed
+
+	// guarded by hub.mu
+	next uint64 // seq of the next history event to look at
+	base uint64 // history head when it registered: a replay before it is no lag
+	err  error  // written once before ended is closed
 }
 
 type waitKey struct{ name, leaseID string }
@@ -43,18 +64,63 @@ type waiter struct {
 	wake chan struct{} // buffered, one slot: "re-check the state"
 }
 
-const watchBuffer = 1024
-
-func newHub() *hub {
-	return &hub{watchers: map[*watcher]struct{}{}, waiters: map[waitKey]map[*waiter]struct{}{}}
+// newHub keeps the last size events; a watcher may lag size/2 of them.
+func newHub(size int) *hub {
+	return &hub{
+		maxLag:   uint64(max(size/2, 1)),
+		hist:     newHistory(size),
+		watchers: map[*watcher]struct{}{},
+		waiters:  map[waitKey]map[*waiter]struct{}{},
+	}
 }
 
-func (h *hub) watch(prefix string) *watcher {
-	w := &watcher{prefix: prefix, ch: make(chan fsm.Event, watchBuffer), ended: make(chan struct{})}
+// watch registers a watcher of prefix from log index from (0: from the next
+// event applied) and returns it with the applied index it starts after.
+// An index the history does not hold fails with compacted.
+func (h *hub) watch(prefix string, from uint64) (*watcher, uint64, error) {
+	w := &watcher{prefix: prefix, from: from, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.resolveLocked()
+	w.next, w.base = h.hist.head, h.hist.head
+	if from != 0 {
+		switch {
+		case h.pending && from <= h.restoredAt:
+			return nil, 0, api.Errorf(api.CodeCompacted, "this node installed a snapshot after index %d; events from index %d are gone: read the state and watch again", h.restoredAt, from)
+		case h.pending:
+			return nil, 0, api.Errorf(api.CodeUnavailable, "this node is installing a snapshot; try another node or again")
+		case from < h.hist.floor:
+			return nil, 0, api.Errorf(api.CodeCompacted, "events from index %d are no longer in this node's history (it holds index %d on): read the state and watch again", from, h.hist.floor)
+		}
+		w.next = h.hist.seek(from)
+	}
 	h.watchers[w] = struct{}{}
-	h.mu.Unlock()
-	return w
+	if from != 0 {
+		return w, from - 1, nil // nothing sent yet
+	}
+	// From now: raft may count entries (its own among them) that are not
+	// published yet; they are before now.
+	start := h.applied
+	if h.raftApplied != nil {
+		start = max(start, h.raftApplied())
+	}
+	w.from = start + 1
+	return w, start, nil
+}
+
+// resolveLocked learns the floor after a snapshot install from raft's
+// applied index once raft counts the snapshot: every entry after it is
+// published here. The floor it picks may be above the snapshot's index (raft
+// counts entries before they are published), which only refuses more.
+func (h *hub) resolveLocked() {
+	if !h.pending || h.raftApplied == nil {
+		return
+	}
+	if a := h.raftApplied(); a > h.restoredAt {
+		h.pending = false
+		h.hist.floor = a + 1
+		h.applied = max(h.applied, a)
+	}
 }
 
 func (h *hub) unwatch(w *watcher) {
@@ -68,6 +134,27 @@ func (h *hub) endLocked(w *watcher, err error) {
 	delete(h.watchers, w)
 	w.err = err
 	close(w.ended)
+}
+
+// next returns up to limit events for w after those it already took, and
+// when it has taken every event published, the applied index its stream
+// has now covered (0 otherwise).
+func (h *hub) next(w *watcher, limit int) (evs []fsm.Event, covered uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.next < h.hist.oldest() {
+		return nil, 0 // ended by publish with compacted
+	}
+	for ; w.next < h.hist.head && len(evs) < limit; w.next++ {
+		ev := h.hist.at(w.next)
+		if ev.Index >= w.from && strings.HasPrefix(ev.Name, w.prefix) {
+			evs = append(evs, ev)
+		}
+	}
+	if w.next == h.hist.head {
+		covered = h.applied
+	}
+	return evs, covered
 }
 
 func (h *hub) wait(name, leaseID string) *waiter {
@@ -97,38 +184,55 @@ func (w *waiter) signal() {
 	}
 }
 
-func (h *hub) publish(events []fsm.Event) {
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default: // a wake-up is already pending; it covers this one
+	}
+}
+
+// publish records the events of the entry at index (none for most entries).
+func (h *hub) publish(index uint64, events []fsm.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pending {
+		// The first entry after a snapshot: the history starts here.
+		h.pending = false
+		h.hist.floor = index
+	}
+	h.applied = max(h.applied, index)
 	if len(events) == 0 {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	for _, ev := range events {
-		for w := range h.watchers {
-			if !strings.HasPrefix(ev.Name, w.prefix) {
-				continue
-			}
-			select {
-			case w.ch <- ev:
-			default:
-				h.endLocked(w, api.Errorf(api.CodeResourceExhausted, "watcher fell more than %d events behind; watch again", watchBuffer))
-			}
-		}
+		h.hist.add(ev)
 		for w := range h.waiters[waitKey{ev.Name, ev.LeaseID}] {
 			w.signal()
+		}
+	}
+	for w := range h.watchers {
+		switch {
+		case w.next < h.hist.oldest():
+			h.endLocked(w, api.Errorf(api.CodeCompacted, "the events this watch was replaying are no longer in the history: read the state and watch again"))
+		case h.hist.head-max(w.next, w.base) > h.maxLag:
+			h.endLocked(w, api.Errorf(api.CodeResourceExhausted, "watcher fell more than %d events behind; resume from the index after the last event received", h.maxLag))
+		default:
+			signal(w.wake)
 		}
 	}
 }
 
 // restored runs after the node replaced its state with a snapshot: the
-// events in between were never applied here. Every watcher is ended with
-// resync-required and every waiter re-checks the state.
+// events in between were never applied here. The history is emptied, every
+// watcher is ended with compacted and every waiter re-checks the state.
 func (h *hub) restored() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.watchers {
-		h.endLocked(w, api.Errorf(api.CodeResyncRequired, "this node installed a snapshot and skipped the events in between; read the state (ls, status) and watch again"))
+		h.endLocked(w, api.Errorf(api.CodeCompacted, "this node installed a snapshot and skipped the events in between; read the state (ls, status) and watch again"))
 	}
+	h.hist.reset()
+	h.pending, h.restoredAt = true, h.applied
 	for _, ws := range h.waiters {
 		for w := range ws {
 			w.signal()

@@ -203,14 +203,19 @@ func exhausted(name string, format string, args ...any) *api.Error {
 	return api.Errorf(api.CodeResourceExhausted, "%s; raise it with serve --limit %s=N", fmt.Sprintf(format, args...), name)
 }
 
-// principalOf names who sent r, for the per-principal limits: the hash of
-// its Authorization header when it has one, else its remote IP. A request
-// a follower forwarded carries the principal the follower saw.
+// principalOf names who sent r, for the per-principal limits: an
+// authenticated principal's name (a verified client certificate, a valid
+// bearer token, or the caller a node forwarded for; see auth.go), else the
+// hash of its Authorization header when it has one, else its remote IP. A
+// request a follower forwarded carries the principal the follower saw.
 //
-// Until authentication exists a client can choose its principal (any
-// bearer token will do), so the per-principal limits only bound clients
-// that do not lie; the per-node totals bound everyone.
+// With auth disabled a client can still choose its principal (any bearer
+// token will do), so the per-principal limits only bound clients that do
+// not lie; the per-node totals bound everyone.
 func principalOf(r *http.Request) string {
+	if p := limitsPrincipal(r); p != "" {
+		return p // authenticated (auth.go)
+	}
 	if r.Header.Get(forwardedHeader) != "" {
 		if p := r.Header.Get(principalHeader); p != "" {
 			return p

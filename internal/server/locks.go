@@ -39,7 +39,7 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 		if err != nil {
 			return nil, err
 		}
-		_, err = h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers()}}})
+		_, err = h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers(), Principal: principalFrom(ctx).Name}}})
 		created()
 		if err != nil {
 			return nil, err
@@ -432,8 +432,9 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 	}, client.List)
 }
 
-// Watch streams the events this node applies; every node applies every
-// entry, so any node can serve it.
+// Watch streams the events this node applies, from the history when
+// from_index is set (hub.go); every node applies every entry, so any node
+// can serve it.
 func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRequest], stream *connect.ServerStream[pb.WatchResponse]) error {
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
@@ -443,13 +444,43 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		return err
 	}
 	defer release()
-	w := h.s.hub.watch(req.Msg.GetPrefix())
+	w, covered, err := h.s.hub.watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
+	if err != nil {
+		return api.ToConnect(err)
+	}
 	defer h.s.hub.unwatch(w)
-	// Send headers now so the caller knows the watch is registered.
-	if err := stream.Conn().Send(nil); err != nil {
+	progress := req.Msg.GetProgressNotify()
+	// Tell the caller the watch is registered: the first progress
+	// response, or the headers alone.
+	if progress {
+		err = stream.Send(&pb.WatchResponse{AppliedIndex: covered})
+	} else {
+		err = stream.Conn().Send(nil)
+	}
+	if err != nil {
 		return err
 	}
+	var tick <-chan time.Time
+	if progress {
+		t := time.NewTicker(h.s.cfg.WatchProgressInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	idle := true // nothing sent since the last tick
 	for {
+		evs, now := h.s.hub.next(w, 64)
+		for _, ev := range evs {
+			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs, Value: []byte(ev.Value)}}); err != nil {
+				return err
+			}
+			idle = false
+		}
+		if now != 0 {
+			covered = max(covered, now)
+		}
+		if len(evs) != 0 {
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -457,10 +488,14 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-w.ended:
 			return api.ToConnect(w.err)
-		case ev := <-w.ch:
-			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs, Value: []byte(ev.Value)}}); err != nil {
-				return err
+		case <-w.wake:
+		case <-tick:
+			if idle {
+				if err := stream.Send(&pb.WatchResponse{AppliedIndex: covered}); err != nil {
+					return err
+				}
 			}
+			idle = true
 		}
 	}
 }

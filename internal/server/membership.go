@@ -63,7 +63,7 @@ func (c clusterCheck) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 // before raft starts, and returns the cluster's id. It retries while the
 // cluster is unavailable, up to joinTimeout.
 func join(cfg Config) (string, error) {
-	hc := h2cClient()
+	hc := withNodeSecret(h2cClient(), cfg.NodeSecret)
 	defer hc.CloseIdleConnections()
 	cc := leaseholdv1connect.NewClusterServiceClient(hc, "http://"+cfg.Join, connect.WithGRPC())
 	req := &pb.AddMemberRequest{Id: cfg.Raft.NodeID, RaftAddr: cfg.Raft.RaftAddr, ApiAddr: cfg.APIAddr, Fresh: true}

@@ -15,7 +15,7 @@ import (
 
 // A node whose state is replaced by a snapshot never applied the entries
 // in between, so it published none of their events. Its watchers must end
-// with resync-required (not wait on silently), and a queued Acquire must
+// with compacted (not wait on silently), and a queued Acquire must
 // re-check the state: here the snapshot holds its grant, which no event
 // announced.
 func TestSnapshotRestoreEndsWatchesAndWakesWaiters(t *testing.T) {
@@ -72,7 +72,16 @@ func TestSnapshotRestoreEndsWatchesAndWakesWaiters(t *testing.T) {
 	}()
 	select {
 	case err := <-got:
-		wantCode(t, "the watch after a snapshot install", err, api.CodeResyncRequired)
+		wantCode(t, "the watch after a snapshot install", err, api.CodeCompacted)
+		// The history restarts after the snapshot: a watch from before it
+		// is told so, not replayed with a hole.
+		old, err := c.Client.Watch(ctx, req(&pb.WatchRequest{FromIndex: meta.Index}))
+		mustOK(t, "Watch from before the snapshot", err)
+		defer old.Close()
+		if old.Receive() {
+			t.Fatalf("a watch from index %d, before the snapshot, got %v", meta.Index, old.Msg())
+		}
+		wantCode(t, "a watch from before the snapshot", old.Err(), api.CodeCompacted)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watch went on silently after the node installed a snapshot")
 	}

@@ -68,10 +68,27 @@ type Config struct {
 	Signer *sequencer.Signer
 	// AccessLog, when set, gets one line per HTTP request and RPC.
 	AccessLog *slog.Logger
+	// WatchHistory is how many of the latest events a node keeps for
+	// Watch.from_index; a watcher may fall half of it behind. Default
+	// DefaultWatchHistory.
+	WatchHistory int
+	// WatchProgressInterval is how long a Watch stream that asked for
+	// progress stays idle before it is sent the applied index. Default 1 s.
+	WatchProgressInterval time.Duration
+	// Admins are principals (certificate CN or token principal) that are
+	// admins whatever the policies say: the bootstrap path of auth (auth.go).
+	Admins []string
+	// NodeSecret, when set, is a secret shared by every node of the cluster:
+	// a caller presenting it is a node (auth.go). For clusters without
+	// mutual TLS between nodes.
+	NodeSecret string
 	// Pprof serves net/http/pprof under /debug/pprof/ on the API address.
 	// Default off: profiles expose internals and cost CPU while they run.
 	Pprof bool
 }
+
+// DefaultWatchHistory is the default of Config.WatchHistory.
+const DefaultWatchHistory = 10000
 
 // DefaultConfig returns a single-node configuration for dataDir.
 func DefaultConfig(dataDir, apiAddr string) Config {
@@ -95,6 +112,7 @@ type Server struct {
 	met    *metrics
 	lim    *limiter
 	http   *http.Client // for forwarding to the leader
+	authState
 
 	mu      sync.Mutex // protects following
 	clients map[string]leaseholdv1connect.LeaseholdServiceClient
@@ -122,6 +140,12 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.Lessor.Clock == nil {
 		cfg.Lessor.Clock = clock.Real{}
 	}
+	if cfg.WatchHistory <= 0 {
+		cfg.WatchHistory = DefaultWatchHistory
+	}
+	if cfg.WatchProgressInterval <= 0 {
+		cfg.WatchProgressInterval = time.Second
+	}
 	if cfg.Lessor.Grace == 0 {
 		cfg.Lessor.Grace = 2 * cfg.Raft.LeaderLeaseTimeout
 	}
@@ -139,13 +163,14 @@ func Open(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		clock:   cfg.Lessor.Clock,
-		hub:     newHub(),
+		hub:     newHub(cfg.WatchHistory),
 		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
-		http:    peerClient(cfg.PeerClientTLS),
+		http:    withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret),
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
+	s.audit = cfg.Logger.With("component", "audit")
 	met, err := newMetrics(reg, s)
 	if err != nil {
 		return nil, err
@@ -164,18 +189,22 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Raft.Observer = s.observe
-	cfg.Raft.OnRestore = s.hub.restored
+	cfg.Raft.OnRestore = func() { s.hub.restored(); s.observeAuth(nil) }
 	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
 		s.lessor.Close()
 		return nil, err
 	}
+	s.hub.mu.Lock()
+	s.hub.raftApplied = s.node.Raft().AppliedIndex
+	s.hub.mu.Unlock()
 	if err := s.registerStateGauges(reg); err != nil {
 		s.lessor.Close()
 		_ = s.node.Close()
 		return nil, err
 	}
+	s.observeAuth(nil) // read the state replayed by Open
 	s.wg.Go(s.registerLoop)
 	s.wg.Go(s.promoteLoop)
 	return s, nil
@@ -221,7 +250,8 @@ func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
-	s.hub.publish(res.Events)
+	s.observeAuth(res)
+	s.hub.publish(index, res.Events)
 	s.met.observe(res)
 	s.publishWeb(index, res)
 }
@@ -365,6 +395,9 @@ func onLeader[Req, Res any](
 	remote func(leaseholdv1connect.LeaseholdServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
+		if err := s.checkPending(ctx, req.Msg); err != nil {
+			return nil, err
+		}
 		res, err := local(ctx, req.Msg)
 		if err == nil {
 			return connect.NewResponse(res), nil
@@ -381,9 +414,7 @@ func onLeader[Req, Res any](
 		return nil, api.ToConnect(err)
 	}
 	fwd := connect.NewRequest(req.Msg)
-	fwd.Header().Set(forwardedHeader, s.node.ID())
-	fwd.Header().Set(clusterIDHeader, s.node.ClusterID())
-	fwd.Header().Set(principalHeader, principal(ctx))
+	s.setForwardHeaders(ctx, fwd.Header())
 	s.met.forwarded.Inc()
 	res, err := remote(c, ctx, fwd)
 	return res, forwardErr(err)
@@ -414,22 +445,26 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor()), connect.WithCompressMinBytes(1024)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
+	mux.Handle(leaseholdv1connect.NewAuthServiceHandler(&authService{s}, opts...))
 	if s.cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
 	mux.HandleFunc("GET "+KeysPath, s.serveKeys)
 	s.mountProbes(mux)
-	ui := web.Handler(webSource{s}, s.feed, s.drain)
+	ui := s.adminOnly(web.Handler(webSource{s}, s.feed, s.drain))
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
 	if s.cfg.Pprof {
-		mountPprof(mux)
+		pm := http.NewServeMux()
+		mountPprof(pm)
+		mux.Handle("/debug/pprof/", s.adminOnly(pm))
 	}
 	var hd http.Handler = s.limitHandler(mux)
+	hd = s.authenticate(hd) // before the limits: they count the authenticated principal
 	if s.cfg.AccessLog != nil {
 		hd = accessLog(s.cfg.AccessLog, hd)
 	}

@@ -177,7 +177,7 @@ export class Client {
    * onResume is called after every reopen with the index of the last
    * event yielded, so the caller can read the state (status, kvGet) again.
    * fromIndex skips events with a smaller index. It throws code
-   * resync-required (the node installed a snapshot) and resource-exhausted
+   * compacted (the node installed a snapshot) and resource-exhausted
    * (the watcher fell too far behind) at once: read the state, watch again.
    * A reopen that keeps failing for the retry timeout throws unavailable.
    * onOpen is called each time the server has registered a stream: events

@@ -20,7 +20,9 @@ export const Code = {
   Unavailable: "unavailable",
   OutcomeUnknown: "outcome-unknown",
   NotFound: "not-found",
-  ResyncRequired: "resync-required",
+  Compacted: "compacted",
+  /** @deprecated the former name of Compacted. */
+  ResyncRequired: "compacted",
   Canceled: "canceled",
 } as const;
 

@@ -93,6 +93,11 @@ type Command struct {
 	//	*Command_Checkpoint
 	//	*Command_KvDelete
 	//	*Command_TokenFloor
+	//	*Command_AuthEnable
+	//	*Command_AuthPutPolicy
+	//	*Command_AuthDeletePolicy
+	//	*Command_AuthPutToken
+	//	*Command_AuthRevokeToken
 	//	*Command_Proclaim
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
@@ -260,6 +265,51 @@ func (x *Command) GetTokenFloor() *TokenFloor {
 	return nil
 }
 
+func (x *Command) GetAuthEnable() *AuthEnable {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AuthEnable); ok {
+			return x.AuthEnable
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAuthPutPolicy() *AuthPutPolicy {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AuthPutPolicy); ok {
+			return x.AuthPutPolicy
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAuthDeletePolicy() *AuthDeletePolicy {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AuthDeletePolicy); ok {
+			return x.AuthDeletePolicy
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAuthPutToken() *AuthPutToken {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AuthPutToken); ok {
+			return x.AuthPutToken
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAuthRevokeToken() *AuthRevokeToken {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AuthRevokeToken); ok {
+			return x.AuthRevokeToken
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetProclaim() *Proclaim {
 	if x != nil {
 		if x, ok := x.Op.(*Command_Proclaim); ok {
@@ -325,6 +375,27 @@ type Command_TokenFloor struct {
 	TokenFloor *TokenFloor `protobuf:"bytes,23,opt,name=token_floor,json=tokenFloor,proto3,oneof"`
 }
 
+type Command_AuthEnable struct {
+	// 30-39: authentication and authorization (auth.proto section below).
+	AuthEnable *AuthEnable `protobuf:"bytes,30,opt,name=auth_enable,json=authEnable,proto3,oneof"`
+}
+
+type Command_AuthPutPolicy struct {
+	AuthPutPolicy *AuthPutPolicy `protobuf:"bytes,31,opt,name=auth_put_policy,json=authPutPolicy,proto3,oneof"`
+}
+
+type Command_AuthDeletePolicy struct {
+	AuthDeletePolicy *AuthDeletePolicy `protobuf:"bytes,32,opt,name=auth_delete_policy,json=authDeletePolicy,proto3,oneof"`
+}
+
+type Command_AuthPutToken struct {
+	AuthPutToken *AuthPutToken `protobuf:"bytes,33,opt,name=auth_put_token,json=authPutToken,proto3,oneof"`
+}
+
+type Command_AuthRevokeToken struct {
+	AuthRevokeToken *AuthRevokeToken `protobuf:"bytes,34,opt,name=auth_revoke_token,json=authRevokeToken,proto3,oneof"`
+}
+
 type Command_Proclaim struct {
 	Proclaim *Proclaim `protobuf:"bytes,40,opt,name=proclaim,proto3,oneof"`
 }
@@ -355,6 +426,16 @@ func (*Command_KvDelete) isCommand_Op() {}
 
 func (*Command_TokenFloor) isCommand_Op() {}
 
+func (*Command_AuthEnable) isCommand_Op() {}
+
+func (*Command_AuthPutPolicy) isCommand_Op() {}
+
+func (*Command_AuthDeletePolicy) isCommand_Op() {}
+
+func (*Command_AuthPutToken) isCommand_Op() {}
+
+func (*Command_AuthRevokeToken) isCommand_Op() {}
+
 func (*Command_Proclaim) isCommand_Op() {}
 
 type CreateSession struct {
@@ -363,7 +444,10 @@ type CreateSession struct {
 	TtlMs   int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	Owner   string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	// sequencers: the session's grants come with a signed sequencer.
-	Sequencers    bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
+	Sequencers bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
+	// principal is the authenticated creator; only it (or an admin) may use
+	// the session when auth is enabled.
+	Principal     string `protobuf:"bytes,30,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -424,6 +508,13 @@ func (x *CreateSession) GetSequencers() bool {
 		return x.Sequencers
 	}
 	return false
+}
+
+func (x *CreateSession) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 type CloseSession struct {
@@ -1167,7 +1258,9 @@ type Session struct {
 	// checkpoint older than the last clear is ignored.
 	CheckpointGeneration uint64 `protobuf:"varint,7,opt,name=checkpoint_generation,json=checkpointGeneration,proto3" json:"checkpoint_generation,omitempty"`
 	// sequencers: the session's grants come with a signed sequencer.
-	Sequencers    bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
+	Sequencers bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
+	// principal is the authenticated creator of the session.
+	Principal     string `protobuf:"bytes,30,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1256,6 +1349,13 @@ func (x *Session) GetSequencers() bool {
 		return x.Sequencers
 	}
 	return false
+}
+
+func (x *Session) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 type Holding struct {
@@ -1802,6 +1902,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Kv
 	//	*SnapshotRecord_Node
 	//	*SnapshotRecord_End
+	//	*SnapshotRecord_Auth
 	Rec           isSnapshotRecord_Rec `protobuf_oneof:"rec"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1898,6 +1999,15 @@ func (x *SnapshotRecord) GetEnd() *SnapshotEnd {
 	return nil
 }
 
+func (x *SnapshotRecord) GetAuth() *AuthState {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Auth); ok {
+			return x.Auth
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Rec interface {
 	isSnapshotRecord_Rec()
 }
@@ -1926,6 +2036,10 @@ type SnapshotRecord_End struct {
 	End *SnapshotEnd `protobuf:"bytes,6,opt,name=end,proto3,oneof"`
 }
 
+type SnapshotRecord_Auth struct {
+	Auth *AuthState `protobuf:"bytes,30,opt,name=auth,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_Session) isSnapshotRecord_Rec() {}
@@ -1937,6 +2051,8 @@ func (*SnapshotRecord_Kv) isSnapshotRecord_Rec() {}
 func (*SnapshotRecord_Node) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_End) isSnapshotRecord_Rec() {}
+
+func (*SnapshotRecord_Auth) isSnapshotRecord_Rec() {}
 
 // Snapshot is the whole state machine in the format before snapshot
 // streams; Restore still reads it.
@@ -2016,6 +2132,430 @@ func (x *Snapshot) GetNodes() []*Node {
 	return nil
 }
 
+// AuthEnable turns authorization on (default deny) or off.
+type AuthEnable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthEnable) Reset() {
+	*x = AuthEnable{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthEnable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthEnable) ProtoMessage() {}
+
+func (x *AuthEnable) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthEnable.ProtoReflect.Descriptor instead.
+func (*AuthEnable) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AuthEnable) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+// AuthPolicy grants permissions to principals on name/key prefixes.
+type AuthPolicy struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Principals []string               `protobuf:"bytes,2,rep,name=principals,proto3" json:"principals,omitempty"`
+	// permissions: lock, read, kv-read, kv-write, admin.
+	Permissions []string `protobuf:"bytes,3,rep,name=permissions,proto3" json:"permissions,omitempty"`
+	// prefixes of lock names and KV keys; "" matches every name.
+	Prefixes      []string `protobuf:"bytes,4,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthPolicy) Reset() {
+	*x = AuthPolicy{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthPolicy) ProtoMessage() {}
+
+func (x *AuthPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthPolicy.ProtoReflect.Descriptor instead.
+func (*AuthPolicy) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AuthPolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AuthPolicy) GetPrincipals() []string {
+	if x != nil {
+		return x.Principals
+	}
+	return nil
+}
+
+func (x *AuthPolicy) GetPermissions() []string {
+	if x != nil {
+		return x.Permissions
+	}
+	return nil
+}
+
+func (x *AuthPolicy) GetPrefixes() []string {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+type AuthPutPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *AuthPolicy            `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthPutPolicy) Reset() {
+	*x = AuthPutPolicy{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthPutPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthPutPolicy) ProtoMessage() {}
+
+func (x *AuthPutPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthPutPolicy.ProtoReflect.Descriptor instead.
+func (*AuthPutPolicy) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AuthPutPolicy) GetPolicy() *AuthPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type AuthDeletePolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthDeletePolicy) Reset() {
+	*x = AuthDeletePolicy{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthDeletePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthDeletePolicy) ProtoMessage() {}
+
+func (x *AuthDeletePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthDeletePolicy.ProtoReflect.Descriptor instead.
+func (*AuthDeletePolicy) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AuthDeletePolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// AuthToken is a bearer token of a principal, stored as the SHA-256 of the
+// token: the token itself is never in the log or the state.
+type AuthToken struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the token's public handle (revoke by id).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Principal     string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	Sha256        []byte `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	CreatedUnixMs int64  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthToken) Reset() {
+	*x = AuthToken{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthToken) ProtoMessage() {}
+
+func (x *AuthToken) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthToken.ProtoReflect.Descriptor instead.
+func (*AuthToken) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *AuthToken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AuthToken) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *AuthToken) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *AuthToken) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+type AuthPutToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *AuthToken             `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthPutToken) Reset() {
+	*x = AuthPutToken{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthPutToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthPutToken) ProtoMessage() {}
+
+func (x *AuthPutToken) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthPutToken.ProtoReflect.Descriptor instead.
+func (*AuthPutToken) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AuthPutToken) GetToken() *AuthToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+type AuthRevokeToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthRevokeToken) Reset() {
+	*x = AuthRevokeToken{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthRevokeToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthRevokeToken) ProtoMessage() {}
+
+func (x *AuthRevokeToken) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthRevokeToken.ProtoReflect.Descriptor instead.
+func (*AuthRevokeToken) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AuthRevokeToken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// AuthState is the whole auth state in a snapshot.
+type AuthState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Policies      []*AuthPolicy          `protobuf:"bytes,2,rep,name=policies,proto3" json:"policies,omitempty"`
+	Tokens        []*AuthToken           `protobuf:"bytes,3,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthState) Reset() {
+	*x = AuthState{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthState) ProtoMessage() {}
+
+func (x *AuthState) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthState.ProtoReflect.Descriptor instead.
+func (*AuthState) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AuthState) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *AuthState) GetPolicies() []*AuthPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *AuthState) GetTokens() []*AuthToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
 // Checkpoint records, for sessions the leader saw go unrenewed, how long
 // each has left (as the leader's lessor counts it), and clears that record
 // for sessions renewed since. Sessions that no longer exist are skipped.
@@ -2028,7 +2568,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2580,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2593,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Checkpoint) GetSessions() []*SessionCheckpoint {
@@ -2080,7 +2620,7 @@ type SessionCheckpoint struct {
 
 func (x *SessionCheckpoint) Reset() {
 	*x = SessionCheckpoint{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2632,7 @@ func (x *SessionCheckpoint) String() string {
 func (*SessionCheckpoint) ProtoMessage() {}
 
 func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2645,7 @@ func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheckpoint.ProtoReflect.Descriptor instead.
 func (*SessionCheckpoint) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionCheckpoint) GetLeaseId() string {
@@ -2140,7 +2680,8 @@ var File_leasehold_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x91\a\n" +
+	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x8a\n" +
+	"\n" +
 	"\aCommand\x12\x17\n" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12H\n" +
 	"\x0ecreate_session\x18\n" +
@@ -2161,16 +2702,23 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"checkpoint\x129\n" +
 	"\tkv_delete\x18\x16 \x01(\v2\x1a.leasehold.fsm.v1.KVDeleteH\x00R\bkvDelete\x12?\n" +
 	"\vtoken_floor\x18\x17 \x01(\v2\x1c.leasehold.fsm.v1.TokenFloorH\x00R\n" +
-	"tokenFloor\x128\n" +
+	"tokenFloor\x12?\n" +
+	"\vauth_enable\x18\x1e \x01(\v2\x1c.leasehold.fsm.v1.AuthEnableH\x00R\n" +
+	"authEnable\x12I\n" +
+	"\x0fauth_put_policy\x18\x1f \x01(\v2\x1f.leasehold.fsm.v1.AuthPutPolicyH\x00R\rauthPutPolicy\x12R\n" +
+	"\x12auth_delete_policy\x18  \x01(\v2\".leasehold.fsm.v1.AuthDeletePolicyH\x00R\x10authDeletePolicy\x12F\n" +
+	"\x0eauth_put_token\x18! \x01(\v2\x1e.leasehold.fsm.v1.AuthPutTokenH\x00R\fauthPutToken\x12O\n" +
+	"\x11auth_revoke_token\x18\" \x01(\v2!.leasehold.fsm.v1.AuthRevokeTokenH\x00R\x0fauthRevokeToken\x128\n" +
 	"\bproclaim\x18( \x01(\v2\x1a.leasehold.fsm.v1.ProclaimH\x00R\bproclaimB\x04\n" +
-	"\x02op\"w\n" +
+	"\x02op\"\x95\x01\n" +
 	"\rCreateSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x1e\n" +
 	"\n" +
 	"sequencers\x18\x14 \x01(\bR\n" +
-	"sequencers\")\n" +
+	"sequencers\x12\x1c\n" +
+	"\tprincipal\x18\x1e \x01(\tR\tprincipal\")\n" +
 	"\fCloseSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"#\n" +
 	"\x06Expire\x12\x19\n" +
@@ -2218,7 +2766,7 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bapi_addr\x18\x02 \x01(\tR\aapiAddr\"\x1d\n" +
 	"\tBumpToken\x12\x10\n" +
-	"\x03min\x18\x01 \x01(\x04R\x03min\"\xaa\x02\n" +
+	"\x03min\x18\x01 \x01(\x04R\x03min\"\xc8\x02\n" +
 	"\aSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -2229,7 +2777,8 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x15checkpoint_generation\x18\a \x01(\x04R\x14checkpointGeneration\x12\x1e\n" +
 	"\n" +
 	"sequencers\x18\x14 \x01(\bR\n" +
-	"sequencers\"\xf7\x01\n" +
+	"sequencers\x12\x1c\n" +
+	"\tprincipal\x18\x1e \x01(\tR\tprincipal\"\xf7\x01\n" +
 	"\aHolding\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12(\n" +
@@ -2272,21 +2821,50 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"rate_count\x18\x04 \x01(\x04R\trateCount\x12\x1b\n" +
 	"\tpeak_rate\x18\x05 \x01(\x04R\bpeakRate\"'\n" +
 	"\vSnapshotEnd\x12\x18\n" +
-	"\arecords\x18\x01 \x01(\x04R\arecords\"\xc1\x02\n" +
+	"\arecords\x18\x01 \x01(\x04R\arecords\"\xf4\x02\n" +
 	"\x0eSnapshotRecord\x12:\n" +
 	"\x06header\x18\x01 \x01(\v2 .leasehold.fsm.v1.SnapshotHeaderH\x00R\x06header\x125\n" +
 	"\asession\x18\x02 \x01(\v2\x19.leasehold.fsm.v1.SessionH\x00R\asession\x12,\n" +
 	"\x04lock\x18\x03 \x01(\v2\x16.leasehold.fsm.v1.LockH\x00R\x04lock\x12&\n" +
 	"\x02kv\x18\x04 \x01(\v2\x14.leasehold.fsm.v1.KVH\x00R\x02kv\x12,\n" +
 	"\x04node\x18\x05 \x01(\v2\x16.leasehold.fsm.v1.NodeH\x00R\x04node\x121\n" +
-	"\x03end\x18\x06 \x01(\v2\x1d.leasehold.fsm.v1.SnapshotEndH\x00R\x03endB\x05\n" +
+	"\x03end\x18\x06 \x01(\v2\x1d.leasehold.fsm.v1.SnapshotEndH\x00R\x03end\x121\n" +
+	"\x04auth\x18\x1e \x01(\v2\x1b.leasehold.fsm.v1.AuthStateH\x00R\x04authB\x05\n" +
 	"\x03rec\"\xd9\x01\n" +
 	"\bSnapshot\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x125\n" +
 	"\bsessions\x18\x02 \x03(\v2\x19.leasehold.fsm.v1.SessionR\bsessions\x12,\n" +
 	"\x05locks\x18\x03 \x03(\v2\x16.leasehold.fsm.v1.LockR\x05locks\x12$\n" +
 	"\x02kv\x18\x04 \x03(\v2\x14.leasehold.fsm.v1.KVR\x02kv\x12,\n" +
-	"\x05nodes\x18\x05 \x03(\v2\x16.leasehold.fsm.v1.NodeR\x05nodes\"M\n" +
+	"\x05nodes\x18\x05 \x03(\v2\x16.leasehold.fsm.v1.NodeR\x05nodes\"&\n" +
+	"\n" +
+	"AuthEnable\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\"~\n" +
+	"\n" +
+	"AuthPolicy\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"principals\x18\x02 \x03(\tR\n" +
+	"principals\x12 \n" +
+	"\vpermissions\x18\x03 \x03(\tR\vpermissions\x12\x1a\n" +
+	"\bprefixes\x18\x04 \x03(\tR\bprefixes\"E\n" +
+	"\rAuthPutPolicy\x124\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1c.leasehold.fsm.v1.AuthPolicyR\x06policy\"&\n" +
+	"\x10AuthDeletePolicy\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
+	"\tAuthToken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\"A\n" +
+	"\fAuthPutToken\x121\n" +
+	"\x05token\x18\x01 \x01(\v2\x1b.leasehold.fsm.v1.AuthTokenR\x05token\"!\n" +
+	"\x0fAuthRevokeToken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x94\x01\n" +
+	"\tAuthState\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x128\n" +
+	"\bpolicies\x18\x02 \x03(\v2\x1c.leasehold.fsm.v1.AuthPolicyR\bpolicies\x123\n" +
+	"\x06tokens\x18\x03 \x03(\v2\x1b.leasehold.fsm.v1.AuthTokenR\x06tokens\"M\n" +
 	"\n" +
 	"Checkpoint\x12?\n" +
 	"\bsessions\x18\x01 \x03(\v2#.leasehold.fsm.v1.SessionCheckpointR\bsessions\"\x8b\x01\n" +
@@ -2314,7 +2892,7 @@ func file_leasehold_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
 	(Mode)(0),                 // 0: leasehold.fsm.v1.Mode
 	(*Command)(nil),           // 1: leasehold.fsm.v1.Command
@@ -2341,8 +2919,16 @@ var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
 	(*SnapshotEnd)(nil),       // 22: leasehold.fsm.v1.SnapshotEnd
 	(*SnapshotRecord)(nil),    // 23: leasehold.fsm.v1.SnapshotRecord
 	(*Snapshot)(nil),          // 24: leasehold.fsm.v1.Snapshot
-	(*Checkpoint)(nil),        // 25: leasehold.fsm.v1.Checkpoint
-	(*SessionCheckpoint)(nil), // 26: leasehold.fsm.v1.SessionCheckpoint
+	(*AuthEnable)(nil),        // 25: leasehold.fsm.v1.AuthEnable
+	(*AuthPolicy)(nil),        // 26: leasehold.fsm.v1.AuthPolicy
+	(*AuthPutPolicy)(nil),     // 27: leasehold.fsm.v1.AuthPutPolicy
+	(*AuthDeletePolicy)(nil),  // 28: leasehold.fsm.v1.AuthDeletePolicy
+	(*AuthToken)(nil),         // 29: leasehold.fsm.v1.AuthToken
+	(*AuthPutToken)(nil),      // 30: leasehold.fsm.v1.AuthPutToken
+	(*AuthRevokeToken)(nil),   // 31: leasehold.fsm.v1.AuthRevokeToken
+	(*AuthState)(nil),         // 32: leasehold.fsm.v1.AuthState
+	(*Checkpoint)(nil),        // 33: leasehold.fsm.v1.Checkpoint
+	(*SessionCheckpoint)(nil), // 34: leasehold.fsm.v1.SessionCheckpoint
 }
 var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	2,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
@@ -2355,32 +2941,42 @@ var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	10, // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
 	13, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
 	14, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
-	25, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
+	33, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
 	11, // 11: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
 	12, // 12: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
-	6,  // 13: leasehold.fsm.v1.Command.proclaim:type_name -> leasehold.fsm.v1.Proclaim
-	0,  // 14: leasehold.fsm.v1.Acquire.mode:type_name -> leasehold.fsm.v1.Mode
-	0,  // 15: leasehold.fsm.v1.Holding.mode:type_name -> leasehold.fsm.v1.Mode
-	0,  // 16: leasehold.fsm.v1.Waiter.mode:type_name -> leasehold.fsm.v1.Mode
-	16, // 17: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
-	17, // 18: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
-	16, // 19: leasehold.fsm.v1.Lock.holders:type_name -> leasehold.fsm.v1.Holding
-	21, // 20: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
-	15, // 21: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
-	18, // 22: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
-	19, // 23: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
-	20, // 24: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
-	22, // 25: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
-	15, // 26: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
-	18, // 27: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
-	19, // 28: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
-	20, // 29: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
-	26, // 30: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	25, // 13: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
+	27, // 14: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
+	28, // 15: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
+	30, // 16: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
+	31, // 17: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
+	6,  // 18: leasehold.fsm.v1.Command.proclaim:type_name -> leasehold.fsm.v1.Proclaim
+	0,  // 19: leasehold.fsm.v1.Acquire.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 20: leasehold.fsm.v1.Holding.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 21: leasehold.fsm.v1.Waiter.mode:type_name -> leasehold.fsm.v1.Mode
+	16, // 22: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
+	17, // 23: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
+	16, // 24: leasehold.fsm.v1.Lock.holders:type_name -> leasehold.fsm.v1.Holding
+	21, // 25: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
+	15, // 26: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
+	18, // 27: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
+	19, // 28: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 29: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
+	22, // 30: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
+	32, // 31: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
+	15, // 32: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
+	18, // 33: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
+	19, // 34: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 35: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
+	26, // 36: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
+	29, // 37: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
+	26, // 38: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
+	29, // 39: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
+	34, // 40: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_fsm_v1_fsm_proto_init() }
@@ -2402,6 +2998,11 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*Command_Checkpoint)(nil),
 		(*Command_KvDelete)(nil),
 		(*Command_TokenFloor)(nil),
+		(*Command_AuthEnable)(nil),
+		(*Command_AuthPutPolicy)(nil),
+		(*Command_AuthDeletePolicy)(nil),
+		(*Command_AuthPutToken)(nil),
+		(*Command_AuthRevokeToken)(nil),
 		(*Command_Proclaim)(nil),
 	}
 	file_leasehold_fsm_v1_fsm_proto_msgTypes[22].OneofWrappers = []any{
@@ -2411,6 +3012,7 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_Kv)(nil),
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_End)(nil),
+		(*SnapshotRecord_Auth)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2418,7 +3020,7 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_fsm_v1_fsm_proto_rawDesc), len(file_leasehold_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

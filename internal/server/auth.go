@@ -1,0 +1,695 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/auth"
+	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+)
+
+// Authentication and authorization at the API edge.
+//
+//	HTTP request ─► authenticate (middleware): mTLS CN, bearer token, or the
+//	                forwarded principal header when a node of this cluster sends it
+//	             ─► authz (connect interceptor): permission on the name, session ownership,
+//	                lease ids redacted in answers; audit lines
+//
+// The policies are the replicated state (fsm auth.go) compiled by each node
+// after every change (Server.pol), so a check never waits on Raft, and with
+// auth disabled it is one atomic load and a branch.
+
+// nodeSecretHeader carries Config.NodeSecret on calls between nodes.
+const nodeSecretHeader = "Leasehold-Node-Secret"
+
+// withNodeSecret makes hc send the node secret with every request.
+func withNodeSecret(hc *http.Client, secret string) *http.Client {
+	if secret == "" {
+		return hc
+	}
+	hc.Transport = nodeSecretTransport{rt: hc.Transport, secret: secret}
+	return hc
+}
+
+type nodeSecretTransport struct {
+	rt     http.RoundTripper
+	secret string
+}
+
+func (t nodeSecretTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(nodeSecretHeader, t.secret)
+	return t.rt.RoundTrip(r)
+}
+
+func (t nodeSecretTransport) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// principalHeader (limits.go) carries the original caller when a node
+// forwards a request: a principal's name, nodeValue for a node, or for an
+// anonymous caller the limits' name of it ("ip:…", "token:…"). Names never
+// contain ':', so the forms do not mix. Only another node of the same
+// cluster may send it.
+const nodeValue = "node:"
+
+type authPrincipalKey struct{}
+
+// principalFrom returns the caller authenticated by the middleware.
+func principalFrom(ctx context.Context) auth.Principal {
+	p, _ := ctx.Value(authPrincipalKey{}).(auth.Principal)
+	return p
+}
+
+// policies returns the compiled auth state (nil: disabled).
+func (s *Server) policies() *auth.Policies {
+	if s.authReload.Load() && s.authReload.Swap(false) {
+		var p *auth.Policies
+		s.node.Read(func(m *fsm.Machine) { p = m.Auth() })
+		s.pol.Store(p)
+	}
+	return s.pol.Load()
+}
+
+// authState is the Server's view of the replicated auth state.
+type authState struct {
+	pol        atomic.Pointer[auth.Policies] // the compiled policies; nil: disabled
+	authReload atomic.Bool                   // set by a restore: pol must be read from the state
+	audit      *slog.Logger
+}
+
+// observeAuth refreshes the compiled policies after an applied entry, or
+// marks them for reading from the state after a restore (res nil).
+func (s *Server) observeAuth(res *fsm.Result) {
+	if res == nil {
+		s.authReload.Store(true)
+		return
+	}
+	if res.Auth != nil {
+		s.pol.Store(res.Auth)
+	}
+}
+
+func (s *Server) auditLog() *slog.Logger { return s.audit }
+
+// authenticate is the HTTP middleware that finds the caller.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fwd := r.Header.Get(principalHeader)
+		bearer := r.Header.Get("Authorization")
+		if fwd == "" && bearer == "" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) && r.Header.Get(nodeSecretHeader) == "" {
+			next.ServeHTTP(w, r) // anonymous: the zero Principal
+			return
+		}
+		p, err := s.authenticateRequest(r, fwd, bearer)
+		if err != nil {
+			s.auditLog().Warn("audit", "action", "authenticate", "path", r.URL.Path, "principal", p.String(), "result", "denied", "reason", err.Error())
+			writeDenied(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, p)))
+	})
+}
+
+func (s *Server) authenticateRequest(r *http.Request, fwd, bearer string) (auth.Principal, error) {
+	var p auth.Principal
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		c := r.TLS.VerifiedChains[0][0]
+		p = auth.Principal{Name: c.Subject.CommonName, Node: auth.IsNodeCert(c)}
+	}
+	pol := s.policies()
+	if sec := r.Header.Get(nodeSecretHeader); sec != "" {
+		switch {
+		case s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1:
+			p = auth.Principal{Name: auth.NodeName, Node: true}
+		case pol.On():
+			return p, api.Errorf(api.CodePermissionDenied, "wrong %s: this node has another --node-secret-file", nodeSecretHeader)
+		}
+	}
+	if fwd != "" {
+		// Only a node of this cluster speaks for another caller; the
+		// cluster id header is compared by clusterCheck.
+		if !p.Node || r.Header.Get(clusterIDHeader) != s.node.ClusterID() {
+			if !pol.On() {
+				return p, nil // nothing is decided by the principal: ignore it
+			}
+			return p, api.Errorf(api.CodePermissionDenied, "the %s header is accepted only from a node of this cluster (caller %s)", principalHeader, p)
+		}
+		switch {
+		case fwd == nodeValue:
+			return p, nil // a node's own request, forwarded by another node
+		case strings.Contains(fwd, ":"):
+			return auth.Anonymous, nil // the limits' name of an anonymous caller
+		}
+		return s.withAdmin(auth.Principal{Name: fwd}), nil
+	}
+	if tok, ok := strings.CutPrefix(bearer, "Bearer "); ok {
+		name, err := pol.Authenticate(tok)
+		if err != nil {
+			if !pol.On() {
+				return s.withAdmin(p), nil
+			}
+			return p, api.Errorf(api.CodePermissionDenied, "%v", err)
+		}
+		p = auth.Principal{Name: name}
+	} else if bearer != "" && pol.On() {
+		return p, api.Errorf(api.CodePermissionDenied, "the Authorization header must be \"Bearer <token>\"")
+	}
+	return s.withAdmin(p), nil
+}
+
+func (s *Server) withAdmin(p auth.Principal) auth.Principal {
+	if p.Name != "" && !p.Node && slices.Contains(s.cfg.Admins, p.Name) {
+		p.Admin = true
+	}
+	return p
+}
+
+// writeDenied answers a request refused before it reached its handler, in
+// the protocol it spoke.
+func writeDenied(w http.ResponseWriter, r *http.Request, err error) {
+	ce := api.ToConnect(err)
+	w.Header().Set(api.CodeHeader, string(api.CodePermissionDenied))
+	ct := r.Header.Get("Content-Type")
+	if strings.HasPrefix(ct, "application/grpc") {
+		w.Header().Set("Content-Type", ct)
+		w.Header().Set("Grpc-Status", "7") // PERMISSION_DENIED
+		w.Header().Set("Grpc-Message", ce.Message())
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	http.Error(w, `{"code":"permission_denied","message":`+quoteJSON(ce.Message())+`}`, http.StatusForbidden)
+}
+
+func quoteJSON(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20:
+			b.WriteString(" ")
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// adminOnly lets only admins (and nodes) reach next once auth is enabled:
+// the dashboard shows every lock with its lease id, profiles show internals.
+func (s *Server) adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pol := s.policies(); pol.On() && !pol.IsAdmin(principalFrom(r.Context())) {
+			p := principalFrom(r.Context())
+			s.auditLog().Warn("audit", "action", r.URL.Path, "principal", p.String(), "result", "denied")
+			writeDenied(w, r, api.Errorf(api.CodePermissionDenied, "%s may not open %s (needs admin once auth is enabled)", p, r.URL.Path))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitsPrincipal is the per-principal limits' name of an authenticated
+// caller ("user:NAME"), or "" for an anonymous one or a node.
+func limitsPrincipal(r *http.Request) string {
+	if p := principalFrom(r.Context()); p.Name != "" && !p.Node {
+		return "user:" + p.Name
+	}
+	return ""
+}
+
+// setForwardHeaders marks a request this node forwards to the leader: by
+// whom, the cluster, and the caller it acts for.
+func (s *Server) setForwardHeaders(ctx context.Context, h http.Header) {
+	h.Set(forwardedHeader, s.node.ID())
+	h.Set(clusterIDHeader, s.node.ClusterID())
+	p := principalFrom(ctx)
+	switch {
+	case p.Node:
+		h.Set(principalHeader, nodeValue)
+	case p.Name == "":
+		h.Set(principalHeader, principal(ctx)) // the limits' name (limits.go)
+	default:
+		h.Set(principalHeader, p.Name)
+	}
+}
+
+// rule is what one procedure needs.
+type rule struct {
+	perm  auth.Perm
+	scope scope
+}
+
+type scope uint8
+
+const (
+	scopeAny     scope = iota // the permission on some name
+	scopeName                 // on the request's name (GetName)
+	scopePrefix               // on the request's prefix (GetPrefix)
+	scopeKey                  // on the request's key (GetKey)
+	scopeCluster              // admin (nodes too)
+	scopeOpen                 // anyone (auth status)
+)
+
+var rules = map[string]rule{
+	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   {auth.PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       {auth.PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: {auth.PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    {auth.PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         {auth.PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      {auth.PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         {auth.PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      {auth.PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        {auth.PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceStatusProcedure:          {auth.PermRead, scopeName},
+	leaseholdv1connect.LeaseholdServiceListProcedure:            {auth.PermRead, scopePrefix},
+	leaseholdv1connect.LeaseholdServiceWatchProcedure:           {auth.PermRead, scopePrefix},
+	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           {auth.PermKVWrite, scopeKey},
+	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        {auth.PermKVWrite, scopeKey},
+	leaseholdv1connect.LeaseholdServiceKvGetProcedure:           {auth.PermKVRead, scopeKey},
+	leaseholdv1connect.AuthServiceStatusProcedure:               {0, scopeOpen},
+}
+
+// adminProcedure reports whether proc is an administrative action (a
+// cluster or auth change), logged for audit (INFO) whatever its outcome and
+// whether or not auth is enabled.
+func adminProcedure(proc string) bool {
+	return (strings.HasPrefix(proc, "/"+leaseholdv1connect.ClusterServiceName+"/") && proc != leaseholdv1connect.ClusterServiceMembersProcedure) ||
+		(strings.HasPrefix(proc, "/"+leaseholdv1connect.AuthServiceName+"/") && proc != leaseholdv1connect.AuthServiceStatusProcedure && proc != leaseholdv1connect.AuthServiceListPoliciesProcedure && proc != leaseholdv1connect.AuthServiceListTokensProcedure)
+}
+
+func action(proc string) string {
+	if i := strings.LastIndexByte(proc, '/'); i >= 0 {
+		return proc[i+1:]
+	}
+	return proc
+}
+
+// authorize decides whether the caller may send msg to proc: nil or a
+// permission-denied error, logged for audit.
+func (s *Server) authorize(ctx context.Context, pol *auth.Policies, proc string, msg any) error {
+	p := principalFrom(ctx)
+	err := decide(s, pol, p, proc, msg)
+	if err != nil {
+		s.auditLog().Warn("audit", "action", action(proc), "principal", p.String(), "result", "denied", "reason", api.FromError(err).Message)
+		return api.ToConnect(err)
+	}
+	return nil
+}
+
+func decide(s *Server, pol *auth.Policies, p auth.Principal, proc string, msg any) error {
+	r, ok := rules[proc]
+	if !ok {
+		r = rule{auth.PermAdmin, scopeCluster}
+	}
+	// A request this node forwards must be decided as its caller: a node
+	// is trusted only for what it does itself.
+	var allowed bool
+	switch r.scope {
+	case scopeOpen:
+		allowed = true
+	case scopeAny:
+		allowed = pol.AllowAny(p, r.perm)
+	case scopeName:
+		n, _ := msg.(interface{ GetName() string })
+		allowed = n != nil && pol.Allow(p, r.perm, n.GetName())
+	case scopePrefix:
+		n, _ := msg.(interface{ GetPrefix() string })
+		allowed = n != nil && pol.Allow(p, r.perm, n.GetPrefix())
+	case scopeKey:
+		n, _ := msg.(interface{ GetKey() string })
+		allowed = n != nil && pol.Allow(p, r.perm, n.GetKey())
+	case scopeCluster:
+		allowed = pol.IsAdmin(p)
+	}
+	if !allowed {
+		return api.Errorf(api.CodePermissionDenied, "%s may not %s (needs %s)", p, action(proc), r.perm)
+	}
+	var ids []string
+	if l, ok := msg.(interface{ GetLeaseId() string }); ok && l.GetLeaseId() != "" {
+		ids = []string{l.GetLeaseId()}
+	}
+	if l, ok := msg.(interface{ GetLeaseIds() []string }); ok {
+		ids = append(ids, l.GetLeaseIds()...) // a batched renewal
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return s.checkOwner(pol, p, ids)
+}
+
+// checkOwner refuses the use of another principal's sessions: a request
+// naming several (a batched renewal) is refused whole. A session this node
+// does not know yet (replication lag) passes: the leader decides.
+func (s *Server) checkOwner(pol *auth.Policies, p auth.Principal, leaseIDs []string) error {
+	if pol.IsAdmin(p) {
+		return nil
+	}
+	foreign := ""
+	s.node.Read(func(m *fsm.Machine) {
+		for _, id := range leaseIDs {
+			if owner, ok := m.SessionPrincipal(id); ok && owner != p.Name {
+				foreign = id
+				return
+			}
+		}
+	})
+	if foreign != "" {
+		return api.Errorf(api.CodePermissionDenied, "session %s… belongs to another principal, not %s", foreign[:min(len(foreign), 6)], p)
+	}
+	return nil
+}
+
+// decidedAtLeader are the procedures a follower forwards to the leader:
+// the leader decides them against its policies and state (onLeader,
+// leaderCluster and leaderAuth call checkPending before running them
+// locally), so that a follower that has not applied a policy change yet
+// neither refuses nor allows in its place. The value is the rule to check:
+// a KeepAliveStream's renewals are KeepAlives.
+var decidedAtLeader = map[string]string{
+	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   leaseholdv1connect.LeaseholdServiceCreateSessionProcedure,
+	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
+	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
+	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    leaseholdv1connect.LeaseholdServiceCloseSessionProcedure,
+	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         leaseholdv1connect.LeaseholdServiceAcquireProcedure,
+	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      leaseholdv1connect.LeaseholdServiceTryAcquireProcedure,
+	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         leaseholdv1connect.LeaseholdServiceReleaseProcedure,
+	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      leaseholdv1connect.LeaseholdServiceCancelWaitProcedure,
+	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        leaseholdv1connect.LeaseholdServiceProclaimProcedure,
+	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           leaseholdv1connect.LeaseholdServiceKvPutProcedure,
+	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        leaseholdv1connect.LeaseholdServiceKvDeleteProcedure,
+	leaseholdv1connect.ClusterServiceAddMemberProcedure:         leaseholdv1connect.ClusterServiceAddMemberProcedure,
+	leaseholdv1connect.ClusterServiceRemoveMemberProcedure:      leaseholdv1connect.ClusterServiceRemoveMemberProcedure,
+	leaseholdv1connect.ClusterServiceTransferLeaderProcedure:    leaseholdv1connect.ClusterServiceTransferLeaderProcedure,
+	leaseholdv1connect.ClusterServiceBumpTokenProcedure:         leaseholdv1connect.ClusterServiceBumpTokenProcedure,
+	leaseholdv1connect.AuthServiceSetEnabledProcedure:           leaseholdv1connect.AuthServiceSetEnabledProcedure,
+	leaseholdv1connect.AuthServiceCreateTokenProcedure:          leaseholdv1connect.AuthServiceCreateTokenProcedure,
+	leaseholdv1connect.AuthServiceRevokeTokenProcedure:          leaseholdv1connect.AuthServiceRevokeTokenProcedure,
+	leaseholdv1connect.AuthServiceSetPolicyProcedure:            leaseholdv1connect.AuthServiceSetPolicyProcedure,
+	leaseholdv1connect.AuthServiceDeletePolicyProcedure:         leaseholdv1connect.AuthServiceDeletePolicyProcedure,
+}
+
+type pendingKey struct{}
+
+// checkPending decides, on the leader just before it runs a request
+// locally, the request the interceptor left to it (decidedAtLeader).
+func (s *Server) checkPending(ctx context.Context, msg any) error {
+	proc, ok := ctx.Value(pendingKey{}).(string)
+	if !ok {
+		return nil
+	}
+	pol := s.policies()
+	if !pol.On() {
+		return nil
+	}
+	return s.authorize(ctx, pol, proc, msg)
+}
+
+// authz is the connect interceptor of authorization.
+type authz struct{ s *Server }
+
+func (a authz) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		pol := a.s.policies()
+		if !pol.On() { // the plain path: one atomic load
+			res, err := next(ctx, req)
+			if proc := req.Spec().Procedure; adminProcedure(proc) {
+				a.s.auditAdmin(ctx, proc, err)
+			}
+			return res, err
+		}
+		proc := req.Spec().Procedure
+		if rule, ok := decidedAtLeader[proc]; ok {
+			ctx = context.WithValue(ctx, pendingKey{}, rule)
+		} else if err := a.s.authorize(ctx, pol, proc, req.Any()); err != nil {
+			return nil, err
+		}
+		res, err := next(ctx, req)
+		if adminProcedure(proc) {
+			a.s.auditAdmin(ctx, proc, err)
+		}
+		if err == nil {
+			a.s.redact(ctx, pol, res.Any())
+		}
+		return res, err
+	}
+}
+
+func (a authz) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a authz) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		pol := a.s.policies()
+		if !pol.On() {
+			return next(ctx, conn)
+		}
+		if rule, ok := decidedAtLeader[conn.Spec().Procedure]; ok {
+			return next(context.WithValue(ctx, pendingKey{}, rule), conn)
+		}
+		err := next(ctx, &authzConn{StreamingHandlerConn: conn, s: a.s, ctx: ctx, pol: pol})
+		if adminProcedure(conn.Spec().Procedure) {
+			a.s.auditAdmin(ctx, conn.Spec().Procedure, err)
+		}
+		return err
+	}
+}
+
+// authzConn checks every received message and redacts every sent one.
+type authzConn struct {
+	connect.StreamingHandlerConn
+	s   *Server
+	ctx context.Context
+	pol *auth.Policies
+}
+
+func (c *authzConn) Receive(msg any) error {
+	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
+		return err
+	}
+	return c.s.authorize(c.ctx, c.pol, c.Spec().Procedure, msg)
+}
+
+func (c *authzConn) Send(msg any) error {
+	c.s.redact(c.ctx, c.pol, msg)
+	return c.StreamingHandlerConn.Send(msg)
+}
+
+func (s *Server) auditAdmin(ctx context.Context, proc string, err error) {
+	p := principalFrom(ctx)
+	if err != nil {
+		s.auditLog().Info("audit", "action", action(proc), "principal", p.String(), "result", "error", "err", err.Error())
+		return
+	}
+	s.auditLog().Info("audit", "action", action(proc), "principal", p.String(), "result", "ok")
+}
+
+// redact removes the lease ids of other principals' sessions from an
+// answer (status, list, watch): the holder's owner label and token stay.
+func (s *Server) redact(ctx context.Context, pol *auth.Policies, msg any) {
+	p := principalFrom(ctx)
+	if pol.IsAdmin(p) {
+		return
+	}
+	var infos []*pb.LockInfo
+	switch m := msg.(type) {
+	case *pb.StatusResponse:
+		infos = []*pb.LockInfo{m.GetLock()}
+	case *pb.ListResponse:
+		infos = m.GetLocks()
+	case *pb.WatchResponse:
+		if e := m.GetEvent(); e != nil && e.GetLeaseId() != "" && !s.owns(p, e.GetLeaseId()) {
+			e.LeaseId = ""
+		}
+		return
+	default:
+		return
+	}
+	for _, li := range infos {
+		if h := li.GetHolder(); h != nil && !s.owns(p, h.GetLeaseId()) {
+			h.LeaseId = ""
+		}
+		for _, h := range li.GetHolders() { // shared holders and permits
+			if !s.owns(p, h.GetLeaseId()) {
+				h.LeaseId = ""
+			}
+		}
+		for _, w := range li.GetWaiters() {
+			if !s.owns(p, w.GetLeaseId()) {
+				w.LeaseId = ""
+			}
+		}
+	}
+}
+
+func (s *Server) owns(p auth.Principal, leaseID string) bool {
+	var owner string
+	var ok bool
+	s.node.Read(func(m *fsm.Machine) { owner, ok = m.SessionPrincipal(leaseID) })
+	return ok && owner == p.Name
+}
+
+// authService implements leaseholdv1connect.AuthServiceHandler.
+type authService struct{ s *Server }
+
+type authClient = leaseholdv1connect.AuthServiceClient
+
+// authToAPI maps the auth errors to API codes.
+func authToAPI(err error) error {
+	switch {
+	case errors.Is(err, auth.ErrInvalid):
+		return api.Errorf(api.CodeInvalidArgument, "%v", err)
+	case errors.Is(err, fsm.ErrAuthNotFound):
+		return api.Errorf(api.CodeNotFound, "%v", err)
+	case errors.Is(err, fsm.ErrAuthLimit):
+		return api.Errorf(api.CodeResourceExhausted, "%v", err)
+	}
+	return err
+}
+
+// leaderAuth runs local on the leader, or forwards the request to it.
+func leaderAuth[Req, Res any](ctx context.Context, s *Server, req *connect.Request[Req],
+	local func(context.Context, *Req) (*Res, error),
+	remote func(authClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+) (*connect.Response[Res], error) {
+	if s.node.IsLeader() {
+		if err := s.checkPending(ctx, req.Msg); err != nil {
+			return nil, err
+		}
+		res, err := local(ctx, req.Msg)
+		if err == nil {
+			return connect.NewResponse(res), nil
+		}
+		if !isNotLeader(err) {
+			return nil, api.ToConnect(toAPI(authToAPI(err)))
+		}
+	}
+	if by := req.Header().Get(forwardedHeader); by != "" {
+		return nil, api.ToConnect(api.Errorf(api.CodeNotLeader, "node %s is not the leader (forwarded by %s)", s.node.ID(), by))
+	}
+	addr, err := s.leaderAPIAddr()
+	if err != nil {
+		return nil, api.ToConnect(err)
+	}
+	ac := leaseholdv1connect.NewAuthServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
+	fwd := connect.NewRequest(req.Msg)
+	s.setForwardHeaders(ctx, fwd.Header())
+	res, err := remote(ac, ctx, fwd)
+	return res, forwardErr(err)
+}
+
+func (a *authService) SetEnabled(ctx context.Context, req *connect.Request[pb.SetEnabledRequest]) (*connect.Response[pb.SetEnabledResponse], error) {
+	s := a.s
+	if req.Msg.GetEnabled() {
+		// Refuse to lock everybody out: the caller must be an admin once
+		// auth is on.
+		on := auth.Compile(&fsmpb.AuthState{Enabled: true, Policies: s.policies().State().GetPolicies()})
+		if p := principalFrom(ctx); !on.IsAdmin(p) {
+			return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "auth enable: %s would not be an admin once auth is on; authenticate as a principal named by serve --admin or by a policy granting admin", p))
+		}
+	}
+	return leaderAuth(ctx, s, req, func(ctx context.Context, m *pb.SetEnabledRequest) (*pb.SetEnabledResponse, error) {
+		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_AuthEnable{AuthEnable: &fsmpb.AuthEnable{Enabled: m.GetEnabled()}}}); err != nil {
+			return nil, err
+		}
+		return &pb.SetEnabledResponse{Enabled: m.GetEnabled()}, nil
+	}, authClient.SetEnabled)
+}
+
+func (a *authService) Status(ctx context.Context, _ *connect.Request[pb.AuthStatusRequest]) (*connect.Response[pb.AuthStatusResponse], error) {
+	pol := a.s.policies()
+	p := principalFrom(ctx)
+	st := pol.State()
+	res := &pb.AuthStatusResponse{Enabled: pol.On(), Principal: p.Name, Policies: int32(len(st.GetPolicies())), Tokens: int32(len(st.GetTokens()))}
+	if p.Node {
+		res.Roles = append(res.Roles, "node")
+	}
+	if p.Admin || auth.Compile(&fsmpb.AuthState{Enabled: true, Policies: st.GetPolicies()}).IsAdmin(p) {
+		res.Roles = append(res.Roles, "admin")
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (a *authService) CreateToken(ctx context.Context, req *connect.Request[pb.CreateTokenRequest]) (*connect.Response[pb.CreateTokenResponse], error) {
+	s := a.s
+	if !auth.ValidPrincipal(req.Msg.GetPrincipal()) {
+		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "principal %q: want 1..64 of A-Z a-z 0-9 . _ - @, not starting with '.', not %q", req.Msg.GetPrincipal(), auth.NodeName))
+	}
+	return leaderAuth(ctx, s, req, func(ctx context.Context, m *pb.CreateTokenRequest) (*pb.CreateTokenResponse, error) {
+		tok, rec := auth.NewToken(m.GetPrincipal(), s.clock.Now().UnixMilli())
+		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_AuthPutToken{AuthPutToken: &fsmpb.AuthPutToken{Token: rec}}}); err != nil {
+			return nil, err
+		}
+		return &pb.CreateTokenResponse{Id: rec.GetId(), Principal: rec.GetPrincipal(), Token: tok}, nil
+	}, authClient.CreateToken)
+}
+
+func (a *authService) RevokeToken(ctx context.Context, req *connect.Request[pb.RevokeTokenRequest]) (*connect.Response[pb.RevokeTokenResponse], error) {
+	s := a.s
+	return leaderAuth(ctx, s, req, func(ctx context.Context, m *pb.RevokeTokenRequest) (*pb.RevokeTokenResponse, error) {
+		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_AuthRevokeToken{AuthRevokeToken: &fsmpb.AuthRevokeToken{Id: m.GetId()}}}); err != nil {
+			return nil, err
+		}
+		return &pb.RevokeTokenResponse{}, nil
+	}, authClient.RevokeToken)
+}
+
+func (a *authService) ListTokens(ctx context.Context, _ *connect.Request[pb.ListTokensRequest]) (*connect.Response[pb.ListTokensResponse], error) {
+	res := &pb.ListTokensResponse{}
+	for _, t := range a.s.policies().Tokens() {
+		res.Tokens = append(res.Tokens, &pb.TokenInfo{Id: t.GetId(), Principal: t.GetPrincipal(), CreatedUnixMs: t.GetCreatedUnixMs()})
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (a *authService) SetPolicy(ctx context.Context, req *connect.Request[pb.SetPolicyRequest]) (*connect.Response[pb.SetPolicyResponse], error) {
+	s := a.s
+	p := req.Msg.GetPolicy()
+	rec := &fsmpb.AuthPolicy{Name: p.GetName(), Principals: p.GetPrincipals(), Permissions: p.GetPermissions(), Prefixes: p.GetPrefixes()}
+	if err := auth.ValidatePolicy(rec); err != nil {
+		return nil, api.ToConnect(authToAPI(err))
+	}
+	return leaderAuth(ctx, s, req, func(ctx context.Context, _ *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
+		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_AuthPutPolicy{AuthPutPolicy: &fsmpb.AuthPutPolicy{Policy: rec}}}); err != nil {
+			return nil, err
+		}
+		return &pb.SetPolicyResponse{}, nil
+	}, authClient.SetPolicy)
+}
+
+func (a *authService) ListPolicies(ctx context.Context, _ *connect.Request[pb.ListPoliciesRequest]) (*connect.Response[pb.ListPoliciesResponse], error) {
+	res := &pb.ListPoliciesResponse{}
+	for _, p := range a.s.policies().State().GetPolicies() {
+		res.Policies = append(res.Policies, &pb.Policy{Name: p.GetName(), Principals: p.GetPrincipals(), Permissions: p.GetPermissions(), Prefixes: p.GetPrefixes()})
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (a *authService) DeletePolicy(ctx context.Context, req *connect.Request[pb.DeletePolicyRequest]) (*connect.Response[pb.DeletePolicyResponse], error) {
+	s := a.s
+	return leaderAuth(ctx, s, req, func(ctx context.Context, m *pb.DeletePolicyRequest) (*pb.DeletePolicyResponse, error) {
+		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_AuthDeletePolicy{AuthDeletePolicy: &fsmpb.AuthDeletePolicy{Name: m.GetName()}}}); err != nil {
+			return nil, err
+		}
+		return &pb.DeletePolicyResponse{}, nil
+	}, authClient.DeletePolicy)
+}

@@ -1,0 +1,188 @@
+package server_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"net/http"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/servertest"
+)
+
+// bearerClients are API clients that send "Authorization: Bearer tok".
+type bearerClients struct {
+	locks leaseholdv1connect.LeaseholdServiceClient
+	auth  leaseholdv1connect.AuthServiceClient
+}
+
+type bearerRT struct{ tok string }
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.tok != "" {
+		r.Header.Set("Authorization", "Bearer "+b.tok)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func withToken(t *testing.T, c *servertest.Cluster, tok string) bearerClients {
+	hc := &http.Client{Transport: bearerRT{tok}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return bearerClients{
+		locks: leaseholdv1connect.NewLeaseholdServiceClient(hc, c.URL, connect.WithProtoJSON()),
+		auth:  leaseholdv1connect.NewAuthServiceClient(hc, c.URL, connect.WithProtoJSON()),
+	}
+}
+
+// TestAuthBearerTokens: tokens are returned once and stored as SHA-256
+// only; with auth enabled a token's principal is held to its policies and
+// its own sessions; a revoked or unknown token is refused.
+func TestAuthBearerTokens(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
+	ctx := ctxT(t)
+	anon := withToken(t, c, "")
+	mk := func(who string) string {
+		res, err := anon.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
+		mustOK(t, "create token "+who, err)
+		return res.Msg.GetToken()
+	}
+	opsTok, aliceTok, eveTok := mk("ops"), mk("alice"), mk("eve")
+
+	// Stored hashed: the state holds SHA-256(token), never the token.
+	state := c.State()
+	for _, tok := range []string{opsTok, aliceTok, eveTok} {
+		sum := sha256.Sum256([]byte(tok))
+		if bytes.Contains(state, []byte(tok)) || bytes.Contains(state, []byte(tok[len(tok)-64:])) {
+			t.Fatal("the state contains a bearer token")
+		}
+		if !bytes.Contains(state, sum[:]) {
+			t.Fatal("the state lacks a token's SHA-256")
+		}
+	}
+
+	ops, alice, eve := withToken(t, c, opsTok), withToken(t, c, aliceTok), withToken(t, c, eveTok)
+	_, err := anon.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	wantCode(t, "anonymous enables auth (would lock itself out)", err, api.CodeInvalidArgument)
+	for _, p := range []*pb.Policy{
+		{Name: "alice", Principals: []string{"alice"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"job:"}},
+		{Name: "eve", Principals: []string{"eve"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"job:"}},
+	} {
+		_, err := ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: p}))
+		mustOK(t, "set policy", err)
+	}
+	_, err = ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	mustOK(t, "ops enables auth", err)
+
+	_, err = anon.locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000}))
+	wantCode(t, "anonymous creates a session", err, api.CodePermissionDenied)
+	_, err = withToken(t, c, "lh.0000000000000000."+string(bytes.Repeat([]byte("0"), 64))).locks.List(ctx, req(&pb.ListRequest{Prefix: "job:"}))
+	wantCode(t, "unknown token", err, api.CodePermissionDenied)
+
+	s, err := alice.locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000, Owner: "alice"}))
+	mustOK(t, "alice session", err)
+	lease := s.Msg.GetLeaseId()
+	h, err := alice.locks.Acquire(ctx, req(&pb.AcquireRequest{Name: "job:1", LeaseId: lease}))
+	mustOK(t, "alice acquires", err)
+
+	// Lease takeover with an observed lease id.
+	_, err = eve.locks.Release(ctx, req(&pb.ReleaseRequest{Name: "job:1", LeaseId: lease, Token: h.Msg.GetHolding().GetToken()}))
+	wantCode(t, "eve releases alice's lock", err, api.CodePermissionDenied)
+	_, err = eve.locks.KeepAlive(ctx, req(&pb.KeepAliveRequest{LeaseId: lease}))
+	wantCode(t, "eve renews alice's session", err, api.CodePermissionDenied)
+	eves, err := eve.locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000, Owner: "eve"}))
+	mustOK(t, "eve session", err)
+	_, err = eve.locks.KeepAlive(ctx, req(&pb.KeepAliveRequest{LeaseIds: []string{eves.Msg.GetLeaseId(), lease}}))
+	wantCode(t, "eve renews alice's session in a batch", err, api.CodePermissionDenied)
+	_, err = eve.locks.KeepAlive(ctx, req(&pb.KeepAliveRequest{LeaseIds: []string{eves.Msg.GetLeaseId()}}))
+	mustOK(t, "eve renews her own session in a batch", err)
+	ls, err := eve.locks.List(ctx, req(&pb.ListRequest{Prefix: "job:"}))
+	mustOK(t, "eve lists", err)
+	if got := ls.Msg.GetLocks()[0].GetHolder(); got.GetLeaseId() != "" || got.GetOwner() != "alice" {
+		t.Fatalf("eve sees %+v: want the owner, lease id redacted", got)
+	}
+	_, err = eve.locks.List(ctx, req(&pb.ListRequest{Prefix: ""}))
+	wantCode(t, "eve lists outside her prefix", err, api.CodePermissionDenied)
+	ls, err = ops.locks.List(ctx, req(&pb.ListRequest{Prefix: ""}))
+	mustOK(t, "ops lists", err)
+	if ls.Msg.GetLocks()[0].GetHolder().GetLeaseId() != lease {
+		t.Fatal("an admin sees lease ids")
+	}
+
+	// Revoking alice's token takes effect at once.
+	toks, err := ops.auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	mustOK(t, "list tokens", err)
+	for _, tk := range toks.Msg.GetTokens() {
+		if tk.GetPrincipal() == "alice" {
+			_, err = ops.auth.RevokeToken(ctx, req(&pb.RevokeTokenRequest{Id: tk.GetId()}))
+			mustOK(t, "revoke", err)
+		}
+	}
+	_, err = alice.locks.KeepAlive(ctx, req(&pb.KeepAliveRequest{LeaseId: lease}))
+	wantCode(t, "revoked token", err, api.CodePermissionDenied)
+
+}
+
+type headerRT map[string]string
+
+func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h {
+		r.Header.Set(k, v)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestAuthForwardedPrincipal: the Leasehold-Principal header is believed
+// only from a node (here: a caller with the node secret) of this cluster,
+// and then the request is decided as that principal, never as the node.
+func TestAuthForwardedPrincipal(t *testing.T) {
+	const secret = "0123456789abcdef0123456789abcdef"
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) {
+		cfg.Admins = []string{"ops"}
+		cfg.NodeSecret = secret
+	}})
+	ctx := ctxT(t)
+	clusterID := c.Server().Node().ClusterID()
+	as := func(h headerRT) bearerClients {
+		hc := &http.Client{Transport: h}
+		t.Cleanup(hc.CloseIdleConnections)
+		return bearerClients{
+			locks: leaseholdv1connect.NewLeaseholdServiceClient(hc, c.URL, connect.WithProtoJSON()),
+			auth:  leaseholdv1connect.NewAuthServiceClient(hc, c.URL, connect.WithProtoJSON()),
+		}
+	}
+	opsTok, err := as(headerRT{}).auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: "ops"}))
+	mustOK(t, "token", err)
+	ops := withToken(t, c, opsTok.Msg.GetToken())
+	_, err = ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "r", Principals: []string{"reader"}, Permissions: []string{"read"}}}))
+	mustOK(t, "policy", err)
+	_, err = ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	mustOK(t, "enable", err)
+
+	fwd := func(who, sec string) bearerClients {
+		return as(headerRT{"Leasehold-Principal": who, "Leasehold-Forwarded-By": "n9", "Leasehold-Cluster-Id": clusterID, "Leasehold-Node-Secret": sec})
+	}
+	// From a node: decided as the principal it names.
+	_, err = fwd("reader", secret).locks.List(ctx, req(&pb.ListRequest{}))
+	mustOK(t, "reader's read forwarded by a node", err)
+	_, err = fwd("reader", secret).locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000}))
+	wantCode(t, "reader's write forwarded by a node", err, api.CodePermissionDenied)
+	_, err = fwd("ops", secret).auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	mustOK(t, "ops forwarded by a node", err)
+	// From anyone else: refused, whatever it names.
+	_, err = fwd("ops", "").auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	wantCode(t, "forged principal header", err, api.CodePermissionDenied)
+	_, err = fwd("ops", secret[1:]+"x").auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	wantCode(t, "wrong node secret", err, api.CodePermissionDenied)
+	_, err = as(headerRT{"Leasehold-Principal": "ops", "Authorization": "Bearer " + opsTok.Msg.GetToken()}).locks.List(ctx, req(&pb.ListRequest{}))
+	wantCode(t, "an admin's token does not make the header believed", err, api.CodePermissionDenied)
+	// The node itself (no principal header) is a node.
+	_, err = as(headerRT{"Leasehold-Node-Secret": secret}).auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
+	mustOK(t, "a node", err)
+}
