@@ -65,6 +65,12 @@ func TestSmoke(t *testing.T) {
 				if v < -50 || v > 10*smokeParams().CrashTTL.Seconds()*1000 {
 					t.Errorf("%s: %s: %s = %v", sys, k.Workload, k.Name, v)
 				}
+			case k.Name == "client bytes/session":
+				// A heap difference over a smoke run's few sessions is mostly
+				// GC noise and may come out negative; it must be a number.
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Errorf("%s: %s: %s = %v", sys, k.Workload, k.Name, v)
+				}
 			case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
 				t.Errorf("%s: %s: %s = %v", sys, k.Workload, k.Name, v)
 			case res.Higher[k] && v <= 0: // every throughput counted some operations
