@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/server"
@@ -57,6 +58,12 @@ func TestAccessLog(t *testing.T) {
 	mustOK(t, "close responses", ks.CloseResponse())
 	if code, _ := httpGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz = %d", code)
+	}
+	// A stream's line is written when its handler returns, which may be
+	// after the client has closed its side: wait for it.
+	streamLine := `path=/leasehold.v1.LeaseholdService/KeepAliveStream status=200`
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(buf.String(), streamLine) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	log := buf.String()
 	for _, want := range []string{

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -49,28 +50,42 @@ func TestReadsWhileQueueChanges(t *testing.T) {
 // Two Acquires of one name by one session: the outcome of one request's
 // queue entry (withdrawn when it gave up) is never taken for the other's,
 // so the second never reports lease-expired for a live session and never
-// leaves its entry behind.
+// leaves its entry behind. The second request is sent once the first is
+// queued (a later request of a session replaces its earlier wait, so the
+// order of arrival decides which one may be told "replaced"), at offsets
+// that straddle the first one's give-up.
 func TestConcurrentWaitsOfOneSession(t *testing.T) {
 	c := servertest.Start(t, servertest.Options{})
 	ctx := ctxT(t)
 	holder := newSession(t, c.Client, 60000, "h")
 	acquire(t, c.Client, "x", holder.GetLeaseId())
-	for i := range 100 {
+	for i := range 60 {
 		s := newSession(t, c.Client, 60000, "w")
-		var wg sync.WaitGroup
-		var err2 error
-		wg.Go(func() {
-			actx, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
+		first := async(func() error {
+			actx, cancel := context.WithTimeout(ctx, 15*time.Millisecond)
 			defer cancel()
-			_, _ = c.Client.Acquire(actx, req(&pb.AcquireRequest{Name: "x", LeaseId: s.GetLeaseId()}))
+			_, err := c.Client.Acquire(actx, req(&pb.AcquireRequest{Name: "x", LeaseId: s.GetLeaseId()}))
+			return err
 		})
-		wg.Go(func() {
-			time.Sleep(time.Duration(1500+(i%30)*50) * time.Microsecond) // overlap the first request's give-up
-			actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			defer cancel()
-			_, err2 = c.Client.Acquire(actx, req(&pb.AcquireRequest{Name: "x", LeaseId: s.GetLeaseId()}))
-		})
-		wg.Wait()
+		var firstErr error
+		firstDone := false
+		for !firstDone && !slices.Contains(waiters(status(t, c.Client, "x")), s.GetLeaseId()) {
+			select {
+			case firstErr = <-first:
+				firstDone = true
+			default:
+			}
+		}
+		time.Sleep(time.Duration(i%20) * time.Millisecond) // straddle the first request's give-up
+		actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err2 := c.Client.Acquire(actx, req(&pb.AcquireRequest{Name: "x", LeaseId: s.GetLeaseId()}))
+		cancel()
+		if !firstDone {
+			firstErr = <-first
+		}
+		if firstErr == nil {
+			t.Fatalf("iteration %d: the first Acquire was granted a held lock", i)
+		}
 		if code := api.CodeOf(err2); code != api.CodeDeadlineExceeded {
 			t.Fatalf("iteration %d: the second Acquire got %s (%v); want deadline-exceeded (the lock stays held)", i, code, err2)
 		}
@@ -80,5 +95,4 @@ func TestConcurrentWaitsOfOneSession(t *testing.T) {
 	if w := waiters(status(t, c.Client, "x")); len(w) != 0 {
 		t.Fatalf("queue entries left behind: %v", w)
 	}
-
 }
