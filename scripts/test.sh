@@ -14,6 +14,6 @@ go test -race -count=1 -timeout 15m ./...
 (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
 # The TypeScript client against a real server (node's test runner).
 bash scripts/ts-test.sh
-# Fault suite, tier 3: every fuzz target for 10 s (docs/reliability.md). The cluster simulation
+# Fault suite, tier 3: every fuzz target for 15 s (docs/reliability.md). The cluster simulation
 # (internal/sim, build tag leasehold_sim) is not run here: see docs/reliability.md.
-bash scripts/fuzz.sh 10
+bash scripts/fuzz.sh 15
