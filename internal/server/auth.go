@@ -571,30 +571,14 @@ func leaderAuth[Req, Res any](ctx context.Context, s *Server, req *connect.Reque
 	local func(context.Context, *Req) (*Res, error),
 	remote func(authClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
-	if s.node.IsLeader() {
-		if err := s.checkPending(ctx, req.Msg); err != nil {
+	leader := func() (authClient, error) {
+		addr, err := s.forwardAddr()
+		if err != nil {
 			return nil, err
 		}
-		res, err := local(ctx, req.Msg)
-		if err == nil {
-			return connect.NewResponse(res), nil
-		}
-		if !isNotLeader(err) {
-			return nil, api.ToConnect(toAPI(authToAPI(err)))
-		}
+		return leaseholdv1connect.NewAuthServiceClient(s.http, s.peerURL(addr), connect.WithGRPC()), nil
 	}
-	if by := req.Header().Get(forwardedHeader); by != "" {
-		return nil, api.ToConnect(api.Errorf(api.CodeNotLeader, "node %s is not the leader (forwarded by %s)", s.node.ID(), by))
-	}
-	addr, err := s.leaderAPIAddr()
-	if err != nil {
-		return nil, api.ToConnect(err)
-	}
-	ac := leaseholdv1connect.NewAuthServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
-	fwd := connect.NewRequest(req.Msg)
-	s.setForwardHeaders(ctx, fwd.Header())
-	res, err := remote(ac, ctx, fwd)
-	return res, forwardErr(err)
+	return onLeaderVia(ctx, s, req, local, remote, leader, func(err error) error { return toAPI(authToAPI(err)) })
 }
 
 func (a *authService) SetEnabled(ctx context.Context, req *connect.Request[pb.SetEnabledRequest]) (*connect.Response[pb.SetEnabledResponse], error) {

@@ -355,10 +355,11 @@ func (s *Server) leaderAPIAddr() (string, error) {
 	return addr, nil
 }
 
-func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, error) {
+// forwardAddr is the API address of the leader a follower forwards to.
+func (s *Server) forwardAddr() (string, error) {
 	addr, err := s.leaderAPIAddr()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	// A follower that has not heard from the leader for longer than the
 	// heartbeat timeout (an election is about to start) does not forward:
@@ -366,7 +367,15 @@ func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, erro
 	// would wait out the caller's deadline. Nothing was sent, so the answer
 	// is `unavailable` at once and the client tries another node.
 	if since := time.Since(s.node.Raft().LastContact()); since > s.cfg.Raft.HeartbeatTimeout {
-		return nil, api.Errorf(api.CodeUnavailable, "node %s has not heard from the leader for %v", s.node.ID(), since.Round(time.Millisecond))
+		return "", api.Errorf(api.CodeUnavailable, "node %s has not heard from the leader for %v", s.node.ID(), since.Round(time.Millisecond))
+	}
+	return addr, nil
+}
+
+func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, error) {
+	addr, err := s.forwardAddr()
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -394,6 +403,17 @@ func onLeader[Req, Res any](
 	local func(context.Context, *Req) (*Res, error),
 	remote func(leaseholdv1connect.LeaseholdServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
+	return onLeaderVia(ctx, s, req, local, remote, s.leaderClient, toAPI)
+}
+
+// onLeaderVia is onLeader for any service: leader gives the client of the
+// leader's service, mapErr turns local errors into API errors.
+func onLeaderVia[C, Req, Res any](
+	ctx context.Context, s *Server, req *connect.Request[Req],
+	local func(context.Context, *Req) (*Res, error),
+	remote func(C, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+	leader func() (C, error), mapErr func(error) error,
+) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
 		if err := s.checkPending(ctx, req.Msg); err != nil {
 			return nil, err
@@ -403,13 +423,13 @@ func onLeader[Req, Res any](
 			return connect.NewResponse(res), nil
 		}
 		if !isNotLeader(err) {
-			return nil, api.ToConnect(toAPI(err))
+			return nil, api.ToConnect(mapErr(err))
 		}
 	}
 	if by := req.Header().Get(forwardedHeader); by != "" {
 		return nil, api.ToConnect(api.Errorf(api.CodeNotLeader, "node %s is not the leader (request forwarded by %s)", s.node.ID(), by))
 	}
-	c, err := s.leaderClient()
+	c, err := leader()
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
