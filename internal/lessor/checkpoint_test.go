@@ -292,3 +292,47 @@ func TestDeadHolderFreedUnderLeaderChurn(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckpointDueWhileClearInFlight: a checkpointed session whose
+// renewal is clearing its checkpoint (the clear not yet applied) passes its
+// next checkpoint time. The lessor neither checkpoints it meanwhile nor
+// spins on it: the clock keeps advancing, the clear completes, and the
+// renewal is granted.
+func TestCheckpointDueWhileClearInFlight(t *testing.T) {
+	// A spinning lessor never lets the bubble's clock advance: end the
+	// test binary rather than hang until the test timeout.
+	guard := time.AfterFunc(30*time.Second, func() {
+		panic("the lessor spins while a clear is in flight: the manual clock never advanced past the checkpoint time")
+	})
+	defer guard.Stop()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, func(c *Config) { c.CheckpointInterval = time.Second })
+		release := make(chan struct{})
+		r.p.setRespond(func(ctx context.Context, _ int, cmd *fsmpb.Command) (fsm.Result, error) {
+			if cmd.GetCheckpoint() == nil {
+				return fsm.Result{}, nil
+			}
+			select {
+			case <-release:
+				return fsm.Result{}, nil
+			case <-ctx.Done():
+				return fsm.Result{}, ctx.Err()
+			}
+		})
+		r.l.Promote([]*fsmpb.Session{{LeaseId: "a", TtlMs: 10_000, Checkpointed: true, CheckpointRemainingMs: 5000, CheckpointGeneration: 1}}, nil)
+		renewed := make(chan error, 1)
+		go func() { _, err := r.l.Renew("a"); renewed <- err }()
+		r.advanceTo(3 * time.Second) // past the checkpoint time (every 1 s)
+		n := len(r.p.all())
+		close(release)
+		if err := <-renewed; err != nil {
+			t.Fatalf("Renew = %v", err)
+		}
+		if n != 1 {
+			t.Fatalf("%d proposals while the clear was in flight; want only the clear", n)
+		}
+		if rem, _ := r.l.Remaining("a"); rem <= 5*time.Second {
+			t.Fatalf("after the renewal Remaining = %v; want the full TTL", rem)
+		}
+	})
+}

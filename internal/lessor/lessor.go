@@ -313,7 +313,10 @@ func (l *Lessor) Close() {
 // it: its deadline, or its next checkpoint.
 func (l *Lessor) scheduleLocked(e *entry) {
 	at := e.deadline
-	if l.cfg.CheckpointInterval > 0 {
+	// While a clear is in flight no checkpoint is computed (due skips it):
+	// a checkpoint time here would already be past and keep e at the top
+	// of the heap. The clear's completion schedules e again.
+	if l.cfg.CheckpointInterval > 0 && e.clearing == 0 {
 		cp := e.renewed.Add(idleAfter(e.ttl))
 		if e.short {
 			cp = e.nextCP
@@ -431,6 +434,9 @@ func (l *Lessor) RenewMany(ctx context.Context, ids []string, out []Renewal) {
 	for k, i := range pending {
 		e := entries[k]
 		e.clearing--
+		if e.clearing == 0 && e.idx >= 0 {
+			l.scheduleLocked(e) // its checkpoint time counts again
+		}
 		switch {
 		case err != nil:
 			out[i] = Renewal{Err: fmt.Errorf("lessor: clear the checkpoint of %s: %w", e.id, err)}
