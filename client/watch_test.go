@@ -161,6 +161,7 @@ func TestWatchFromIndexAndCompacted(t *testing.T) {
 	c := dial(t, ts.Addr)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
+	s := newSession(t, c) // applied before the watch starts: its start index is above 0
 	var progress []uint64
 	stream, err := c.Watch(ctx, "h:", client.OnProgress(func(i uint64) { progress = append(progress, i) }))
 	if err != nil {
@@ -168,7 +169,6 @@ func TestWatchFromIndexAndCompacted(t *testing.T) {
 	}
 	evs, errc, done := collect(ctx, t, stream)
 	defer func() { cancel(); <-done }()
-	s := newSession(t, c)
 	var seen []*client.Event
 	for i := range 4 {
 		l, err := s.Acquire(ctx, fmt.Sprintf("h:%d", i))
