@@ -21,6 +21,9 @@ type canary struct {
 	c    *lh.Client
 	s    *lh.Session
 	held *lh.Lock
+	// pace, when set, is the least time between the starts of two rounds,
+	// so that the canary stays within a low rate limit of its own.
+	pace time.Duration
 
 	mu   sync.Mutex // protects following
 	lats []time.Duration
@@ -53,9 +56,11 @@ func (k *canary) round(ctx context.Context) error {
 	if err := l.Release(ctx); err != nil {
 		return err
 	}
+	took := time.Since(start)
 	k.mu.Lock()
-	k.lats = append(k.lats, time.Since(start))
+	k.lats = append(k.lats, took)
 	k.mu.Unlock()
+	time.Sleep(k.pace - took) // a well-behaved client's pace; no-op when unset
 	return nil
 }
 

@@ -345,6 +345,11 @@ func TestSnapshotCatchUp(t *testing.T) {
 		cfg.Raft.SnapshotThreshold = 16
 		cfg.Raft.SnapshotInterval = 100 * time.Millisecond
 		cfg.Raft.TrailingLogs = 4
+		// Two of three nodes run most of this test: a loaded machine must
+		// not cost the leader its quorum (nothing here measures failover).
+		cfg.Raft.HeartbeatTimeout = time.Second
+		cfg.Raft.ElectionTimeout = time.Second
+		cfg.Raft.LeaderLeaseTimeout = 500 * time.Millisecond
 	}})
 	ctx := ctxT(t, 60*time.Second)
 	lagger := c.Followers()[0]
