@@ -49,7 +49,7 @@ func TestAuthCLI(t *testing.T) {
 	if len(list.Tokens) != 2 {
 		t.Fatalf("token list: %+v", list)
 	}
-	eventually(t, 10*time.Second, "audit line", func() bool {
+	eventually(t, 30*time.Second, "audit line", func() bool {
 		return strings.Contains(p.log.String(), "component=audit action=BumpToken principal=ci result=denied")
 	})
 }

@@ -154,7 +154,7 @@ exit 0`
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	done := startGroup(t, cmd)
-	eventually(t, 10*time.Second, "the command to start", func() bool {
+	eventually(t, 30*time.Second, "the command to start", func() bool {
 		return strings.HasPrefix(readFile(t, marker), "started ")
 	})
 	tok, err := strconv.ParseUint(strings.Fields(readFile(t, marker))[1], 10, 64)

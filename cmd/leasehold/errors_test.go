@@ -66,7 +66,7 @@ func TestCLICtrlC(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	done := startGroup(t, cmd)
-	eventually(t, 10*time.Second, "the acquire to queue", func() bool {
+	eventually(t, 30*time.Second, "the acquire to queue", func() bool {
 		return len(srv.status(t, "ctrl-c").Waiters) == 1
 	})
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {

@@ -48,9 +48,9 @@ exec sleep 60`
 		return n
 	}
 	a, _, _ := candidate("a", "b")
-	eventually(t, 10*time.Second, "a to lead", func() bool { return readFile(t, filepath.Join(dir, "a.epoch")) != "" })
+	eventually(t, 30*time.Second, "a to lead", func() bool { return readFile(t, filepath.Join(dir, "a.epoch")) != "" })
 	b, doneB, stderrB := candidate("b", "a")
-	eventually(t, 10*time.Second, "b to queue", func() bool { return len(srv.status(t, "svc").Waiters) == 1 })
+	eventually(t, 30*time.Second, "b to queue", func() bool { return len(srv.status(t, "svc").Waiters) == 1 })
 	if readFile(t, filepath.Join(dir, "b.epoch")) != "" {
 		t.Fatal("b leads while a does")
 	}
@@ -58,7 +58,7 @@ exec sleep 60`
 	if err := a.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "b to lead after a's lease expired", func() bool { return readFile(t, filepath.Join(dir, "b.epoch")) != "" })
+	eventually(t, 30*time.Second, "b to lead after a's lease expired", func() bool { return readFile(t, filepath.Join(dir, "b.epoch")) != "" })
 	if saw := strings.TrimSpace(readFile(t, filepath.Join(dir, "b.saw"))); saw != "gone" && saw != "Z" {
 		t.Fatalf("when b's command started, a's command was in state %q, want gone", saw)
 	}
@@ -66,7 +66,7 @@ exec sleep 60`
 	if eb <= ea {
 		t.Fatalf("epoch of b %d not above a's %d", eb, ea)
 	}
-	eventually(t, 10*time.Second, "observe to print both leaders", func() bool {
+	eventually(t, 30*time.Second, "observe to print both leaders", func() bool {
 		var seen []string
 		for _, line := range strings.Split(strings.TrimSpace(observed.String()), "\n") {
 			var v struct {
@@ -163,7 +163,7 @@ func TestCLILockAndSharedRun(t *testing.T) {
 	lock.Env = binEnv()
 	lock.Stdout = &out
 	done := startGroup(t, lock)
-	eventually(t, 10*time.Second, "lock to print its grant", func() bool { return strings.Contains(out.String(), `"token"`) })
+	eventually(t, 30*time.Second, "lock to print its grant", func() bool { return strings.Contains(out.String(), `"token"`) })
 	if st := srv.status(t, "held"); !st.Held {
 		t.Fatalf("lock printed %s but status is %+v", out.String(), st)
 	}
@@ -182,7 +182,7 @@ func TestCLILockAndSharedRun(t *testing.T) {
 		cmd := exec.Command(leaseholdBin, "run", "rw", "--shared", "--endpoints", srv.Addr, "--", "sh", "-c", `touch "$DIR/$ME"; exec sleep 60`)
 		cmd.Env = binEnv("DIR="+dir, "ME="+me)
 		startGroup(t, cmd)
-		eventually(t, 10*time.Second, me+" to run", func() bool { return fileExists(filepath.Join(dir, me)) })
+		eventually(t, 30*time.Second, me+" to run", func() bool { return fileExists(filepath.Join(dir, me)) })
 	}
 	fails(t, srv.cli(t, "acquire", "rw", "-o", "json"), "locked", 7)
 	st := ok[struct {
@@ -226,15 +226,15 @@ exec sleep 60`
 		return n
 	}
 	a := start("a", "")
-	eventually(t, 10*time.Second, "a to hold a permit", func() bool { return readFile(t, filepath.Join(dir, "a.token")) != "" })
+	eventually(t, 30*time.Second, "a to hold a permit", func() bool { return readFile(t, filepath.Join(dir, "a.token")) != "" })
 	start("b", "")
-	eventually(t, 10*time.Second, "b to hold a permit", func() bool { return readFile(t, filepath.Join(dir, "b.token")) != "" })
+	eventually(t, 30*time.Second, "b to hold a permit", func() bool { return readFile(t, filepath.Join(dir, "b.token")) != "" })
 	start("c", "a")
-	eventually(t, 10*time.Second, "c to queue", func() bool { return len(srv.status(t, "sem").Waiters) == 1 })
+	eventually(t, 30*time.Second, "c to queue", func() bool { return len(srv.status(t, "sem").Waiters) == 1 })
 	if err := a.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "c to hold a's permit", func() bool { return readFile(t, filepath.Join(dir, "c.token")) != "" })
+	eventually(t, 30*time.Second, "c to hold a's permit", func() bool { return readFile(t, filepath.Join(dir, "c.token")) != "" })
 	if saw := strings.TrimSpace(readFile(t, filepath.Join(dir, "c.saw"))); saw != "a:gone" && saw != "a:Z" {
 		t.Fatalf("when c's command started, a's command was %q, want gone", saw)
 	}

@@ -28,7 +28,7 @@ func TestCLIRunStopsTree(t *testing.T) {
 			var stderr syncBuffer
 			cmd.Stderr = &stderr
 			done := startGroup(t, cmd)
-			eventually(t, 10*time.Second, "the command to start its children", func() bool {
+			eventually(t, 30*time.Second, "the command to start its children", func() bool {
 				return readFile(t, filepath.Join(dir, "ready")) != ""
 			})
 			var pids []int
@@ -47,7 +47,7 @@ func TestCLIRunStopsTree(t *testing.T) {
 				t.Errorf("run exited %d, want 143\nstderr: %s", code, stderr.String())
 			}
 			if sig == syscall.SIGKILL {
-				eventually(t, 10*time.Second, "the command's children to die with run", func() bool {
+				eventually(t, 30*time.Second, "the command's children to die with run", func() bool {
 					return !processLive(pids[0]) && !processLive(pids[1])
 				})
 				return

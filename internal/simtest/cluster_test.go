@@ -131,7 +131,10 @@ func TestSessionSurvivesLeaderLoss(t *testing.T) {
 	c := Start(t, 3, Options{})
 	ctx := ctxT(t, 30*time.Second)
 	cl := dial(t, c.Endpoints())
-	s, err := cl.NewSession(ctx, client.WithTTL(2*time.Second), client.WithOwner("survivor"))
+	// TTL well above election timeout + grace + one keepalive interval
+	// (0.4 + 0.2 + TTL/3 s): a loaded machine slows the election.
+	const ttl = 4 * time.Second
+	s, err := cl.NewSession(ctx, client.WithTTL(ttl), client.WithOwner("survivor"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +150,7 @@ func TestSessionSurvivesLeaderLoss(t *testing.T) {
 		t.Fatal("leader did not change")
 	}
 	// Two full TTLs pass on the new leader.
-	stop := time.After(4 * time.Second)
+	stop := time.After(2 * ttl)
 	for done := false; !done; {
 		select {
 		case <-l.Done():

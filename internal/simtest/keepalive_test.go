@@ -34,7 +34,9 @@ func TestSessionSurvivesPartitionedLeader(t *testing.T) {
 	}
 	cl := dial(t, strings.Join(eps, ","))
 	ctx := ctxT(t, 60*time.Second)
-	const ttl = 2 * time.Second
+	// TTL well above election timeout + grace + one keepalive interval
+	// (0.4 + 0.2 + TTL/3 s): a loaded machine slows the election.
+	const ttl = 4 * time.Second
 	s, err := cl.NewSession(ctx, client.WithTTL(ttl), client.WithOwner("partitioned"))
 	if err != nil {
 		t.Fatal(err)
