@@ -14,13 +14,14 @@ import (
 )
 
 // testConfig is a single-node Config on dir with timings short enough for
-// tests (an election in tens of milliseconds).
+// tests (an election in a few hundred milliseconds) and long enough that a
+// loaded machine running -race does not cost a leader its lease.
 func testConfig(t *testing.T, dir string) Config {
 	c := DefaultConfig()
 	c.DataDir = dir
-	c.HeartbeatTimeout = 50 * time.Millisecond
-	c.ElectionTimeout = 50 * time.Millisecond
-	c.LeaderLeaseTimeout = 50 * time.Millisecond
+	c.HeartbeatTimeout = 200 * time.Millisecond
+	c.ElectionTimeout = 200 * time.Millisecond
+	c.LeaderLeaseTimeout = 150 * time.Millisecond
 	c.CommitTimeout = 5 * time.Millisecond
 	c.Logger = testLogger(t)
 	return c
