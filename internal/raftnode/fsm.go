@@ -22,6 +22,9 @@ type raftFSM struct {
 
 	mu sync.RWMutex // protects following
 	m  *fsm.Machine
+	// applied is the index of the last entry applied to m; 0 after a
+	// snapshot was restored into it, until the next entry applies.
+	applied uint64
 }
 
 func (f *raftFSM) Apply(l *raft.Log) any {
@@ -34,6 +37,7 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 	start := time.Now()
 	f.mu.Lock()
 	res := f.m.Apply(l.Index, &cmd)
+	f.applied = l.Index
 	f.mu.Unlock()
 	if f.metrics != nil {
 		f.metrics.FSMApply(time.Since(start))
@@ -65,6 +69,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.m = m
+	f.applied = 0
 	f.mu.Unlock()
 	if f.onRestore != nil {
 		f.onRestore()

@@ -431,9 +431,15 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 // Read runs f with the applied state, under the state machine's read lock.
 // f must not keep references to the state past its return.
 func (n *Node) Read(f func(m *fsm.Machine)) {
+	n.ReadAt(func(m *fsm.Machine, _ uint64) { f(m) })
+}
+
+// ReadAt is Read that also passes the index of the last entry applied to
+// the state: 0 when the node restored a snapshot and applied no entry since.
+func (n *Node) ReadAt(f func(m *fsm.Machine, applied uint64)) {
 	n.fsm.mu.RLock()
 	defer n.fsm.mu.RUnlock()
-	f(n.fsm.m)
+	f(n.fsm.m, n.fsm.applied)
 }
 
 // ReadIndex confirms this node is the leader and waits until every entry
