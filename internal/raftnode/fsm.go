@@ -19,11 +19,15 @@ type raftFSM struct {
 	observer  func(uint64, *fsm.Result)
 	onRestore func()
 	metrics   Metrics // may be nil
+	// snapshotIndex, when set, is the index of the newest snapshot in the
+	// store: the one Restore reads (raft persists a snapshot it installs
+	// before restoring it); 0 when unknown.
+	snapshotIndex func() uint64
 
 	mu sync.RWMutex // protects following
 	m  *fsm.Machine
-	// applied is the index of the last entry applied to m; 0 after a
-	// snapshot was restored into it, until the next entry applies.
+	// applied is the index of the last entry applied to m, or of the
+	// snapshot restored into it; 0 when not known.
 	applied uint64
 }
 
@@ -67,9 +71,13 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	var at uint64
+	if f.snapshotIndex != nil {
+		at = f.snapshotIndex()
+	}
 	f.mu.Lock()
 	f.m = m
-	f.applied = 0
+	f.applied = at
 	f.mu.Unlock()
 	if f.onRestore != nil {
 		f.onRestore()

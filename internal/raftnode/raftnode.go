@@ -221,6 +221,12 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
+	n.fsm.snapshotIndex = func() uint64 {
+		if metas, err := snaps.List(); err == nil && len(metas) > 0 {
+			return metas[0].Index // newest first
+		}
+		return 0
+	}
 	existing, err := raft.HasExistingState(logs, store, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: inspect state: %w", err)
@@ -434,8 +440,9 @@ func (n *Node) Read(f func(m *fsm.Machine)) {
 	n.ReadAt(func(m *fsm.Machine, _ uint64) { f(m) })
 }
 
-// ReadAt is Read that also passes the index of the last entry applied to
-// the state: 0 when the node restored a snapshot and applied no entry since.
+// ReadAt is Read that also passes the log index the state is at: that of
+// the last entry applied, or of the snapshot restored since; 0 when not
+// known.
 func (n *Node) ReadAt(f func(m *fsm.Machine, applied uint64)) {
 	n.fsm.mu.RLock()
 	defer n.fsm.mu.RUnlock()
