@@ -1,15 +1,20 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/server"
 )
 
@@ -143,5 +148,89 @@ func TestWatchCompactedResyncsWithState(t *testing.T) {
 	server.load(locks)
 	if server.String() != want {
 		t.Fatalf("server state %s, want %s", server, want)
+	}
+}
+
+// A watch whose node installs a snapshot (the entries in between are never
+// applied there, so no event tells of them) is handed the state the
+// snapshot brought, here a release no event announced, and goes on with the
+// events after it.
+func TestWatchResyncsAfterSnapshotInstall(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.Addr)
+	ctx := testCtx(t)
+	s := newSession(t, c)
+	held, err := s.Acquire(ctx, "i:a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	states := make(chan *client.Compacted, 4)
+	stream, err := c.Watch(wctx, "i:", client.OnCompacted(func(st *client.Compacted) { states <- st }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, errc, done := collect(wctx, t, stream)
+	defer func() { cancel(); <-done }()
+
+	// Install a snapshot of today's state plus the release of i:a.
+	r := ts.srv.Node().Raft()
+	snap := r.Snapshot()
+	if err := snap.Error(); err != nil {
+		t.Fatal(err)
+	}
+	meta, rc, err := snap.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := fsm.New(fsm.DefaultLimits())
+	if err := m.Restore(data); err != nil {
+		t.Fatal(err)
+	}
+	res := m.Apply(meta.Index+1, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{Name: "i:a", LeaseId: s.ID(), Token: held.Token()}}})
+	if res.Err != nil {
+		t.Fatalf("release on the copy: %v", res.Err)
+	}
+	if data, err = m.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	meta.Size = int64(len(data))
+	if err := r.Restore(meta, bytes.NewReader(data), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	var st *client.Compacted
+	select {
+	case st = <-states:
+	case err := <-errc:
+		t.Fatalf("the watch ended after the snapshot install: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no state within 15s of the snapshot install")
+	}
+	if len(st.GetLocks()) != 0 || st.GetIndex() <= meta.Index {
+		t.Fatalf("state %v, want no lock (i:a released by the snapshot) after index %d", st, meta.Index)
+	}
+	next, err := s.Acquire(ctx, "i:b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev *client.Event
+	select {
+	case ev = <-evs:
+	case err := <-errc:
+		t.Fatalf("after the state: %v", err)
+	case st2 := <-states:
+		t.Fatalf("a second state %v", st2)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no event within 15s after the state")
+	}
+	if ev.GetType() != pb.EventType_EVENT_TYPE_ACQUIRED || ev.GetName() != "i:b" || ev.GetToken() != next.Token() || ev.GetIndex() <= st.GetIndex() {
+		t.Fatalf("after the state at index %d got %s %s token %d index %d, want ACQUIRED i:b token %d", st.GetIndex(), ev.GetType(), ev.GetName(), ev.GetToken(), ev.GetIndex(), next.Token())
 	}
 }

@@ -17,7 +17,7 @@ import (
 // raftFSM adapts fsm.Machine to raft.FSM.
 type raftFSM struct {
 	observer  func(uint64, *fsm.Result)
-	onRestore func()
+	onRestore func(index uint64)
 	metrics   Metrics // may be nil
 	// snapshotIndex, when set, is the index of the newest snapshot in the
 	// store: the one Restore reads (raft persists a snapshot it installs
@@ -80,7 +80,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	f.applied = at
 	f.mu.Unlock()
 	if f.onRestore != nil {
-		f.onRestore()
+		f.onRestore(at)
 	}
 	return nil
 }

@@ -88,8 +88,9 @@ type Config struct {
 	Observer func(index uint64, res *fsm.Result)
 	// OnRestore is called (on the goroutine that calls Observer) after the
 	// state was replaced by a snapshot: the entries it covers were never
-	// observed here. May be nil.
-	OnRestore func()
+	// observed here. index is the snapshot's log index (0 when not known):
+	// the next entry observed is index+1. May be nil.
+	OnRestore func(index uint64)
 	// OnLeadership is called (from one goroutine, in order) when this node
 	// becomes leader — after a barrier, so every earlier entry is applied —
 	// and when it stops being leader. May be nil.
