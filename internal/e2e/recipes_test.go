@@ -245,7 +245,7 @@ func pausedHolderIsFenced(t *testing.T, old, next *recipeHolder, beforeGrant fun
 func TestRWLockPausedReaderFenced(t *testing.T) {
 	t.Parallel()
 	eps := endpoints(startCluster(t, 1))
-	r1 := startHolder(t, "reader-1", eps, "cfg/data", false, "run", "cfg", "--shared", "--ttl", "2s").started()
+	r1 := startHolder(t, "reader-1", eps, "cfg/data", false, "run", "cfg", "--shared", "--ttl", "4s").started()
 	r2 := startHolder(t, "reader-2", eps, "cfg/data", false, "run", "cfg", "--shared", "--ttl", "10s").started()
 	w := startHolder(t, "writer", eps, "cfg/data", false, "run", "cfg", "--ttl", "10s")
 	pausedHolderIsFenced(t, r1, w, func() {
@@ -274,7 +274,7 @@ func TestRWLockPausedReaderFenced(t *testing.T) {
 func TestSemaphorePausedPermitFenced(t *testing.T) {
 	t.Parallel()
 	eps := endpoints(startCluster(t, 1))
-	a := startHolder(t, "permit-a", eps, "pool", true, "run", "pool", "--permits", "2", "--ttl", "2s").started()
+	a := startHolder(t, "permit-a", eps, "pool", true, "run", "pool", "--permits", "2", "--ttl", "4s").started()
 	b := startHolder(t, "permit-b", eps, "pool", true, "run", "pool", "--permits", "2", "--ttl", "10s").started()
 	if a.slot == b.slot {
 		t.Fatalf("both holders in slot %d", a.slot)
@@ -307,7 +307,7 @@ func TestSemaphorePausedPermitFenced(t *testing.T) {
 func TestElectionPausedLeaderFenced(t *testing.T) {
 	t.Parallel()
 	eps := endpoints(startCluster(t, 1))
-	l1 := startHolder(t, "leader-1", eps, "leader/data", false, "elect", "leader", "v1", "--ttl", "2s").started()
+	l1 := startHolder(t, "leader-1", eps, "leader/data", false, "elect", "leader", "v1", "--ttl", "4s").started()
 	l2 := startHolder(t, "leader-2", eps, "leader/data", false, "elect", "leader", "v2", "--ttl", "10s")
 	pausedHolderIsFenced(t, l1, l2, func() {
 		if l2.isStarted() {
