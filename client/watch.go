@@ -15,9 +15,15 @@ import (
 type WatchOption func(*watchOptions)
 
 type watchOptions struct {
-	from       uint64
-	onProgress func(uint64)
+	from        uint64
+	onProgress  func(uint64)
+	onCompacted func(*Compacted)
 }
+
+// Compacted is the state of a watch's prefix at one log index (Index):
+// every lock of the prefix as List shows it, with every entry up to Index
+// applied and none after it.
+type Compacted = pb.WatchCompacted
 
 // FromIndex starts the watch at log index i: every event with index ≥ i is
 // delivered (replayed from the server's history, then live). Default: the
@@ -33,6 +39,16 @@ func OnProgress(f func(index uint64)) WatchOption {
 	return func(o *watchOptions) { o.onProgress = f }
 }
 
+// OnCompacted makes a watch whose events are no longer held resync instead
+// of ending: f is called, on the goroutine ranging over the events, with
+// the state of the prefix's locks at an index (which replaces every event
+// up to it, including some already delivered), and the watch continues
+// with the events after that index. Without it such a watch ends with
+// ErrCompacted.
+func OnCompacted(f func(state *Compacted)) WatchOption {
+	return func(o *watchOptions) { o.onCompacted = f }
+}
+
 // Watch delivers the lock events of names with prefix, each with the log
 // index of the entry that caused it, in log order. When it returns without
 // error the subscription is registered on a server.
@@ -44,8 +60,11 @@ func OnProgress(f func(index uint64)) WatchOption {
 // ErrUnavailable when no endpoint takes the watch for the retry timeout
 // (WithRetryTimeout). When the events to resume from are no longer in the
 // server's history (it keeps the latest 10 000 by default) or the node
-// skipped them by installing a snapshot, the last pair carries an error
-// matching ErrCompacted: read the state (List, Status) and watch again.
+// skipped them by installing a snapshot, the server sends the current state
+// of the prefix instead: with OnCompacted the watch hands it over and
+// continues after its index; without it, the last pair carries an error
+// matching ErrCompacted (and Watch returns it when the start index is
+// already gone): read the state (List, Status) and watch again.
 // Iteration ends without error when ctx ends.
 func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) (iter.Seq2[*Event, error], error) {
 	var o watchOptions
@@ -54,7 +73,8 @@ func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) 
 	}
 	cur := &watchCursor{live: o.from == 0, done: max(o.from, 1) - 1}
 	req := &pb.WatchRequest{Prefix: prefix, ProgressNotify: true}
-	stream, err := c.openWatch(ctx, req, cur, false)
+	resync := o.onCompacted != nil
+	stream, err := c.openWatch(ctx, req, cur, false, resync)
 	if err != nil {
 		return nil, err
 	}
@@ -63,15 +83,33 @@ func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) 
 			o.onProgress(cur.done)
 		}
 	}
+	// states hands over the states openWatch resynced to.
+	states := func() {
+		for _, st := range cur.states {
+			o.onCompacted(st)
+		}
+		cur.states = nil
+	}
 	return func(yield func(*Event, error) bool) {
 		defer func() { stream.Close() }()
+		states()
 		progress()
 		for {
+			resynced := false
 			for stream.Receive() {
 				m := stream.Msg()
 				if ev := m.GetEvent(); ev != nil {
 					if cur.admit(ev) && !yield(ev, nil) {
 						return
+					}
+					continue
+				}
+				if st := m.GetCompacted(); st != nil {
+					if resync {
+						// The stream ends with compacted next.
+						cur.resync(st.GetIndex())
+						o.onCompacted(st)
+						resynced = true
 					}
 					continue
 				}
@@ -83,13 +121,16 @@ func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) 
 			if ctx.Err() != nil {
 				return
 			}
-			if err != nil {
+			if err != nil && !resynced {
 				if e := classify(ctx, err, req); !resumable(e.Code) {
 					yield(nil, opError("watch", e))
 					return
 				}
 			}
-			if stream, err = c.openWatch(ctx, req, cur, true); err != nil {
+			// A resync continues on the node that sent the state.
+			stream, err = c.openWatch(ctx, req, cur, !resynced, resync)
+			states()
+			if err != nil {
 				if ctx.Err() == nil {
 					yield(nil, err)
 				}
@@ -113,8 +154,11 @@ func resumable(code api.Code) bool {
 // next one when next is set, to resume), failing over between endpoints
 // like call, and returns once the server registered it (its first progress
 // response). A first open fails at once when every endpoint refuses the
-// connection; a resume keeps trying (a node may be restarting).
-func (c *Client) openWatch(ctx context.Context, req *pb.WatchRequest, cur *watchCursor, next bool) (*connect.ServerStreamForClient[pb.WatchResponse], error) {
+// connection; a resume keeps trying (a node may be restarting). When the
+// server answers with the state instead (compacted) and resync is set, the
+// cursor moves to the state's index, the state is kept in cur.states and
+// the watch is opened again from there.
+func (c *Client) openWatch(ctx context.Context, req *pb.WatchRequest, cur *watchCursor, next, resync bool) (*connect.ServerStreamForClient[pb.WatchResponse], error) {
 	stop := time.Now().Add(c.opts.retryTimeout)
 	backoff := 10 * time.Millisecond
 	first := !next
@@ -132,11 +176,23 @@ func (c *Client) openWatch(ctx context.Context, req *pb.WatchRequest, cur *watch
 		req.FromIndex = cur.resume()
 		stream, err := c.eps[i].locks.Watch(ctx, connect.NewRequest(req))
 		if err == nil {
+			st := (*Compacted)(nil)
 			if stream.Receive() {
-				cur.progress(stream.Msg().GetAppliedIndex())
-				return stream, nil
+				if st = stream.Msg().GetCompacted(); st == nil {
+					cur.progress(stream.Msg().GetAppliedIndex())
+					return stream, nil
+				}
+				for stream.Receive() { // the server ends it with compacted
+				}
 			}
 			err = stream.Err()
+			if st != nil && resync {
+				stream.Close()
+				cur.resync(st.GetIndex())
+				cur.states = append(cur.states, st)
+				attempt--
+				continue
+			}
 			stream.Close()
 			if err == nil {
 				err = &api.Error{Code: api.CodeUnavailable, Message: "the watch ended before it was registered"}
@@ -167,6 +223,8 @@ type watchCursor struct {
 	last  uint64 // index of the last event delivered; > done when more of it may follow
 	nLast int    // events delivered with index last
 	skip  int    // events of index last the current stream sends again
+	// states are the states (compacted) resynced to and not handed over yet.
+	states []*Compacted
 }
 
 // resume returns the from_index of the next stream and arms the filter.
@@ -180,6 +238,13 @@ func (c *watchCursor) resume() uint64 {
 	}
 	c.skip = 0
 	return c.done + 1
+}
+
+// resync moves the cursor to a state at index i: the events up to i are
+// replaced by it, and the next stream starts after it.
+func (c *watchCursor) resync(i uint64) {
+	c.live = false
+	c.done, c.last, c.nLast, c.skip = i, i, 0, 0
 }
 
 // progress notes that every event with index ≤ i was sent on the stream.

@@ -2059,7 +2059,9 @@ type WatchRequest struct {
 	// from_index, when not 0, replays every event with index >= from_index
 	// from the node's event history, then continues live, with no gap and no
 	// duplicate. An index older than the history (or from before a snapshot
-	// the node installed) fails with the code compacted. 0: live from now.
+	// the node installed) ends the watch with the code compacted, after a
+	// last response that carries the current state (WatchResponse.compacted).
+	// 0: live from now.
 	FromIndex uint64 `protobuf:"varint,2,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
 	// progress_notify asks for progress responses: one right after the watch
 	// is registered, then one whenever the stream was idle for the server's
@@ -2229,7 +2231,12 @@ type WatchResponse struct {
 	// applied_index, in a progress response, is the node's applied log index:
 	// the stream has delivered every event of the prefix with an index up to
 	// it, so a watch resumed at applied_index+1 misses nothing.
-	AppliedIndex  uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// compacted is set in the last response of a watch whose events are no
+	// longer held (from_index older than the history, a watcher overtaken by
+	// the history, or a node that installed a snapshot); the stream then ends
+	// with the code compacted. It replaces the events that are gone.
+	Compacted     *WatchCompacted `protobuf:"bytes,3,opt,name=compacted,proto3" json:"compacted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2278,6 +2285,80 @@ func (x *WatchResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+func (x *WatchResponse) GetCompacted() *WatchCompacted {
+	if x != nil {
+		return x.Compacted
+	}
+	return nil
+}
+
+// WatchCompacted is the state of a watch's prefix at one log index: a
+// watch resumed at index+1 continues it with no gap and no duplicate.
+type WatchCompacted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index is the log index the state is taken at: every entry up to it is
+	// applied in locks, none after it.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// locks are the held, queued for or delayed locks of the prefix, in name
+	// order, as List returns them.
+	Locks []*LockInfo `protobuf:"bytes,2,rep,name=locks,proto3" json:"locks,omitempty"`
+	// truncated is true when more locks matched than the List maximum.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchCompacted) Reset() {
+	*x = WatchCompacted{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchCompacted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchCompacted) ProtoMessage() {}
+
+func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchCompacted.ProtoReflect.Descriptor instead.
+func (*WatchCompacted) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *WatchCompacted) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *WatchCompacted) GetLocks() []*LockInfo {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *WatchCompacted) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 type KvPutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2291,7 +2372,7 @@ type KvPutRequest struct {
 
 func (x *KvPutRequest) Reset() {
 	*x = KvPutRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2384,7 @@ func (x *KvPutRequest) String() string {
 func (*KvPutRequest) ProtoMessage() {}
 
 func (x *KvPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2397,7 @@ func (x *KvPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvPutRequest.ProtoReflect.Descriptor instead.
 func (*KvPutRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KvPutRequest) GetKey() string {
@@ -2357,7 +2438,7 @@ type KvPutResponse struct {
 
 func (x *KvPutResponse) Reset() {
 	*x = KvPutResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2450,7 @@ func (x *KvPutResponse) String() string {
 func (*KvPutResponse) ProtoMessage() {}
 
 func (x *KvPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2463,7 @@ func (x *KvPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvPutResponse.ProtoReflect.Descriptor instead.
 func (*KvPutResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KvPutResponse) GetKey() string {
@@ -2409,7 +2490,7 @@ type KvGetRequest struct {
 
 func (x *KvGetRequest) Reset() {
 	*x = KvGetRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2502,7 @@ func (x *KvGetRequest) String() string {
 func (*KvGetRequest) ProtoMessage() {}
 
 func (x *KvGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2515,7 @@ func (x *KvGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvGetRequest.ProtoReflect.Descriptor instead.
 func (*KvGetRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KvGetRequest) GetKey() string {
@@ -2462,7 +2543,7 @@ type KvGetResponse struct {
 
 func (x *KvGetResponse) Reset() {
 	*x = KvGetResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2555,7 @@ func (x *KvGetResponse) String() string {
 func (*KvGetResponse) ProtoMessage() {}
 
 func (x *KvGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2568,7 @@ func (x *KvGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvGetResponse.ProtoReflect.Descriptor instead.
 func (*KvGetResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KvGetResponse) GetKey() string {
@@ -2523,7 +2604,7 @@ type KvDeleteRequest struct {
 
 func (x *KvDeleteRequest) Reset() {
 	*x = KvDeleteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2616,7 @@ func (x *KvDeleteRequest) String() string {
 func (*KvDeleteRequest) ProtoMessage() {}
 
 func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2629,7 @@ func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KvDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KvDeleteRequest) GetKey() string {
@@ -2582,7 +2663,7 @@ type KvDeleteResponse struct {
 
 func (x *KvDeleteResponse) Reset() {
 	*x = KvDeleteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2675,7 @@ func (x *KvDeleteResponse) String() string {
 func (*KvDeleteResponse) ProtoMessage() {}
 
 func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2688,7 @@ func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KvDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KvDeleteResponse) GetKey() string {
@@ -2632,7 +2713,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2725,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2738,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 // SnapshotInfo describes a snapshot: the log position it was taken at and
@@ -2682,7 +2763,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2775,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2788,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotInfo) GetIndex() uint64 {
@@ -2771,7 +2852,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +2864,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +2877,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SnapshotResponse) GetInfo() *SnapshotInfo {
@@ -2822,7 +2903,7 @@ type BumpTokenRequest struct {
 
 func (x *BumpTokenRequest) Reset() {
 	*x = BumpTokenRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +2915,7 @@ func (x *BumpTokenRequest) String() string {
 func (*BumpTokenRequest) ProtoMessage() {}
 
 func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +2928,7 @@ func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenRequest.ProtoReflect.Descriptor instead.
 func (*BumpTokenRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *BumpTokenRequest) GetMinToken() uint64 {
@@ -2868,7 +2949,7 @@ type BumpTokenResponse struct {
 
 func (x *BumpTokenResponse) Reset() {
 	*x = BumpTokenResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +2961,7 @@ func (x *BumpTokenResponse) String() string {
 func (*BumpTokenResponse) ProtoMessage() {}
 
 func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +2974,7 @@ func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenResponse.ProtoReflect.Descriptor instead.
 func (*BumpTokenResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BumpTokenResponse) GetToken() uint64 {
@@ -2920,7 +3001,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3013,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3026,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Member) GetId() string {
@@ -3012,7 +3093,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3105,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3118,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
 }
 
 type MembersResponse struct {
@@ -3050,7 +3131,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3062,7 +3143,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3156,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3107,7 +3188,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3200,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3213,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{47}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -3175,7 +3256,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3268,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3281,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{48}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AddMemberResponse) GetMembers() []*Member {
@@ -3226,7 +3307,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3238,7 +3319,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,7 +3332,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{49}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3270,7 +3351,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3363,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3376,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{50}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveMemberResponse) GetMembers() []*Member {
@@ -3314,7 +3395,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3407,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3420,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{51}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -3358,7 +3439,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[52]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3451,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[52]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3464,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{52}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -3541,10 +3622,15 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\x04R\x05index\x12\x17\n" +
 	"\aunix_ms\x18\a \x01(\x03R\x06unixMs\x12\x14\n" +
-	"\x05value\x18\x14 \x01(\fR\x05value\"_\n" +
+	"\x05value\x18\x14 \x01(\fR\x05value\"\x9b\x01\n" +
 	"\rWatchResponse\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x13.leasehold.v1.EventR\x05event\x12#\n" +
-	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\"d\n" +
+	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12:\n" +
+	"\tcompacted\x18\x03 \x01(\v2\x1c.leasehold.v1.WatchCompactedR\tcompacted\"r\n" +
+	"\x0eWatchCompacted\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12,\n" +
+	"\x05locks\x18\x02 \x03(\v2\x16.leasehold.v1.LockInfoR\x05locks\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"d\n" +
 	"\fKvPutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
@@ -3665,7 +3751,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(LockMode)(0),                   // 0: leasehold.v1.LockMode
 	(EventType)(0),                  // 1: leasehold.v1.EventType
@@ -3702,26 +3788,27 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*WatchRequest)(nil),            // 32: leasehold.v1.WatchRequest
 	(*Event)(nil),                   // 33: leasehold.v1.Event
 	(*WatchResponse)(nil),           // 34: leasehold.v1.WatchResponse
-	(*KvPutRequest)(nil),            // 35: leasehold.v1.KvPutRequest
-	(*KvPutResponse)(nil),           // 36: leasehold.v1.KvPutResponse
-	(*KvGetRequest)(nil),            // 37: leasehold.v1.KvGetRequest
-	(*KvGetResponse)(nil),           // 38: leasehold.v1.KvGetResponse
-	(*KvDeleteRequest)(nil),         // 39: leasehold.v1.KvDeleteRequest
-	(*KvDeleteResponse)(nil),        // 40: leasehold.v1.KvDeleteResponse
-	(*SnapshotRequest)(nil),         // 41: leasehold.v1.SnapshotRequest
-	(*SnapshotInfo)(nil),            // 42: leasehold.v1.SnapshotInfo
-	(*SnapshotResponse)(nil),        // 43: leasehold.v1.SnapshotResponse
-	(*BumpTokenRequest)(nil),        // 44: leasehold.v1.BumpTokenRequest
-	(*BumpTokenResponse)(nil),       // 45: leasehold.v1.BumpTokenResponse
-	(*Member)(nil),                  // 46: leasehold.v1.Member
-	(*MembersRequest)(nil),          // 47: leasehold.v1.MembersRequest
-	(*MembersResponse)(nil),         // 48: leasehold.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 49: leasehold.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 50: leasehold.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 51: leasehold.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 52: leasehold.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),   // 53: leasehold.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),  // 54: leasehold.v1.TransferLeaderResponse
+	(*WatchCompacted)(nil),          // 35: leasehold.v1.WatchCompacted
+	(*KvPutRequest)(nil),            // 36: leasehold.v1.KvPutRequest
+	(*KvPutResponse)(nil),           // 37: leasehold.v1.KvPutResponse
+	(*KvGetRequest)(nil),            // 38: leasehold.v1.KvGetRequest
+	(*KvGetResponse)(nil),           // 39: leasehold.v1.KvGetResponse
+	(*KvDeleteRequest)(nil),         // 40: leasehold.v1.KvDeleteRequest
+	(*KvDeleteResponse)(nil),        // 41: leasehold.v1.KvDeleteResponse
+	(*SnapshotRequest)(nil),         // 42: leasehold.v1.SnapshotRequest
+	(*SnapshotInfo)(nil),            // 43: leasehold.v1.SnapshotInfo
+	(*SnapshotResponse)(nil),        // 44: leasehold.v1.SnapshotResponse
+	(*BumpTokenRequest)(nil),        // 45: leasehold.v1.BumpTokenRequest
+	(*BumpTokenResponse)(nil),       // 46: leasehold.v1.BumpTokenResponse
+	(*Member)(nil),                  // 47: leasehold.v1.Member
+	(*MembersRequest)(nil),          // 48: leasehold.v1.MembersRequest
+	(*MembersResponse)(nil),         // 49: leasehold.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 50: leasehold.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 51: leasehold.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 52: leasehold.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 53: leasehold.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),   // 54: leasehold.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),  // 55: leasehold.v1.TransferLeaderResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	25, // 0: leasehold.v1.ProclaimResponse.holding:type_name -> leasehold.v1.Holding
@@ -3741,59 +3828,61 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	28, // 14: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
 	1,  // 15: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
 	33, // 16: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	42, // 17: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
-	46, // 18: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	46, // 19: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	46, // 20: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
-	8,  // 21: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
-	10, // 22: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	13, // 23: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
-	15, // 24: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
-	17, // 25: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	19, // 26: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
-	21, // 27: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	22, // 28: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
-	27, // 29: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	30, // 30: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	32, // 31: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	35, // 32: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
-	37, // 33: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
-	39, // 34: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
-	2,  // 35: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
-	4,  // 36: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
-	47, // 37: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	49, // 38: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	51, // 39: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	53, // 40: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	44, // 41: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
-	41, // 42: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
-	9,  // 43: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	11, // 44: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	14, // 45: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	16, // 46: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	18, // 47: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	20, // 48: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	24, // 49: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	23, // 50: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
-	29, // 51: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	31, // 52: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	34, // 53: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	36, // 54: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
-	38, // 55: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
-	40, // 56: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
-	3,  // 57: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
-	6,  // 58: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
-	48, // 59: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	50, // 60: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	52, // 61: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	54, // 62: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	45, // 63: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
-	43, // 64: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
-	43, // [43:65] is the sub-list for method output_type
-	21, // [21:43] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	35, // 17: leasehold.v1.WatchResponse.compacted:type_name -> leasehold.v1.WatchCompacted
+	28, // 18: leasehold.v1.WatchCompacted.locks:type_name -> leasehold.v1.LockInfo
+	43, // 19: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
+	47, // 20: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	47, // 21: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	47, // 22: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	8,  // 23: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
+	10, // 24: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	13, // 25: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
+	15, // 26: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
+	17, // 27: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	19, // 28: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
+	21, // 29: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
+	22, // 30: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	27, // 31: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	30, // 32: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	32, // 33: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	36, // 34: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
+	38, // 35: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
+	40, // 36: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
+	2,  // 37: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
+	4,  // 38: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
+	48, // 39: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	50, // 40: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	52, // 41: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	54, // 42: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	45, // 43: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	42, // 44: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
+	9,  // 45: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	11, // 46: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	14, // 47: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	16, // 48: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	18, // 49: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	20, // 50: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	24, // 51: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	23, // 52: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	29, // 53: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	31, // 54: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	34, // 55: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	37, // 56: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
+	39, // 57: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
+	41, // 58: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
+	3,  // 59: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
+	6,  // 60: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
+	49, // 61: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	51, // 62: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	53, // 63: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	55, // 64: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	46, // 65: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	44, // 66: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
+	45, // [45:67] is the sub-list for method output_type
+	23, // [23:45] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3807,7 +3896,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -267,14 +267,19 @@ type eventJSON struct {
 }
 
 func newWatchCmd(g *globals) *cobra.Command {
-	var fromIndex uint64
+	var (
+		fromIndex uint64
+		resync    bool
+	)
 	cmd := &cobra.Command{
-		Use:   "watch [PREFIX] [--from-index N]",
+		Use:   "watch [PREFIX] [--from-index N] [--resync]",
 		Short: "Print lock events (acquired, released, expired, queued, ...) as they happen",
 		Long: "Print lock events of names with PREFIX as they are applied, one per line with its log index (one JSON object per line with -o json), until interrupted. " +
 			"With --from-index N, first print every event from log index N on that the server's history still holds. " +
 			"When a node stops or the connection breaks, the watch resumes on the next of --endpoints after the last event printed, with no gap and no duplicate; " +
-			"it exits with the compacted code (15) when the events to resume from are no longer in the history: read the state (ls) and watch again.",
+			"When the events to resume from are no longer in the history it exits with the compacted code (15): read the state (ls) and watch again; " +
+			"with --resync it prints the current state instead (a compacted line with the log index it is taken at, then the locks as ls prints them; " +
+			"with -o json one object {\"type\":\"compacted\",\"index\":N,\"locks\":[...],\"truncated\":false}) and goes on with the events after that index.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
@@ -289,6 +294,9 @@ func newWatchCmd(g *globals) *cobra.Command {
 			var opts []client.WatchOption
 			if fromIndex != 0 {
 				opts = append(opts, client.FromIndex(fromIndex))
+			}
+			if resync {
+				opts = append(opts, client.OnCompacted(func(st *client.Compacted) { emitCompacted(cmd, g, st) }))
 			}
 			events, err := c.Watch(cmd.Context(), prefix, opts...)
 			if err != nil {
@@ -313,5 +321,22 @@ func newWatchCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().Uint64Var(&fromIndex, "from-index", 0, "replay the events from this log index on (0: from now)")
+	cmd.Flags().BoolVar(&resync, "resync", false, "when the events are no longer held, print the current state and go on after it (default: exit 15)")
 	return cmd
+}
+
+// emitCompacted prints the state a watch resynced to.
+func emitCompacted(cmd *cobra.Command, g *globals, st *client.Compacted) {
+	views := make([]lockJSON, 0, len(st.GetLocks()))
+	var b strings.Builder
+	fmt.Fprintf(&b, "compacted index=%d: the events up to it are gone; the state at it follows\n", st.GetIndex())
+	for _, info := range st.GetLocks() {
+		v := lockView(info)
+		views = append(views, v)
+		b.WriteString(v.text())
+	}
+	if st.GetTruncated() {
+		b.WriteString("(more locks match than the list maximum)\n")
+	}
+	emit(cmd, g, map[string]any{"type": "compacted", "index": st.GetIndex(), "locks": views, "truncated": st.GetTruncated()}, b.String())
 }

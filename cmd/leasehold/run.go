@@ -52,8 +52,8 @@ func newRunCmd(g *globals) *cobra.Command {
 		Use:   "run NAME [flags] -- CMD [ARGS...]",
 		Short: "Hold a lock while a command runs; stop the command before the lease may be lost",
 		Long: `Acquire NAME (waiting in the queue by default), keep the session alive, and run CMD with
-LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_LEASE_ID and LEASEHOLD_SEQUENCER (empty without
---sequencer) in its environment, in a process group
+LEASEHOLD_NAME, LEASEHOLD_TOKEN, LEASEHOLD_LEASE_ID, LEASEHOLD_SLOT (the permit's slot with
+--permits, else 0) and LEASEHOLD_SEQUENCER (empty without --sequencer) in its environment, in a process group
 of its own. If no renewal is confirmed in time, the group gets SIGTERM at --kill-after before
 the local safe deadline and SIGKILL at the deadline; if the server says the lease expired, it
 gets SIGTERM at once and SIGKILL --kill-after later (at the latest at the deadline). On Linux,
@@ -154,6 +154,7 @@ func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf r
 			"LEASEHOLD_NAME="+name,
 			"LEASEHOLD_TOKEN="+strconv.FormatUint(l.Token(), 10),
 			"LEASEHOLD_LEASE_ID="+l.LeaseID(),
+			"LEASEHOLD_SLOT="+strconv.FormatUint(uint64(l.Slot()), 10),
 			"LEASEHOLD_SEQUENCER="+l.Sequencer(),
 		),
 		Stdin: os.Stdin, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),

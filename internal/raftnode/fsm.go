@@ -17,11 +17,18 @@ import (
 // raftFSM adapts fsm.Machine to raft.FSM.
 type raftFSM struct {
 	observer  func(uint64, *fsm.Result)
-	onRestore func()
+	onRestore func(index uint64)
 	metrics   Metrics // may be nil
+	// snapshotIndex, when set, is the index of the newest snapshot in the
+	// store: the one Restore reads (raft persists a snapshot it installs
+	// before restoring it); 0 when unknown.
+	snapshotIndex func() uint64
 
 	mu sync.RWMutex // protects following
 	m  *fsm.Machine
+	// applied is the index of the last entry applied to m, or of the
+	// snapshot restored into it; 0 when not known.
+	applied uint64
 }
 
 func (f *raftFSM) Apply(l *raft.Log) any {
@@ -34,6 +41,7 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 	start := time.Now()
 	f.mu.Lock()
 	res := f.m.Apply(l.Index, &cmd)
+	f.applied = l.Index
 	f.mu.Unlock()
 	if f.metrics != nil {
 		f.metrics.FSMApply(time.Since(start))
@@ -63,11 +71,16 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	var at uint64
+	if f.snapshotIndex != nil {
+		at = f.snapshotIndex()
+	}
 	f.mu.Lock()
 	f.m = m
+	f.applied = at
 	f.mu.Unlock()
 	if f.onRestore != nil {
-		f.onRestore()
+		f.onRestore(at)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ func TestOnRestoreAtSnapshotInstall(t *testing.T) {
 	var restores [3]atomic.Int32
 	c := newCluster(t, 3, func(i int, cfg *Config) {
 		cfg.TrailingLogs = 0 // a snapshot compacts everything it covers
-		cfg.OnRestore = func() { restores[i].Add(1) }
+		cfg.OnRestore = func(uint64) { restores[i].Add(1) }
 	})
 	leader := waitLeader(t, c.nodes...)
 	c.converge(leader)

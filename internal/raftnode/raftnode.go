@@ -88,8 +88,9 @@ type Config struct {
 	Observer func(index uint64, res *fsm.Result)
 	// OnRestore is called (on the goroutine that calls Observer) after the
 	// state was replaced by a snapshot: the entries it covers were never
-	// observed here. May be nil.
-	OnRestore func()
+	// observed here. index is the snapshot's log index (0 when not known):
+	// the next entry observed is index+1. May be nil.
+	OnRestore func(index uint64)
 	// OnLeadership is called (from one goroutine, in order) when this node
 	// becomes leader — after a barrier, so every earlier entry is applied —
 	// and when it stops being leader. May be nil.
@@ -220,6 +221,12 @@ func Open(cfg Config) (*Node, error) {
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	n.fsm.snapshotIndex = func() uint64 {
+		if metas, err := snaps.List(); err == nil && len(metas) > 0 {
+			return metas[0].Index // newest first
+		}
+		return 0
 	}
 	existing, err := raft.HasExistingState(logs, store, snaps)
 	if err != nil {
@@ -431,9 +438,16 @@ func (n *Node) Apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 // Read runs f with the applied state, under the state machine's read lock.
 // f must not keep references to the state past its return.
 func (n *Node) Read(f func(m *fsm.Machine)) {
+	n.ReadAt(func(m *fsm.Machine, _ uint64) { f(m) })
+}
+
+// ReadAt is Read that also passes the log index the state is at: that of
+// the last entry applied, or of the snapshot restored since; 0 when not
+// known.
+func (n *Node) ReadAt(f func(m *fsm.Machine, applied uint64)) {
 	n.fsm.mu.RLock()
 	defer n.fsm.mu.RUnlock()
-	f(n.fsm.m)
+	f(n.fsm.m, n.fsm.applied)
 }
 
 // ReadIndex confirms this node is the leader and waits until every entry

@@ -520,7 +520,7 @@ func (s *Server) redact(ctx context.Context, pol *auth.Policies, msg any) {
 		if e := m.GetEvent(); e != nil && e.GetLeaseId() != "" && !s.owns(p, e.GetLeaseId()) {
 			e.LeaseId = ""
 		}
-		return
+		infos = m.GetCompacted().GetLocks()
 	default:
 		return
 	}

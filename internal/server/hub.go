@@ -23,6 +23,8 @@ import (
 //   - when the node installs a snapshot (the events in between were never
 //     applied here) the history is emptied and every watcher is ended with
 //     compacted;
+//   - a stream ended with compacted first sends the prefix's state at an
+//     index (watchstate.go), from which the caller resumes;
 //   - a waiter is not sent events: it gets a coalescing wake-up whenever
 //     an event concerns its (name, lease) — its own grant or withdrawal, or
 //     another request of the same session that replaced it in the queue —
@@ -222,17 +224,25 @@ func (h *hub) publish(index uint64, events []fsm.Event) {
 	}
 }
 
-// restored runs after the node replaced its state with a snapshot: the
-// events in between were never applied here. The history is emptied, every
-// watcher is ended with compacted and every waiter re-checks the state.
-func (h *hub) restored() {
+// restored runs after the node replaced its state with a snapshot at log
+// index at (0 when not known): the events in between were never applied
+// here. The history is emptied, every watcher is ended with compacted and
+// every waiter re-checks the state. With at known, the history starts at
+// at+1; else at the first entry published after it.
+func (h *hub) restored(at uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.watchers {
 		h.endLocked(w, api.Errorf(api.CodeCompacted, "this node installed a snapshot and skipped the events in between; read the state (ls, status) and watch again"))
 	}
 	h.hist.reset()
-	h.pending, h.restoredAt = true, h.applied
+	if at != 0 {
+		h.pending = false
+		h.hist.floor = at + 1
+		h.applied = max(h.applied, at)
+	} else {
+		h.pending, h.restoredAt = true, h.applied
+	}
 	for _, ws := range h.waiters {
 		for w := range ws {
 			w.signal()

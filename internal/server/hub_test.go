@@ -73,7 +73,7 @@ func TestHubRestoredResetsHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.restored()
+	h.restored(0)
 	select {
 	case <-w.ended:
 	default:
@@ -131,5 +131,26 @@ func TestHubReplayIsNotLag(t *testing.T) {
 	}
 	if api.CodeOf(slow.err) != api.CodeCompacted {
 		t.Fatalf("ended with %v, want compacted", slow.err)
+	}
+}
+
+// A snapshot install whose index is known starts the history right after
+// it: a resume after the snapshot's index is served, even when the first
+// entry published after it is not the next index (say, a raft
+// configuration entry in between).
+func TestHubRestoredAtKnownIndex(t *testing.T) {
+	h := newHub(8)
+	publishAll(h, hubEvents(1, 3))
+	h.restored(40)
+	if _, _, err := h.watch("", 40); api.CodeOf(err) != api.CodeCompacted {
+		t.Fatalf("watch from 40 (in the snapshot): %v, want compacted", err)
+	}
+	r, _, err := h.watch("", 41)
+	if err != nil {
+		t.Fatalf("watch from 41 (after the snapshot): %v", err)
+	}
+	h.publish(43, hubEvents(43, 43))
+	if evs, _ := h.next(r, 10); len(evs) != 1 || evs[0].Index != 43 {
+		t.Fatalf("after the snapshot got %v, want index 43", evs)
 	}
 }

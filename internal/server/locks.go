@@ -411,23 +411,11 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 		if limit == 0 || limit > MaxListLimit {
 			limit = MaxListLimit
 		}
-		var (
-			infos     []fsm.LockInfo
-			truncated bool
-		)
-		owners := map[string]string{}
+		var out *pb.ListResponse
 		h.s.node.Read(func(fm *fsm.Machine) {
-			infos, truncated = fm.List(m.GetPrefix(), limit)
-			for _, info := range infos {
-				for _, w := range info.Waiters {
-					owners[w.LeaseId] = fm.Owner(w.LeaseId)
-				}
-			}
+			locks, truncated := h.s.listLocked(fm, m.GetPrefix(), limit)
+			out = &pb.ListResponse{Locks: locks, Truncated: truncated}
 		})
-		out := &pb.ListResponse{Truncated: truncated}
-		for _, info := range infos {
-			out.Locks = append(out.Locks, h.s.lockInfoPB(info, owners))
-		}
 		return out, nil
 	}, client.List)
 }
@@ -446,7 +434,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	defer release()
 	w, covered, err := h.s.hub.watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
 	if err != nil {
-		return api.ToConnect(err)
+		return h.s.endWatch(stream, req.Msg.GetPrefix(), err)
 	}
 	defer h.s.hub.unwatch(w)
 	progress := req.Msg.GetProgressNotify()
@@ -487,7 +475,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-w.ended:
-			return api.ToConnect(w.err)
+			return h.s.endWatch(stream, req.Msg.GetPrefix(), w.err)
 		case <-w.wake:
 		case <-tick:
 			if idle {

@@ -78,8 +78,16 @@ func TestSnapshotRestoreEndsWatchesAndWakesWaiters(t *testing.T) {
 		old, err := c.Client.Watch(ctx, req(&pb.WatchRequest{FromIndex: meta.Index}))
 		mustOK(t, "Watch from before the snapshot", err)
 		defer old.Close()
+		// It gets the state instead: B holds the name, which no event said.
+		if !old.Receive() {
+			t.Fatalf("a watch from index %d, before the snapshot, ended without the state: %v", meta.Index, old.Err())
+		}
+		st := old.Msg().GetCompacted()
+		if st == nil || st.GetIndex() <= meta.Index || len(st.GetLocks()) != 1 || st.GetLocks()[0].GetHolder().GetLeaseId() != b.GetLeaseId() {
+			t.Fatalf("a watch from index %d, before the snapshot, got %v; want the state after it with B holding", meta.Index, old.Msg())
+		}
 		if old.Receive() {
-			t.Fatalf("a watch from index %d, before the snapshot, got %v", meta.Index, old.Msg())
+			t.Fatalf("after the state got %v, want the end", old.Msg())
 		}
 		wantCode(t, "a watch from before the snapshot", old.Err(), api.CodeCompacted)
 	case <-time.After(10 * time.Second):

@@ -189,7 +189,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg.Raft.Observer = s.observe
-	cfg.Raft.OnRestore = func() { s.hub.restored(); s.observeAuth(nil) }
+	cfg.Raft.OnRestore = func(at uint64) { s.hub.restored(at); s.observeAuth(nil) }
 	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {

@@ -78,8 +78,9 @@ func TestWatchFromIndexReplaysThenLive(t *testing.T) {
 	}
 }
 
-// A watch from an index the bounded history no longer holds fails with
-// compacted; one from an index it holds does not.
+// A watch from an index the bounded history no longer holds ends with
+// compacted after one response with the current state at an index; one from
+// an index it holds does not.
 func TestWatchFromEvictedIndexIsCompacted(t *testing.T) {
 	t.Parallel()
 	c, _ := startManual(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.WatchHistory = 4 }})
@@ -95,18 +96,26 @@ func TestWatchFromEvictedIndexIsCompacted(t *testing.T) {
 		cycle(t, cl, fmt.Sprintf("c:%d", i), a.GetLeaseId())
 		evs = append(evs, recvEvent(t, "live", live), recvEvent(t, "live", live))
 	}
+	acquire(t, cl, "c:held", a.GetLeaseId()) // evicts evs[6]
 	old, err := cl.Watch(ctx, req(&pb.WatchRequest{FromIndex: evs[0].GetIndex()}))
 	mustOK(t, "Watch from an evicted index", err)
 	defer old.Close()
+	if !old.Receive() {
+		t.Fatalf("a watch from evicted index %d ended without the state: %v", evs[0].GetIndex(), old.Err())
+	}
+	st := old.Msg().GetCompacted()
+	if st == nil || st.GetIndex() <= evs[len(evs)-1].GetIndex() || len(st.GetLocks()) != 1 || st.GetLocks()[0].GetHolder().GetName() != "c:held" {
+		t.Fatalf("a watch from evicted index %d got %v, want the state after index %d: c:held", evs[0].GetIndex(), old.Msg(), evs[len(evs)-1].GetIndex())
+	}
 	if old.Receive() {
-		t.Fatalf("a watch from evicted index %d got %v", evs[0].GetIndex(), old.Msg())
+		t.Fatalf("after the state got %v, want the end", old.Msg())
 	}
 	wantCode(t, "a watch from an evicted index", old.Err(), api.CodeCompacted)
 
-	held, err := cl.Watch(ctx, req(&pb.WatchRequest{FromIndex: evs[6].GetIndex()}))
+	held, err := cl.Watch(ctx, req(&pb.WatchRequest{FromIndex: evs[7].GetIndex()}))
 	mustOK(t, "Watch from a held index", err)
 	defer held.Close()
-	for _, want := range evs[6:] {
+	for _, want := range evs[7:] {
 		if got := recvEvent(t, "replayed", held); eventKey(got) != eventKey(want) {
 			t.Fatalf("replayed %s, want %s", eventKey(got), eventKey(want))
 		}

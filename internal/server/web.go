@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/web"
 )
 
@@ -93,10 +94,17 @@ func (w webSource) State(ctx context.Context) (web.State, error) {
 		st.Token = m.Token()
 	})
 	for _, l := range locks {
-		wl := web.Lock{Name: l.Name, RemainingMs: -1, Queue: []web.Waiter{}, LockDelay: l.Delayed, DelayMs: l.DelayMs, DelayToken: l.DelayToken}
+		wl := web.Lock{Name: l.Name, RemainingMs: -1, Queue: []web.Waiter{}, LockDelay: l.Delayed, DelayMs: l.DelayMs, DelayToken: l.DelayToken, Holders: []web.Holder{}, Permits: max(l.Permits, 1)}
 		if h := l.Holder; h != nil {
 			wl.Owner, wl.LeaseID, wl.Token, wl.TTLMs = l.Owner, h.GetLeaseId(), h.GetToken(), ttl[h.GetLeaseId()]
 			wl.RemainingMs = remaining(h.GetLeaseId())
+		}
+		for i, h := range l.Holders {
+			mode := "exclusive"
+			if h.GetMode() == fsmpb.Mode_MODE_SHARED {
+				mode = "shared"
+			}
+			wl.Holders = append(wl.Holders, web.Holder{LeaseID: h.GetLeaseId(), Owner: l.Owners[i], Token: h.GetToken(), Mode: mode, Slot: h.GetSlot(), RemainingMs: remaining(h.GetLeaseId())})
 		}
 		for _, wt := range l.Waiters {
 			wl.Queue = append(wl.Queue, web.Waiter{LeaseID: wt.GetLeaseId(), Owner: owner[wt.GetLeaseId()]})

@@ -69,6 +69,22 @@ type Lock struct {
 	LockDelay   bool     `json:"lock_delay"`
 	DelayMs     int64    `json:"lock_delay_ms,omitempty"`
 	DelayToken  uint64   `json:"lock_delay_token,omitempty"`
+	// Holders are every holding of the name in grant order (Owner, LeaseID,
+	// Token above are the first's): the readers of a read lock, the
+	// permit holders of a semaphore.
+	Holders []Holder `json:"holders"`
+	Permits uint32   `json:"permits"` // 1 for a lock, N for a semaphore
+}
+
+// Holder is one holding of a lock name.
+type Holder struct {
+	LeaseID string `json:"lease_id"`
+	Owner   string `json:"owner,omitempty"`
+	Token   uint64 `json:"token"`
+	Mode    string `json:"mode"` // exclusive or shared
+	// Slot is the permit a semaphore holding occupies (NAME/slot/K).
+	Slot        uint32 `json:"slot"`
+	RemainingMs int64  `json:"remaining_ms"` // -1 when unknown (see Lock)
 }
 
 // Waiter is one queued session.

@@ -6,6 +6,7 @@ import {
   type Event,
   type LockInfo,
   LeaseholdService,
+  type WatchCompacted,
 } from "./gen/leasehold/v1/leasehold_pb.js";
 import { Code, codeOfRpc, LeaseholdError, serverError } from "./errors.js";
 import { Session, type SessionOptions } from "./session.js";
@@ -166,35 +167,61 @@ export class Client {
   }
 
   /**
-   * watch yields the lock events of names with prefix from the moment the
-   * first stream is registered, until the signal aborts (the iterator then
-   * ends) or the watch fails for good (it throws).
+   * watch yields the lock events of names with prefix, each with its log
+   * index, in log order: from fromIndex when given (every event with index
+   * >= fromIndex that the server's history still holds, then live), else
+   * from the moment the first stream is registered; until the signal aborts
+   * (the iterator then ends) or the watch fails for good (it throws).
    *
-   * A stream that breaks (node gone, connection lost) is reopened on the
-   * next endpoint, and events already yielded are not yielded again
-   * (events are ordered by their log index). The server does not yet replay
-   * history, so events applied while no stream was registered are missed:
-   * onResume is called after every reopen with the index of the last
-   * event yielded, so the caller can read the state (status, kvGet) again.
-   * fromIndex skips events with a smaller index. It throws code
-   * compacted (the node installed a snapshot) and resource-exhausted
-   * (the watcher fell too far behind) at once: read the state, watch again.
-   * A reopen that keeps failing for the retry timeout throws unavailable.
-   * onOpen is called each time the server has registered a stream: events
-   * applied after that are delivered.
+   * A stream that breaks (node gone, connection lost, the watcher fell too
+   * far behind: resource-exhausted) is reopened on the next endpoint with
+   * fromIndex set after the last event yielded, so the server replays what
+   * was applied in between: no gap, no duplicate. onResume is called after
+   * every reopen with the index of the last event yielded. When the events
+   * to resume from are no longer in the server's history (or the node
+   * installed a snapshot) the server sends the prefix's current state
+   * instead: with onCompacted the watch hands it over (the state replaces
+   * every event up to state.index) and goes on with the events after
+   * state.index; without it, it throws code compacted: read the state,
+   * watch again. A reopen that keeps failing for the retry timeout throws
+   * unavailable. onOpen is called each time the server has registered a
+   * stream; onProgress with the index up to which every event of the
+   * prefix was delivered, when a stream opens and when it was idle.
    */
-  async *watch(prefix: string, opts: CallOptions & { fromIndex?: bigint; onOpen?: () => void; onResume?: (lastIndex: bigint) => void } = {}): AsyncGenerator<Event, void, undefined> {
+  async *watch(
+    prefix: string,
+    opts: CallOptions & {
+      fromIndex?: bigint;
+      onOpen?: () => void;
+      onResume?: (lastIndex: bigint) => void;
+      onCompacted?: (state: WatchCompacted) => void;
+      onProgress?: (index: bigint) => void;
+    } = {},
+  ): AsyncGenerator<Event, void, undefined> {
     const signal = opts.signal;
-    let last = opts.fromIndex ?? 0n; // the index of the last event yielded (or fromIndex)
+    const from = opts.fromIndex ?? 0n;
+    let live = from === 0n; // no resume point yet: the first stream starts from now
+    let done = from > 0n ? from - 1n : 0n; // every event with index <= done was yielded (or is not wanted)
+    let last = 0n; // the index of the last event yielded; > done when more of its entry may follow
     let seenAtLast = 0; // how many events at index `last` were yielded: one entry may cause several
     let failingSince: number | undefined;
     let backoff = 10;
     for (let opened = 0; ; ) {
       const i = this.#cur;
       let registered = false;
-      let skipAtLast = seenAtLast;
+      let resynced = false;
+      // Resume after the last event yielded; a stream resumed inside an
+      // entry sends its first events again, in the same order.
+      let fromIndex = 0n;
+      let skipAtLast = 0;
+      if (!live && last > done) {
+        fromIndex = last;
+        skipAtLast = seenAtLast;
+      } else if (!live) {
+        fromIndex = done + 1n;
+      }
       try {
-        const stream = this.#eps[i].rpc.watch({ prefix }, {
+        const stream = this.#eps[i].rpc.watch({ prefix, fromIndex, progressNotify: true }, {
           signal,
           onHeader: () => {
             registered = true; // the server sends its headers once the watcher is registered
@@ -203,17 +230,37 @@ export class Client {
           },
         });
         for await (const res of stream) {
-          const ev = res.event;
-          if (!ev) continue;
-          if (ev.index < last) continue;
-          if (ev.index === last && skipAtLast > 0) {
-            skipAtLast--;
+          if (res.compacted) {
+            if (!opts.onCompacted) continue; // the stream ends with compacted next
+            const at = res.compacted.index;
+            live = false;
+            done = at;
+            last = at;
+            seenAtLast = 0;
+            resynced = true;
+            opts.onCompacted(res.compacted);
             continue;
           }
-          if (ev.index > last) {
+          const ev = res.event;
+          if (!ev) {
+            live = false;
+            if (res.appliedIndex > done) done = res.appliedIndex;
+            if (last <= done) opts.onProgress?.(done);
+            continue;
+          }
+          if (ev.index <= done) continue;
+          if (ev.index === last) {
+            if (skipAtLast > 0) {
+              skipAtLast--;
+              continue;
+            }
+          } else if (ev.index > last) {
+            done = ev.index - 1n; // the stream is in log order: everything before was sent
             last = ev.index;
             seenAtLast = 0;
             skipAtLast = 0;
+          } else {
+            continue;
           }
           seenAtLast++;
           yield ev;
@@ -223,7 +270,12 @@ export class Client {
       } catch (e) {
         if (signal?.aborted) return;
         const err = classify(e, "read", signal);
-        if (err.code !== Code.Unavailable && err.code !== Code.NotLeader) {
+        if (resynced && err.code === Code.Compacted) {
+          opened++; // continue after the state, on the node that sent it
+          failingSince = undefined;
+          continue;
+        }
+        if (err.code !== Code.Unavailable && err.code !== Code.NotLeader && err.code !== Code.ResourceExhausted) {
           throw opError("watch", err);
         }
         if (registered) {

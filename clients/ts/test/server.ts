@@ -28,13 +28,17 @@ export class Server {
   #log = "";
   #exited: Promise<void> = Promise.resolve();
 
-  constructor() {
+  readonly #flags: string[];
+
+  /** flags are extra `serve` flags, such as ["--watch-history", "4"]. */
+  constructor(flags: string[] = []) {
     this.dataDir = mkdtempSync(join(tmpdir(), "leasehold-data-"));
+    this.#flags = flags;
   }
 
   /** start runs the server (on listen, default a free port) and waits until it is ready. */
   async start(listen = "127.0.0.1:0"): Promise<void> {
-    const proc = spawn(binary(), ["serve", "--data", this.dataDir, "--listen", listen], { stdio: ["ignore", "pipe", "pipe"] });
+    const proc = spawn(binary(), ["serve", "--data", this.dataDir, "--listen", listen, ...this.#flags], { stdio: ["ignore", "pipe", "pipe"] });
     this.#proc = proc;
     // If the test process ends without stopping it, the server goes too.
     const orphaned = () => {

@@ -81,9 +81,17 @@ function render() {
     const ttl = el("td", { class: "ttl", "data-remaining": l.remaining_ms });
     const queue = l.queue.map((w) => w.owner || w.lease_id.slice(0, 8)).join(", ");
     const delay = l.lock_delay ? el("span", { class: "delay" }, "in lock-delay (" + fmtMs(l.lock_delay_ms) + ", after token " + l.lock_delay_token + ")") : "";
-    return el("tr", { "data-lock": l.name, "data-token": l.token || 0 },
-      el("td", { class: "name", title: l.name }, l.name), el("td", { class: "owner" }, l.owner || (l.lease_id ? "" : "—")),
-      el("td", { class: "token" }, l.token || "—"), ttl, el("td", { class: "queue" }, queue || "—"), el("td", {}, delay || "—"));
+    // Every holding: the readers of a read lock, the permits of a semaphore.
+    const hs = l.holders || [];
+    const tag = (h) => (l.permits > 1 ? " · permit " + h.slot : "") + (h.mode === "shared" ? " · shared" : "");
+    const owners = hs.map((h) => el("div", { class: "holder", "data-token": h.token, "data-mode": h.mode, "data-slot": h.slot },
+      (h.owner || h.lease_id.slice(0, 8)) + tag(h)));
+    const tokens = hs.map((h) => el("div", { class: "holder-token", "data-token": h.token }, String(h.token)));
+    const name = el("td", { class: "name", title: l.name }, l.name);
+    if (l.permits > 1) name.append(el("span", { class: "permits" }, " " + hs.length + "/" + l.permits + " permits"));
+    return el("tr", { "data-lock": l.name, "data-token": l.token || 0, "data-holders": hs.length },
+      name, el("td", { class: "owner" }, ...(owners.length ? owners : ["—"])),
+      el("td", { class: "token" }, ...(tokens.length ? tokens : ["—"])), ttl, el("td", { class: "queue" }, queue || "—"), el("td", {}, delay || "—"));
   }));
   $("#locks-empty").hidden = v.locks.length > 0;
 

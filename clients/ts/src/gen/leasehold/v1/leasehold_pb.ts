@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leasehold/v1/leasehold.proto.
  */
 export const file_leasehold_v1_leasehold: GenFile = /*@__PURE__*/
-  fileDesc("ChxsZWFzZWhvbGQvdjEvbGVhc2Vob2xkLnByb3RvEgxsZWFzZWhvbGQudjEiTwoPUHJvY2xhaW1SZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQSDQoFdmFsdWUYBCABKAwiOgoQUHJvY2xhaW1SZXNwb25zZRImCgdob2xkaW5nGAEgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmciMwoTTGlzdFNlc3Npb25zUmVxdWVzdBINCgVzdGFsZRgBIAEoCBINCgVsaW1pdBgCIAEoBSJ8CgtTZXNzaW9uSW5mbxIQCghsZWFzZV9pZBgBIAEoCRINCgVvd25lchgCIAEoCRIOCgZ0dGxfbXMYAyABKAMSFwoPY3JlYXRlZF91bml4X21zGAQgASgDEhQKDHJlbWFpbmluZ19tcxgFIAEoAxINCgVuYW1lcxgGIAMoCSJWChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIrCghzZXNzaW9ucxgBIAMoCzIZLmxlYXNlaG9sZC52MS5TZXNzaW9uSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiSAoLRXJyb3JEZXRhaWwSDAoEY29kZRgBIAEoCRISCgpsYXN0X3Rva2VuGAIgASgEEhcKD2xlYWRlcl9hcGlfYWRkchgDIAEoCSJJChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIOCgZ0dGxfbXMYASABKAMSDQoFb3duZXIYAiABKAkSEgoKc2VxdWVuY2VycxgUIAEoCCJIChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEg0KBW93bmVyGAMgASgJIjcKEEtlZXBBbGl2ZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSEQoJbGVhc2VfaWRzGAIgAygJImUKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgJEg4KBnR0bF9tcxgCIAEoAxIuCgdyZXN1bHRzGAMgAygLMh0ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3VsdCJHCg9LZWVwQWxpdmVSZXN1bHQSEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkiPQoWS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRIRCglsZWFzZV9pZHMYAiADKAkifwoXS2VlcEFsaXZlU3RyZWFtUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkSLgoHcmVzdWx0cxgEIAMoCzIdLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXN1bHQiJwoTQ2xvc2VTZXNzaW9uUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCSIoChRDbG9zZVNlc3Npb25SZXNwb25zZRIQCghyZWxlYXNlZBgBIAMoCSKvAQoOQWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgd3YWl0X21zGAMgASgDEhUKDWxvY2tfZGVsYXlfbXMYBCABKAMSDwoHd2FpdF9pZBgFIAEoBBIkCgRtb2RlGBQgASgOMhYubGVhc2Vob2xkLnYxLkxvY2tNb2RlEg8KB3Blcm1pdHMYFSABKA0SDQoFdmFsdWUYFiABKAwiSQoPQWNxdWlyZVJlc3BvbnNlEiYKB2hvbGRpbmcYASABKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZxIOCgZ0dGxfbXMYAiABKAMioQEKEVRyeUFjcXVpcmVSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSFQoNbG9ja19kZWxheV9tcxgDIAEoAxIPCgd3YWl0X2lkGAQgASgEEiQKBG1vZGUYFCABKA4yFi5sZWFzZWhvbGQudjEuTG9ja01vZGUSDwoHcGVybWl0cxgVIAEoDRINCgV2YWx1ZRgWIAEoDCJMChJUcnlBY3F1aXJlUmVzcG9uc2USJgoHaG9sZGluZxgBIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEg4KBnR0bF9tcxgCIAEoAyI/Cg5SZWxlYXNlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg0KBXRva2VuGAMgASgEIkQKEUNhbmNlbFdhaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDwoHd2FpdF9pZBgDIAEoBCIUChJDYW5jZWxXYWl0UmVzcG9uc2UiNgoPUmVsZWFzZVJlc3BvbnNlEiMKBG5leHQYASABKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZyLkAQoHSG9sZGluZxIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg0KBXRva2VuGAMgASgEEg0KBW93bmVyGAQgASgJEhgKEGFjcXVpcmVkX3VuaXhfbXMYBSABKAMSFQoNbG9ja19kZWxheV9tcxgGIAEoAxIRCglzZXF1ZW5jZXIYFCABKAwSJAoEbW9kZRgeIAEoDjIWLmxlYXNlaG9sZC52MS5Mb2NrTW9kZRIMCgRzbG90GB8gASgNEg0KBXZhbHVlGCAgASgMEhQKDHJlbWFpbmluZ19tcxghIAEoAyJBCgZXYWl0ZXISEAoIbGVhc2VfaWQYASABKAkSDQoFb3duZXIYAiABKAkSFgoOcXVldWVkX3VuaXhfbXMYAyABKAMiLAoNU3RhdHVzUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXN0YWxlGAIgASgIIsYBCghMb2NrSW5mbxIMCgRuYW1lGAEgASgJEiUKBmhvbGRlchgCIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEhQKDHJlbWFpbmluZ19tcxgDIAEoAxIlCgd3YWl0ZXJzGAQgAygLMhQubGVhc2Vob2xkLnYxLldhaXRlchIPCgdkZWxheWVkGAUgASgIEiYKB2hvbGRlcnMYFCADKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZxIPCgdwZXJtaXRzGBUgASgNIjYKDlN0YXR1c1Jlc3BvbnNlEiQKBGxvY2sYASABKAsyFi5sZWFzZWhvbGQudjEuTG9ja0luZm8iOwoLTGlzdFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEg0KBXN0YWxlGAIgASgIEg0KBWxpbWl0GAMgASgFIkgKDExpc3RSZXNwb25zZRIlCgVsb2NrcxgBIAMoCzIWLmxlYXNlaG9sZC52MS5Mb2NrSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiSwoMV2F0Y2hSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRISCgpmcm9tX2luZGV4GAIgASgEEhcKD3Byb2dyZXNzX25vdGlmeRgDIAEoCCKbAQoFRXZlbnQSJQoEdHlwZRgBIAEoDjIXLmxlYXNlaG9sZC52MS5FdmVudFR5cGUSDAoEbmFtZRgCIAEoCRIQCghsZWFzZV9pZBgDIAEoCRINCgVvd25lchgEIAEoCRINCgV0b2tlbhgFIAEoBBINCgVpbmRleBgGIAEoBBIPCgd1bml4X21zGAcgASgDEg0KBXZhbHVlGBQgASgMIkoKDVdhdGNoUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5sZWFzZWhvbGQudjEuRXZlbnQSFQoNYXBwbGllZF9pbmRleBgCIAEoBCJJCgxLdlB1dFJlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgMEg0KBXRva2VuGAMgASgEEg4KBnN0cmljdBgEIAEoCCIrCg1LdlB1dFJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoBCIqCgxLdkdldFJlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXN0YWxlGAIgASgIIjoKDUt2R2V0UmVzcG9uc2USCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgMEg0KBXRva2VuGAMgASgEIj0KD0t2RGVsZXRlUmVxdWVzdBILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQSDgoGc3RyaWN0GAMgASgIIi4KEEt2RGVsZXRlUmVzcG9uc2USCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgEIhEKD1NuYXBzaG90UmVxdWVzdCKLAQoMU25hcHNob3RJbmZvEg0KBWluZGV4GAEgASgEEgwKBHRlcm0YAiABKAQSDQoFdG9rZW4YAyABKAQSDwoHbm9kZV9pZBgEIAEoCRIPCgd1bml4X21zGAUgASgDEhoKEmxhc3RfZ3JhbnRfdW5peF9tcxgGIAEoAxIRCglwZWFrX3JhdGUYByABKAQiSwoQU25hcHNob3RSZXNwb25zZRIoCgRpbmZvGAEgASgLMhoubGVhc2Vob2xkLnYxLlNuYXBzaG90SW5mbxINCgVjaHVuaxgCIAEoDCIlChBCdW1wVG9rZW5SZXF1ZXN0EhEKCW1pbl90b2tlbhgBIAEoBCIiChFCdW1wVG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoBCKUAQoGTWVtYmVyEgoKAmlkGAEgASgJEhEKCXJhZnRfYWRkchgCIAEoCRIQCghhcGlfYWRkchgDIAEoCRIMCgRyb2xlGAQgASgJEgwKBHRlcm0YBSABKAQSFAoMY29tbWl0X2luZGV4GAYgASgEEhUKDWFwcGxpZWRfaW5kZXgYByABKAQSEAoIc3VmZnJhZ2UYCCABKAkiEAoOTWVtYmVyc1JlcXVlc3QiSwoPTWVtYmVyc1Jlc3BvbnNlEiUKB21lbWJlcnMYASADKAsyFC5sZWFzZWhvbGQudjEuTWVtYmVyEhEKCWxlYWRlcl9pZBgCIAEoCSJSChBBZGRNZW1iZXJSZXF1ZXN0EgoKAmlkGAEgASgJEhEKCXJhZnRfYWRkchgCIAEoCRIQCghhcGlfYWRkchgDIAEoCRINCgVmcmVzaBgEIAEoCCJOChFBZGRNZW1iZXJSZXNwb25zZRIlCgdtZW1iZXJzGAEgAygLMhQubGVhc2Vob2xkLnYxLk1lbWJlchISCgpjbHVzdGVyX2lkGAIgASgJIiEKE1JlbW92ZU1lbWJlclJlcXVlc3QSCgoCaWQYASABKAkiPQoUUmVtb3ZlTWVtYmVyUmVzcG9uc2USJQoHbWVtYmVycxgBIAMoCzIULmxlYXNlaG9sZC52MS5NZW1iZXIiIwoVVHJhbnNmZXJMZWFkZXJSZXF1ZXN0EgoKAmlkGAEgASgJIisKFlRyYW5zZmVyTGVhZGVyUmVzcG9uc2USEQoJbGVhZGVyX2lkGAEgASgJKjkKCExvY2tNb2RlEhcKE0xPQ0tfTU9ERV9FWENMVVNJVkUQABIUChBMT0NLX01PREVfU0hBUkVEEAEq3QEKCUV2ZW50VHlwZRIaChZFVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASFwoTRVZFTlRfVFlQRV9BQ1FVSVJFRBABEhcKE0VWRU5UX1RZUEVfUkVMRUFTRUQQAhIWChJFVkVOVF9UWVBFX0VYUElSRUQQAxIVChFFVkVOVF9UWVBFX1FVRVVFRBAEEhcKE0VWRU5UX1RZUEVfREVRVUVVRUQQBRIfChtFVkVOVF9UWVBFX0xPQ0tfREVMQVlfRU5ERUQQBhIZChVFVkVOVF9UWVBFX1BST0NMQUlNRUQQFDLgCQoQTGVhc2Vob2xkU2VydmljZRJYCg1DcmVhdGVTZXNzaW9uEiIubGVhc2Vob2xkLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiMubGVhc2Vob2xkLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJMCglLZWVwQWxpdmUSHi5sZWFzZWhvbGQudjEuS2VlcEFsaXZlUmVxdWVzdBofLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXNwb25zZRJiCg9LZWVwQWxpdmVTdHJlYW0SJC5sZWFzZWhvbGQudjEuS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBolLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVTdHJlYW1SZXNwb25zZSgBMAESVQoMQ2xvc2VTZXNzaW9uEiEubGVhc2Vob2xkLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaIi5sZWFzZWhvbGQudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2USRgoHQWNxdWlyZRIcLmxlYXNlaG9sZC52MS5BY3F1aXJlUmVxdWVzdBodLmxlYXNlaG9sZC52MS5BY3F1aXJlUmVzcG9uc2USTwoKVHJ5QWNxdWlyZRIfLmxlYXNlaG9sZC52MS5UcnlBY3F1aXJlUmVxdWVzdBogLmxlYXNlaG9sZC52MS5UcnlBY3F1aXJlUmVzcG9uc2USRgoHUmVsZWFzZRIcLmxlYXNlaG9sZC52MS5SZWxlYXNlUmVxdWVzdBodLmxlYXNlaG9sZC52MS5SZWxlYXNlUmVzcG9uc2USTwoKQ2FuY2VsV2FpdBIfLmxlYXNlaG9sZC52MS5DYW5jZWxXYWl0UmVxdWVzdBogLmxlYXNlaG9sZC52MS5DYW5jZWxXYWl0UmVzcG9uc2USQwoGU3RhdHVzEhsubGVhc2Vob2xkLnYxLlN0YXR1c1JlcXVlc3QaHC5sZWFzZWhvbGQudjEuU3RhdHVzUmVzcG9uc2USPQoETGlzdBIZLmxlYXNlaG9sZC52MS5MaXN0UmVxdWVzdBoaLmxlYXNlaG9sZC52MS5MaXN0UmVzcG9uc2USQgoFV2F0Y2gSGi5sZWFzZWhvbGQudjEuV2F0Y2hSZXF1ZXN0GhsubGVhc2Vob2xkLnYxLldhdGNoUmVzcG9uc2UwARJACgVLdlB1dBIaLmxlYXNlaG9sZC52MS5LdlB1dFJlcXVlc3QaGy5sZWFzZWhvbGQudjEuS3ZQdXRSZXNwb25zZRJACgVLdkdldBIaLmxlYXNlaG9sZC52MS5LdkdldFJlcXVlc3QaGy5sZWFzZWhvbGQudjEuS3ZHZXRSZXNwb25zZRJJCghLdkRlbGV0ZRIdLmxlYXNlaG9sZC52MS5LdkRlbGV0ZVJlcXVlc3QaHi5sZWFzZWhvbGQudjEuS3ZEZWxldGVSZXNwb25zZRJJCghQcm9jbGFpbRIdLmxlYXNlaG9sZC52MS5Qcm9jbGFpbVJlcXVlc3QaHi5sZWFzZWhvbGQudjEuUHJvY2xhaW1SZXNwb25zZRJVCgxMaXN0U2Vzc2lvbnMSIS5sZWFzZWhvbGQudjEuTGlzdFNlc3Npb25zUmVxdWVzdBoiLmxlYXNlaG9sZC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZTL1AwoOQ2x1c3RlclNlcnZpY2USRgoHTWVtYmVycxIcLmxlYXNlaG9sZC52MS5NZW1iZXJzUmVxdWVzdBodLmxlYXNlaG9sZC52MS5NZW1iZXJzUmVzcG9uc2USTAoJQWRkTWVtYmVyEh4ubGVhc2Vob2xkLnYxLkFkZE1lbWJlclJlcXVlc3QaHy5sZWFzZWhvbGQudjEuQWRkTWVtYmVyUmVzcG9uc2USVQoMUmVtb3ZlTWVtYmVyEiEubGVhc2Vob2xkLnYxLlJlbW92ZU1lbWJlclJlcXVlc3QaIi5sZWFzZWhvbGQudjEuUmVtb3ZlTWVtYmVyUmVzcG9uc2USWwoOVHJhbnNmZXJMZWFkZXISIy5sZWFzZWhvbGQudjEuVHJhbnNmZXJMZWFkZXJSZXF1ZXN0GiQubGVhc2Vob2xkLnYxLlRyYW5zZmVyTGVhZGVyUmVzcG9uc2USTAoJQnVtcFRva2VuEh4ubGVhc2Vob2xkLnYxLkJ1bXBUb2tlblJlcXVlc3QaHy5sZWFzZWhvbGQudjEuQnVtcFRva2VuUmVzcG9uc2USSwoIU25hcHNob3QSHS5sZWFzZWhvbGQudjEuU25hcHNob3RSZXF1ZXN0Gh4ubGVhc2Vob2xkLnYxLlNuYXBzaG90UmVzcG9uc2UwAUI8WjpnaXRodWIuY29tL2xlYXNlaG9sZC9sZWFzZWhvbGQvYXBpL2xlYXNlaG9sZHYxO2xlYXNlaG9sZHYxYgZwcm90bzM");
+  fileDesc("ChxsZWFzZWhvbGQvdjEvbGVhc2Vob2xkLnByb3RvEgxsZWFzZWhvbGQudjEiTwoPUHJvY2xhaW1SZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQSDQoFdmFsdWUYBCABKAwiOgoQUHJvY2xhaW1SZXNwb25zZRImCgdob2xkaW5nGAEgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmciMwoTTGlzdFNlc3Npb25zUmVxdWVzdBINCgVzdGFsZRgBIAEoCBINCgVsaW1pdBgCIAEoBSJ8CgtTZXNzaW9uSW5mbxIQCghsZWFzZV9pZBgBIAEoCRINCgVvd25lchgCIAEoCRIOCgZ0dGxfbXMYAyABKAMSFwoPY3JlYXRlZF91bml4X21zGAQgASgDEhQKDHJlbWFpbmluZ19tcxgFIAEoAxINCgVuYW1lcxgGIAMoCSJWChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIrCghzZXNzaW9ucxgBIAMoCzIZLmxlYXNlaG9sZC52MS5TZXNzaW9uSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiSAoLRXJyb3JEZXRhaWwSDAoEY29kZRgBIAEoCRISCgpsYXN0X3Rva2VuGAIgASgEEhcKD2xlYWRlcl9hcGlfYWRkchgDIAEoCSJJChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIOCgZ0dGxfbXMYASABKAMSDQoFb3duZXIYAiABKAkSEgoKc2VxdWVuY2VycxgUIAEoCCJIChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEg0KBW93bmVyGAMgASgJIjcKEEtlZXBBbGl2ZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSEQoJbGVhc2VfaWRzGAIgAygJImUKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgJEg4KBnR0bF9tcxgCIAEoAxIuCgdyZXN1bHRzGAMgAygLMh0ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3VsdCJHCg9LZWVwQWxpdmVSZXN1bHQSEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkiPQoWS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRIRCglsZWFzZV9pZHMYAiADKAkifwoXS2VlcEFsaXZlU3RyZWFtUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkSLgoHcmVzdWx0cxgEIAMoCzIdLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXN1bHQiJwoTQ2xvc2VTZXNzaW9uUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCSIoChRDbG9zZVNlc3Npb25SZXNwb25zZRIQCghyZWxlYXNlZBgBIAMoCSKvAQoOQWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgd3YWl0X21zGAMgASgDEhUKDWxvY2tfZGVsYXlfbXMYBCABKAMSDwoHd2FpdF9pZBgFIAEoBBIkCgRtb2RlGBQgASgOMhYubGVhc2Vob2xkLnYxLkxvY2tNb2RlEg8KB3Blcm1pdHMYFSABKA0SDQoFdmFsdWUYFiABKAwiSQoPQWNxdWlyZVJlc3BvbnNlEiYKB2hvbGRpbmcYASABKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZxIOCgZ0dGxfbXMYAiABKAMioQEKEVRyeUFjcXVpcmVSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSFQoNbG9ja19kZWxheV9tcxgDIAEoAxIPCgd3YWl0X2lkGAQgASgEEiQKBG1vZGUYFCABKA4yFi5sZWFzZWhvbGQudjEuTG9ja01vZGUSDwoHcGVybWl0cxgVIAEoDRINCgV2YWx1ZRgWIAEoDCJMChJUcnlBY3F1aXJlUmVzcG9uc2USJgoHaG9sZGluZxgBIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEg4KBnR0bF9tcxgCIAEoAyI/Cg5SZWxlYXNlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg0KBXRva2VuGAMgASgEIkQKEUNhbmNlbFdhaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDwoHd2FpdF9pZBgDIAEoBCIUChJDYW5jZWxXYWl0UmVzcG9uc2UiNgoPUmVsZWFzZVJlc3BvbnNlEiMKBG5leHQYASABKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZyLkAQoHSG9sZGluZxIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg0KBXRva2VuGAMgASgEEg0KBW93bmVyGAQgASgJEhgKEGFjcXVpcmVkX3VuaXhfbXMYBSABKAMSFQoNbG9ja19kZWxheV9tcxgGIAEoAxIRCglzZXF1ZW5jZXIYFCABKAwSJAoEbW9kZRgeIAEoDjIWLmxlYXNlaG9sZC52MS5Mb2NrTW9kZRIMCgRzbG90GB8gASgNEg0KBXZhbHVlGCAgASgMEhQKDHJlbWFpbmluZ19tcxghIAEoAyJBCgZXYWl0ZXISEAoIbGVhc2VfaWQYASABKAkSDQoFb3duZXIYAiABKAkSFgoOcXVldWVkX3VuaXhfbXMYAyABKAMiLAoNU3RhdHVzUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXN0YWxlGAIgASgIIsYBCghMb2NrSW5mbxIMCgRuYW1lGAEgASgJEiUKBmhvbGRlchgCIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEhQKDHJlbWFpbmluZ19tcxgDIAEoAxIlCgd3YWl0ZXJzGAQgAygLMhQubGVhc2Vob2xkLnYxLldhaXRlchIPCgdkZWxheWVkGAUgASgIEiYKB2hvbGRlcnMYFCADKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZxIPCgdwZXJtaXRzGBUgASgNIjYKDlN0YXR1c1Jlc3BvbnNlEiQKBGxvY2sYASABKAsyFi5sZWFzZWhvbGQudjEuTG9ja0luZm8iOwoLTGlzdFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEg0KBXN0YWxlGAIgASgIEg0KBWxpbWl0GAMgASgFIkgKDExpc3RSZXNwb25zZRIlCgVsb2NrcxgBIAMoCzIWLmxlYXNlaG9sZC52MS5Mb2NrSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiSwoMV2F0Y2hSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRISCgpmcm9tX2luZGV4GAIgASgEEhcKD3Byb2dyZXNzX25vdGlmeRgDIAEoCCKbAQoFRXZlbnQSJQoEdHlwZRgBIAEoDjIXLmxlYXNlaG9sZC52MS5FdmVudFR5cGUSDAoEbmFtZRgCIAEoCRIQCghsZWFzZV9pZBgDIAEoCRINCgVvd25lchgEIAEoCRINCgV0b2tlbhgFIAEoBBINCgVpbmRleBgGIAEoBBIPCgd1bml4X21zGAcgASgDEg0KBXZhbHVlGBQgASgMInsKDVdhdGNoUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5sZWFzZWhvbGQudjEuRXZlbnQSFQoNYXBwbGllZF9pbmRleBgCIAEoBBIvCgljb21wYWN0ZWQYAyABKAsyHC5sZWFzZWhvbGQudjEuV2F0Y2hDb21wYWN0ZWQiWQoOV2F0Y2hDb21wYWN0ZWQSDQoFaW5kZXgYASABKAQSJQoFbG9ja3MYAiADKAsyFi5sZWFzZWhvbGQudjEuTG9ja0luZm8SEQoJdHJ1bmNhdGVkGAMgASgIIkkKDEt2UHV0UmVxdWVzdBILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAwSDQoFdG9rZW4YAyABKAQSDgoGc3RyaWN0GAQgASgIIisKDUt2UHV0UmVzcG9uc2USCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgEIioKDEt2R2V0UmVxdWVzdBILCgNrZXkYASABKAkSDQoFc3RhbGUYAiABKAgiOgoNS3ZHZXRSZXNwb25zZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAwSDQoFdG9rZW4YAyABKAQiPQoPS3ZEZWxldGVSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoBBIOCgZzdHJpY3QYAyABKAgiLgoQS3ZEZWxldGVSZXNwb25zZRILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQiEQoPU25hcHNob3RSZXF1ZXN0IosBCgxTbmFwc2hvdEluZm8SDQoFaW5kZXgYASABKAQSDAoEdGVybRgCIAEoBBINCgV0b2tlbhgDIAEoBBIPCgdub2RlX2lkGAQgASgJEg8KB3VuaXhfbXMYBSABKAMSGgoSbGFzdF9ncmFudF91bml4X21zGAYgASgDEhEKCXBlYWtfcmF0ZRgHIAEoBCJLChBTbmFwc2hvdFJlc3BvbnNlEigKBGluZm8YASABKAsyGi5sZWFzZWhvbGQudjEuU25hcHNob3RJbmZvEg0KBWNodW5rGAIgASgMIiUKEEJ1bXBUb2tlblJlcXVlc3QSEQoJbWluX3Rva2VuGAEgASgEIiIKEUJ1bXBUb2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgEIpQBCgZNZW1iZXISCgoCaWQYASABKAkSEQoJcmFmdF9hZGRyGAIgASgJEhAKCGFwaV9hZGRyGAMgASgJEgwKBHJvbGUYBCABKAkSDAoEdGVybRgFIAEoBBIUCgxjb21taXRfaW5kZXgYBiABKAQSFQoNYXBwbGllZF9pbmRleBgHIAEoBBIQCghzdWZmcmFnZRgIIAEoCSIQCg5NZW1iZXJzUmVxdWVzdCJLCg9NZW1iZXJzUmVzcG9uc2USJQoHbWVtYmVycxgBIAMoCzIULmxlYXNlaG9sZC52MS5NZW1iZXISEQoJbGVhZGVyX2lkGAIgASgJIlIKEEFkZE1lbWJlclJlcXVlc3QSCgoCaWQYASABKAkSEQoJcmFmdF9hZGRyGAIgASgJEhAKCGFwaV9hZGRyGAMgASgJEg0KBWZyZXNoGAQgASgIIk4KEUFkZE1lbWJlclJlc3BvbnNlEiUKB21lbWJlcnMYASADKAsyFC5sZWFzZWhvbGQudjEuTWVtYmVyEhIKCmNsdXN0ZXJfaWQYAiABKAkiIQoTUmVtb3ZlTWVtYmVyUmVxdWVzdBIKCgJpZBgBIAEoCSI9ChRSZW1vdmVNZW1iZXJSZXNwb25zZRIlCgdtZW1iZXJzGAEgAygLMhQubGVhc2Vob2xkLnYxLk1lbWJlciIjChVUcmFuc2ZlckxlYWRlclJlcXVlc3QSCgoCaWQYASABKAkiKwoWVHJhbnNmZXJMZWFkZXJSZXNwb25zZRIRCglsZWFkZXJfaWQYASABKAkqOQoITG9ja01vZGUSFwoTTE9DS19NT0RFX0VYQ0xVU0lWRRAAEhQKEExPQ0tfTU9ERV9TSEFSRUQQASrdAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9UWVBFX0FDUVVJUkVEEAESFwoTRVZFTlRfVFlQRV9SRUxFQVNFRBACEhYKEkVWRU5UX1RZUEVfRVhQSVJFRBADEhUKEUVWRU5UX1RZUEVfUVVFVUVEEAQSFwoTRVZFTlRfVFlQRV9ERVFVRVVFRBAFEh8KG0VWRU5UX1RZUEVfTE9DS19ERUxBWV9FTkRFRBAGEhkKFUVWRU5UX1RZUEVfUFJPQ0xBSU1FRBAUMuAJChBMZWFzZWhvbGRTZXJ2aWNlElgKDUNyZWF0ZVNlc3Npb24SIi5sZWFzZWhvbGQudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaIy5sZWFzZWhvbGQudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEkwKCUtlZXBBbGl2ZRIeLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXF1ZXN0Gh8ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3BvbnNlEmIKD0tlZXBBbGl2ZVN0cmVhbRIkLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVTdHJlYW1SZXF1ZXN0GiUubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlKAEwARJVCgxDbG9zZVNlc3Npb24SIS5sZWFzZWhvbGQudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBoiLmxlYXNlaG9sZC52MS5DbG9zZVNlc3Npb25SZXNwb25zZRJGCgdBY3F1aXJlEhwubGVhc2Vob2xkLnYxLkFjcXVpcmVSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLkFjcXVpcmVSZXNwb25zZRJPCgpUcnlBY3F1aXJlEh8ubGVhc2Vob2xkLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiAubGVhc2Vob2xkLnYxLlRyeUFjcXVpcmVSZXNwb25zZRJGCgdSZWxlYXNlEhwubGVhc2Vob2xkLnYxLlJlbGVhc2VSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLlJlbGVhc2VSZXNwb25zZRJPCgpDYW5jZWxXYWl0Eh8ubGVhc2Vob2xkLnYxLkNhbmNlbFdhaXRSZXF1ZXN0GiAubGVhc2Vob2xkLnYxLkNhbmNlbFdhaXRSZXNwb25zZRJDCgZTdGF0dXMSGy5sZWFzZWhvbGQudjEuU3RhdHVzUmVxdWVzdBocLmxlYXNlaG9sZC52MS5TdGF0dXNSZXNwb25zZRI9CgRMaXN0EhkubGVhc2Vob2xkLnYxLkxpc3RSZXF1ZXN0GhoubGVhc2Vob2xkLnYxLkxpc3RSZXNwb25zZRJCCgVXYXRjaBIaLmxlYXNlaG9sZC52MS5XYXRjaFJlcXVlc3QaGy5sZWFzZWhvbGQudjEuV2F0Y2hSZXNwb25zZTABEkAKBUt2UHV0EhoubGVhc2Vob2xkLnYxLkt2UHV0UmVxdWVzdBobLmxlYXNlaG9sZC52MS5LdlB1dFJlc3BvbnNlEkAKBUt2R2V0EhoubGVhc2Vob2xkLnYxLkt2R2V0UmVxdWVzdBobLmxlYXNlaG9sZC52MS5LdkdldFJlc3BvbnNlEkkKCEt2RGVsZXRlEh0ubGVhc2Vob2xkLnYxLkt2RGVsZXRlUmVxdWVzdBoeLmxlYXNlaG9sZC52MS5LdkRlbGV0ZVJlc3BvbnNlEkkKCFByb2NsYWltEh0ubGVhc2Vob2xkLnYxLlByb2NsYWltUmVxdWVzdBoeLmxlYXNlaG9sZC52MS5Qcm9jbGFpbVJlc3BvbnNlElUKDExpc3RTZXNzaW9ucxIhLmxlYXNlaG9sZC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiIubGVhc2Vob2xkLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlMvUDCg5DbHVzdGVyU2VydmljZRJGCgdNZW1iZXJzEhwubGVhc2Vob2xkLnYxLk1lbWJlcnNSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLk1lbWJlcnNSZXNwb25zZRJMCglBZGRNZW1iZXISHi5sZWFzZWhvbGQudjEuQWRkTWVtYmVyUmVxdWVzdBofLmxlYXNlaG9sZC52MS5BZGRNZW1iZXJSZXNwb25zZRJVCgxSZW1vdmVNZW1iZXISIS5sZWFzZWhvbGQudjEuUmVtb3ZlTWVtYmVyUmVxdWVzdBoiLmxlYXNlaG9sZC52MS5SZW1vdmVNZW1iZXJSZXNwb25zZRJbCg5UcmFuc2ZlckxlYWRlchIjLmxlYXNlaG9sZC52MS5UcmFuc2ZlckxlYWRlclJlcXVlc3QaJC5sZWFzZWhvbGQudjEuVHJhbnNmZXJMZWFkZXJSZXNwb25zZRJMCglCdW1wVG9rZW4SHi5sZWFzZWhvbGQudjEuQnVtcFRva2VuUmVxdWVzdBofLmxlYXNlaG9sZC52MS5CdW1wVG9rZW5SZXNwb25zZRJLCghTbmFwc2hvdBIdLmxlYXNlaG9sZC52MS5TbmFwc2hvdFJlcXVlc3QaHi5sZWFzZWhvbGQudjEuU25hcHNob3RSZXNwb25zZTABQjxaOmdpdGh1Yi5jb20vbGVhc2Vob2xkL2xlYXNlaG9sZC9hcGkvbGVhc2Vob2xkdjE7bGVhc2Vob2xkdjFiBnByb3RvMw");
 
 /**
  * @generated from message leasehold.v1.ProclaimRequest
@@ -982,7 +982,9 @@ export type WatchRequest = Message<"leasehold.v1.WatchRequest"> & {
    * from_index, when not 0, replays every event with index >= from_index
    * from the node's event history, then continues live, with no gap and no
    * duplicate. An index older than the history (or from before a snapshot
-   * the node installed) fails with the code compacted. 0: live from now.
+   * the node installed) ends the watch with the code compacted, after a
+   * last response that carries the current state (WatchResponse.compacted).
+   * 0: live from now.
    *
    * @generated from field: uint64 from_index = 2;
    */
@@ -1080,6 +1082,16 @@ export type WatchResponse = Message<"leasehold.v1.WatchResponse"> & {
    * @generated from field: uint64 applied_index = 2;
    */
   appliedIndex: bigint;
+
+  /**
+   * compacted is set in the last response of a watch whose events are no
+   * longer held (from_index older than the history, a watcher overtaken by
+   * the history, or a node that installed a snapshot); the stream then ends
+   * with the code compacted. It replaces the events that are gone.
+   *
+   * @generated from field: leasehold.v1.WatchCompacted compacted = 3;
+   */
+  compacted?: WatchCompacted | undefined;
 };
 
 /**
@@ -1088,6 +1100,44 @@ export type WatchResponse = Message<"leasehold.v1.WatchResponse"> & {
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
   messageDesc(file_leasehold_v1_leasehold, 32);
+
+/**
+ * WatchCompacted is the state of a watch's prefix at one log index: a
+ * watch resumed at index+1 continues it with no gap and no duplicate.
+ *
+ * @generated from message leasehold.v1.WatchCompacted
+ */
+export type WatchCompacted = Message<"leasehold.v1.WatchCompacted"> & {
+  /**
+   * index is the log index the state is taken at: every entry up to it is
+   * applied in locks, none after it.
+   *
+   * @generated from field: uint64 index = 1;
+   */
+  index: bigint;
+
+  /**
+   * locks are the held, queued for or delayed locks of the prefix, in name
+   * order, as List returns them.
+   *
+   * @generated from field: repeated leasehold.v1.LockInfo locks = 2;
+   */
+  locks: LockInfo[];
+
+  /**
+   * truncated is true when more locks matched than the List maximum.
+   *
+   * @generated from field: bool truncated = 3;
+   */
+  truncated: boolean;
+};
+
+/**
+ * Describes the message leasehold.v1.WatchCompacted.
+ * Use `create(WatchCompactedSchema)` to create a new message.
+ */
+export const WatchCompactedSchema: GenMessage<WatchCompacted> = /*@__PURE__*/
+  messageDesc(file_leasehold_v1_leasehold, 33);
 
 /**
  * @generated from message leasehold.v1.KvPutRequest
@@ -1121,7 +1171,7 @@ export type KvPutRequest = Message<"leasehold.v1.KvPutRequest"> & {
  * Use `create(KvPutRequestSchema)` to create a new message.
  */
 export const KvPutRequestSchema: GenMessage<KvPutRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 33);
+  messageDesc(file_leasehold_v1_leasehold, 34);
 
 /**
  * @generated from message leasehold.v1.KvPutResponse
@@ -1143,7 +1193,7 @@ export type KvPutResponse = Message<"leasehold.v1.KvPutResponse"> & {
  * Use `create(KvPutResponseSchema)` to create a new message.
  */
 export const KvPutResponseSchema: GenMessage<KvPutResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 34);
+  messageDesc(file_leasehold_v1_leasehold, 35);
 
 /**
  * @generated from message leasehold.v1.KvGetRequest
@@ -1165,7 +1215,7 @@ export type KvGetRequest = Message<"leasehold.v1.KvGetRequest"> & {
  * Use `create(KvGetRequestSchema)` to create a new message.
  */
 export const KvGetRequestSchema: GenMessage<KvGetRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 35);
+  messageDesc(file_leasehold_v1_leasehold, 36);
 
 /**
  * @generated from message leasehold.v1.KvGetResponse
@@ -1192,7 +1242,7 @@ export type KvGetResponse = Message<"leasehold.v1.KvGetResponse"> & {
  * Use `create(KvGetResponseSchema)` to create a new message.
  */
 export const KvGetResponseSchema: GenMessage<KvGetResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 36);
+  messageDesc(file_leasehold_v1_leasehold, 37);
 
 /**
  * @generated from message leasehold.v1.KvDeleteRequest
@@ -1221,7 +1271,7 @@ export type KvDeleteRequest = Message<"leasehold.v1.KvDeleteRequest"> & {
  * Use `create(KvDeleteRequestSchema)` to create a new message.
  */
 export const KvDeleteRequestSchema: GenMessage<KvDeleteRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 37);
+  messageDesc(file_leasehold_v1_leasehold, 38);
 
 /**
  * @generated from message leasehold.v1.KvDeleteResponse
@@ -1243,7 +1293,7 @@ export type KvDeleteResponse = Message<"leasehold.v1.KvDeleteResponse"> & {
  * Use `create(KvDeleteResponseSchema)` to create a new message.
  */
 export const KvDeleteResponseSchema: GenMessage<KvDeleteResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 38);
+  messageDesc(file_leasehold_v1_leasehold, 39);
 
 /**
  * @generated from message leasehold.v1.SnapshotRequest
@@ -1256,7 +1306,7 @@ export type SnapshotRequest = Message<"leasehold.v1.SnapshotRequest"> & {
  * Use `create(SnapshotRequestSchema)` to create a new message.
  */
 export const SnapshotRequestSchema: GenMessage<SnapshotRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 39);
+  messageDesc(file_leasehold_v1_leasehold, 40);
 
 /**
  * SnapshotInfo describes a snapshot: the log position it was taken at and
@@ -1315,7 +1365,7 @@ export type SnapshotInfo = Message<"leasehold.v1.SnapshotInfo"> & {
  * Use `create(SnapshotInfoSchema)` to create a new message.
  */
 export const SnapshotInfoSchema: GenMessage<SnapshotInfo> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 40);
+  messageDesc(file_leasehold_v1_leasehold, 41);
 
 /**
  * @generated from message leasehold.v1.SnapshotResponse
@@ -1341,7 +1391,7 @@ export type SnapshotResponse = Message<"leasehold.v1.SnapshotResponse"> & {
  * Use `create(SnapshotResponseSchema)` to create a new message.
  */
 export const SnapshotResponseSchema: GenMessage<SnapshotResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 41);
+  messageDesc(file_leasehold_v1_leasehold, 42);
 
 /**
  * @generated from message leasehold.v1.BumpTokenRequest
@@ -1358,7 +1408,7 @@ export type BumpTokenRequest = Message<"leasehold.v1.BumpTokenRequest"> & {
  * Use `create(BumpTokenRequestSchema)` to create a new message.
  */
 export const BumpTokenRequestSchema: GenMessage<BumpTokenRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 42);
+  messageDesc(file_leasehold_v1_leasehold, 43);
 
 /**
  * @generated from message leasehold.v1.BumpTokenResponse
@@ -1378,7 +1428,7 @@ export type BumpTokenResponse = Message<"leasehold.v1.BumpTokenResponse"> & {
  * Use `create(BumpTokenResponseSchema)` to create a new message.
  */
 export const BumpTokenResponseSchema: GenMessage<BumpTokenResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 43);
+  messageDesc(file_leasehold_v1_leasehold, 44);
 
 /**
  * @generated from message leasehold.v1.Member
@@ -1432,7 +1482,7 @@ export type Member = Message<"leasehold.v1.Member"> & {
  * Use `create(MemberSchema)` to create a new message.
  */
 export const MemberSchema: GenMessage<Member> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 44);
+  messageDesc(file_leasehold_v1_leasehold, 45);
 
 /**
  * @generated from message leasehold.v1.MembersRequest
@@ -1445,7 +1495,7 @@ export type MembersRequest = Message<"leasehold.v1.MembersRequest"> & {
  * Use `create(MembersRequestSchema)` to create a new message.
  */
 export const MembersRequestSchema: GenMessage<MembersRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 45);
+  messageDesc(file_leasehold_v1_leasehold, 46);
 
 /**
  * @generated from message leasehold.v1.MembersResponse
@@ -1467,7 +1517,7 @@ export type MembersResponse = Message<"leasehold.v1.MembersResponse"> & {
  * Use `create(MembersResponseSchema)` to create a new message.
  */
 export const MembersResponseSchema: GenMessage<MembersResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 46);
+  messageDesc(file_leasehold_v1_leasehold, 47);
 
 /**
  * @generated from message leasehold.v1.AddMemberRequest
@@ -1503,7 +1553,7 @@ export type AddMemberRequest = Message<"leasehold.v1.AddMemberRequest"> & {
  * Use `create(AddMemberRequestSchema)` to create a new message.
  */
 export const AddMemberRequestSchema: GenMessage<AddMemberRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 47);
+  messageDesc(file_leasehold_v1_leasehold, 48);
 
 /**
  * @generated from message leasehold.v1.AddMemberResponse
@@ -1528,7 +1578,7 @@ export type AddMemberResponse = Message<"leasehold.v1.AddMemberResponse"> & {
  * Use `create(AddMemberResponseSchema)` to create a new message.
  */
 export const AddMemberResponseSchema: GenMessage<AddMemberResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 48);
+  messageDesc(file_leasehold_v1_leasehold, 49);
 
 /**
  * @generated from message leasehold.v1.RemoveMemberRequest
@@ -1545,7 +1595,7 @@ export type RemoveMemberRequest = Message<"leasehold.v1.RemoveMemberRequest"> & 
  * Use `create(RemoveMemberRequestSchema)` to create a new message.
  */
 export const RemoveMemberRequestSchema: GenMessage<RemoveMemberRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 49);
+  messageDesc(file_leasehold_v1_leasehold, 50);
 
 /**
  * @generated from message leasehold.v1.RemoveMemberResponse
@@ -1562,7 +1612,7 @@ export type RemoveMemberResponse = Message<"leasehold.v1.RemoveMemberResponse"> 
  * Use `create(RemoveMemberResponseSchema)` to create a new message.
  */
 export const RemoveMemberResponseSchema: GenMessage<RemoveMemberResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 50);
+  messageDesc(file_leasehold_v1_leasehold, 51);
 
 /**
  * @generated from message leasehold.v1.TransferLeaderRequest
@@ -1579,7 +1629,7 @@ export type TransferLeaderRequest = Message<"leasehold.v1.TransferLeaderRequest"
  * Use `create(TransferLeaderRequestSchema)` to create a new message.
  */
 export const TransferLeaderRequestSchema: GenMessage<TransferLeaderRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 51);
+  messageDesc(file_leasehold_v1_leasehold, 52);
 
 /**
  * @generated from message leasehold.v1.TransferLeaderResponse
@@ -1596,7 +1646,7 @@ export type TransferLeaderResponse = Message<"leasehold.v1.TransferLeaderRespons
  * Use `create(TransferLeaderResponseSchema)` to create a new message.
  */
 export const TransferLeaderResponseSchema: GenMessage<TransferLeaderResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 52);
+  messageDesc(file_leasehold_v1_leasehold, 53);
 
 /**
  * LockMode is how a request shares its name with other holders.

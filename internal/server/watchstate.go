@@ -1,0 +1,62 @@
+package server
+
+import (
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/fsm"
+)
+
+// listLocked returns up to limit locks of prefix from fm, with the owner
+// labels of their waiters. The caller holds the state's read lock.
+func (s *Server) listLocked(fm *fsm.Machine, prefix string, limit int) ([]*pb.LockInfo, bool) {
+	infos, truncated := fm.List(prefix, limit)
+	owners := map[string]string{}
+	for _, info := range infos {
+		for _, w := range info.Waiters {
+			owners[w.LeaseId] = fm.Owner(w.LeaseId)
+		}
+	}
+	out := make([]*pb.LockInfo, 0, len(infos))
+	for _, info := range infos {
+		out = append(out, s.lockInfoPB(info, owners))
+	}
+	return out, truncated
+}
+
+// watchState is the state of prefix's locks at the last entry applied on
+// this node: what replaces the events a watch can no longer be sent. It
+// fails with unavailable while the node has restored a snapshot and applied
+// no entry since (the index of that state is not known yet).
+func (s *Server) watchState(prefix string) (*pb.WatchCompacted, error) {
+	var out *pb.WatchCompacted
+	s.node.ReadAt(func(fm *fsm.Machine, applied uint64) {
+		if applied == 0 {
+			return
+		}
+		locks, truncated := s.listLocked(fm, prefix, MaxListLimit)
+		out = &pb.WatchCompacted{Index: applied, Locks: locks, Truncated: truncated}
+	})
+	if out == nil {
+		return nil, api.Errorf(api.CodeUnavailable, "this node installed a snapshot and applied no entry since; watch again")
+	}
+	return out, nil
+}
+
+// endWatch ends a watch stream with err. When err is compacted, the last
+// response carries the prefix's current state first, so that the caller
+// can resync and watch again from the index after it.
+func (s *Server) endWatch(stream *connect.ServerStream[pb.WatchResponse], prefix string, err error) error {
+	if api.CodeOf(err) != api.CodeCompacted {
+		return api.ToConnect(err)
+	}
+	state, serr := s.watchState(prefix)
+	if serr != nil {
+		return api.ToConnect(serr)
+	}
+	if serr := stream.Send(&pb.WatchResponse{Compacted: state}); serr != nil {
+		return serr
+	}
+	return api.ToConnect(err)
+}
