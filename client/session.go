@@ -27,10 +27,14 @@ type Session struct {
 
 	hmu    sync.Mutex           // protects following (never held while calling the server)
 	held   map[string]*heldLock // by name: the holdings this session learned
-	naming map[string]*nameLock // by name: the Acquire running in this session
+	naming map[string]*nameLock // by name: the Acquire running in this session; nil when none runs
 
-	done chan struct{} // closed when the lease may be lost or the session closed
-	ka   kaState       // the Client's keeper renews the session (see keepalive.go)
+	// ctx is cancelled, with cause lost, when the lease may be lost or the
+	// session closed. Each held lock's context derives from it, so a lock
+	// follows its session without a goroutine of its own.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	ka     kaState // the Client's keeper renews the session (see keepalive.go)
 }
 
 // nameLock lets one Acquire or TryAcquire of a name run at a time in a
@@ -88,9 +92,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	}
 	s := &Session{
 		c: c, id: res.GetLeaseId(), ttl: time.Duration(res.GetTtlMs()) * time.Millisecond, owner: res.GetOwner(), opts: o,
-		done: make(chan struct{}),
-		held: map[string]*heldLock{}, naming: map[string]*nameLock{},
+		held: map[string]*heldLock{},
 	}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	if s.opts.keepalive <= 0 {
 		s.opts.keepalive = s.ttl / 3
 	}
@@ -111,7 +115,7 @@ func (s *Session) Owner() string { return s.owner }
 // Done is closed the moment the lease may be lost (the local safe deadline
 // passed without a confirmed renewal, or the server said it expired) or the
 // session was closed. Err tells which.
-func (s *Session) Done() <-chan struct{} { return s.done }
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 
 // Err returns nil while Done is open; then ErrLeaseLost (possibly wrapped
 // with the reason) or ErrSessionClosed.
@@ -156,7 +160,7 @@ func (s *Session) lose(err error) {
 		return
 	}
 	s.lost = err
-	close(s.done)
+	s.cancel(err)
 }
 
 // Close stops the keepalive and ends the session on the server, releasing
@@ -197,16 +201,12 @@ type Lock struct {
 // heldLock is the client's record of one holding, shared by its Lock views.
 type heldLock struct {
 	holding *Holding
-	ctx     context.Context
+	ctx     context.Context // a child of the session's: ends with it, with its cause
 	cancel  context.CancelCauseFunc
-	unwatch func() bool // stops the goroutine that ends ctx with the session
 }
 
 // end closes Done of every view with cause (the first cause wins).
-func (h *heldLock) end(cause error) {
-	h.cancel(cause)
-	h.unwatch()
-}
+func (h *heldLock) end(cause error) { h.cancel(cause) }
 
 // Name returns the lock name.
 func (l *Lock) Name() string { return l.h.holding.GetName() }
@@ -305,7 +305,7 @@ func (s *Session) acquire(ctx context.Context, name string, do func(context.Cont
 	// could not be used safely.
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(sessionCtx{s}, func() { cancel(s.Err()) })
+	stop := context.AfterFunc(s.ctx, func() { cancel(s.Err()) })
 	defer stop()
 	waitID := api.NewWaitID()
 	sent := time.Now()
@@ -364,6 +364,9 @@ func (s *Session) lockName(ctx context.Context, name string) (unlock func(), err
 	s.hmu.Lock()
 	nl := s.naming[name]
 	if nl == nil {
+		if s.naming == nil {
+			s.naming = map[string]*nameLock{}
+		}
 		nl = &nameLock{ch: make(chan struct{}, 1)}
 		s.naming[name] = nl
 	}
@@ -373,6 +376,9 @@ func (s *Session) lockName(ctx context.Context, name string) (unlock func(), err
 		s.hmu.Lock()
 		if nl.refs--; nl.refs == 0 {
 			delete(s.naming, name)
+			if len(s.naming) == 0 {
+				s.naming = nil // an idle session keeps no map
+			}
 		}
 		s.hmu.Unlock()
 	}
@@ -406,11 +412,8 @@ func (s *Session) hold(h *pb.Holding) *Lock {
 		// The session was granted name again, so the older holding ended.
 		cur.end(fmt.Errorf("%w: the holding with token %d ended", ErrNotHolder, cur.holding.GetToken()))
 	}
-	lctx, lcancel := context.WithCancelCause(context.Background())
+	lctx, lcancel := context.WithCancelCause(s.ctx)
 	hl := &heldLock{holding: h, ctx: lctx, cancel: lcancel}
-	// sessionCtx is not a context of package context, so AfterFunc starts
-	// a goroutine that lives until the session ends or unwatch is called.
-	hl.unwatch = context.AfterFunc(sessionCtx{s}, func() { lcancel(s.Err()) })
 	s.held[name] = hl
 	return &Lock{s: s, h: hl}
 }
@@ -435,18 +438,3 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.s.forget(l.h)
 	return l.s.c.Release(ctx, l.Name(), l.LeaseID(), l.Token())
 }
-
-// sessionCtx is a context.Context that is done when the session is.
-type sessionCtx struct{ s *Session }
-
-func (c sessionCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c sessionCtx) Done() <-chan struct{}       { return c.s.done }
-func (c sessionCtx) Err() error {
-	select {
-	case <-c.s.done:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (c sessionCtx) Value(any) any { return nil }
