@@ -50,7 +50,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 2, "rounds of every system in turn")
 	flag.StringVar(&systems, "systems", "leasehold,etcd,redis", "systems to run, in this order; leasehold@REV is leasehold built from git revision REV (before/after a change in one run)")
 	flag.StringVar(&o.src, "src", "..", "leasehold source tree to build cmd/leasehold from")
-	flag.StringVar(&o.pprof, "pprof", "", "write CPU and allocation profiles of leasehold's server (uncontended and keepalive phases) into this dir")
+	flag.StringVar(&o.pprof, "pprof", "", "write CPU and allocation profiles of leasehold's server and Go client (uncontended, contended and keepalive phases) into this dir")
 	flag.IntVar(&sessions, "sessions", 0, "sessions each holding a lock (default 10000; smoke 20)")
 	flag.Parse()
 	o.systems = strings.Split(systems, ",")
