@@ -29,7 +29,7 @@ func holdLocks(t testing.TB, sessions []*client.Session, prefix string) []*clien
 func TestHeldLockSessionCost(t *testing.T) {
 	addr, _ := startServerProcess(t)
 	c := dial(t, addr)
-	const warm, n = 100, 1000
+	const warm, n = 200, 2000 // many sessions: fixed costs (buffers, stack growth) spread thin
 	sessions := createSessions(t, c, warm, time.Minute)
 	defer func() { closeAll(sessions) }()
 	locks := holdLocks(t, sessions, "cost:warm:")

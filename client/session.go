@@ -30,8 +30,9 @@ type Session struct {
 	naming map[string]*nameLock // by name: the Acquire running in this session; nil when none runs
 
 	// ctx is cancelled, with cause lost, when the lease may be lost or the
-	// session closed. Each held lock's context derives from it, so a lock
-	// follows its session without a goroutine of its own.
+	// session closed; lose then ends every held lock and running attempt
+	// with the same cause, so neither needs a goroutine (nor a registry in
+	// ctx) to follow the session.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	ka     kaState // the Client's keeper renews the session (see keepalive.go)
@@ -40,8 +41,9 @@ type Session struct {
 // nameLock lets one Acquire or TryAcquire of a name run at a time in a
 // session; refs counts those running or waiting.
 type nameLock struct {
-	ch   chan struct{} // holds a token while one runs
-	refs int
+	ch     chan struct{} // holds a token while one runs
+	refs   int
+	cancel context.CancelCauseFunc // ends the running attempt; nil when none runs
 }
 
 type sessionOptions struct {
@@ -152,15 +154,29 @@ func (s *Session) renewedAt(sent time.Time) bool {
 	return true
 }
 
-// lose closes Done with cause err (first cause wins).
+// lose closes Done with cause err (first cause wins), and with it Done of
+// every held lock and the context of every running attempt.
 func (s *Session) lose(err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.lost != nil {
+		s.mu.Unlock()
 		return
 	}
 	s.lost = err
 	s.cancel(err)
+	s.mu.Unlock()
+	// hold and followSession check s.ctx after they record theirs, so
+	// each ends here or there.
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	for _, h := range s.held {
+		h.end(err)
+	}
+	for _, nl := range s.naming {
+		if nl.cancel != nil {
+			nl.cancel(err)
+		}
+	}
 }
 
 // Close stops the keepalive and ends the session on the server, releasing
@@ -201,7 +217,7 @@ type Lock struct {
 // heldLock is the client's record of one holding, shared by its Lock views.
 type heldLock struct {
 	holding *Holding
-	ctx     context.Context // a child of the session's: ends with it, with its cause
+	ctx     context.Context // ended by the session's lose, with its cause
 	cancel  context.CancelCauseFunc
 }
 
@@ -305,8 +321,7 @@ func (s *Session) acquire(ctx context.Context, name string, do func(context.Cont
 	// could not be used safely.
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(s.ctx, func() { cancel(s.Err()) })
-	defer stop()
+	defer s.followSession(name, cancel)()
 	waitID := api.NewWaitID()
 	sent := time.Now()
 	h, err := do(actx, waitID)
@@ -391,6 +406,23 @@ func (s *Session) lockName(ctx context.Context, name string) (unlock func(), err
 	}
 }
 
+// followSession has lose end the running attempt of name (the caller
+// holds its name lock) with cancel, until the returned func is called.
+func (s *Session) followSession(name string, cancel context.CancelCauseFunc) (stop func()) {
+	s.hmu.Lock()
+	nl := s.naming[name]
+	nl.cancel = cancel
+	s.hmu.Unlock()
+	if s.ctx.Err() != nil { // lost before it was recorded
+		cancel(context.Cause(s.ctx))
+	}
+	return func() {
+		s.hmu.Lock()
+		nl.cancel = nil
+		s.hmu.Unlock()
+	}
+}
+
 // known reports whether the session holds name as far as it learned.
 func (s *Session) known(name string) bool {
 	s.hmu.Lock()
@@ -412,9 +444,13 @@ func (s *Session) hold(h *pb.Holding) *Lock {
 		// The session was granted name again, so the older holding ended.
 		cur.end(fmt.Errorf("%w: the holding with token %d ended", ErrNotHolder, cur.holding.GetToken()))
 	}
-	lctx, lcancel := context.WithCancelCause(s.ctx)
+	lctx, lcancel := context.WithCancelCause(context.Background())
 	hl := &heldLock{holding: h, ctx: lctx, cancel: lcancel}
 	s.held[name] = hl
+	// lost before it was recorded; s.ctx, not s.mu: hmu stays a leaf
+	if s.ctx.Err() != nil {
+		hl.end(context.Cause(s.ctx))
+	}
 	return &Lock{s: s, h: hl}
 }
 
