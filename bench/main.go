@@ -94,7 +94,7 @@ func run(ctx context.Context, o options, logw *os.File) (*results, error) {
 			if err != nil {
 				return nil, err
 			}
-			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != ""})
+			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != "", sessions: o.p.Sessions})
 		case strings.HasPrefix(name, "leasehold@"):
 			rev := strings.TrimPrefix(name, "leasehold@")
 			lg.Printf("building cmd/leasehold at %s", rev)
@@ -102,7 +102,7 @@ func run(ctx context.Context, o options, logw *os.File) (*results, error) {
 			if err != nil {
 				return nil, err
 			}
-			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != ""})
+			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != "", sessions: o.p.Sessions})
 		case name == "etcd":
 			systems = append(systems, &etcd{})
 		case name == "redis":
