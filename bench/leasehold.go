@@ -25,9 +25,18 @@ type leasehold struct {
 	name  string // "leasehold", or "leasehold@REV" for a build of REV
 	bin   string // the built leasehold binary
 	pprof bool   // serve --pprof
-	addr  string
-	proc  *process
+	// sessions the workloads hold at once; above the server's default
+	// sessions-per-principal (every harness session is one principal) the
+	// limit is raised to it
+	sessions int
+	addr     string
+	proc     *process
 }
+
+const (
+	defaultSessionsPerPrincipal = 10000 // serve's --limit sessions-per-principal default
+	churnSessionsMargin         = 1000  // sessions other workloads may leave to expire
+)
 
 // buildLeasehold builds cmd/leasehold from the source tree src into dir.
 func buildLeasehold(ctx context.Context, src, dir string) (string, error) {
@@ -75,6 +84,9 @@ func (l *leasehold) Start(ctx context.Context, dir string) error {
 	args := []string{"serve", "--data", filepath.Join(dir, "data"), "--listen", l.addr, "--log-level", "warn"}
 	if l.pprof {
 		args = append(args, "--pprof")
+	}
+	if l.sessions > defaultSessionsPerPrincipal {
+		args = append(args, "--limit", "sessions-per-principal="+strconv.Itoa(l.sessions+churnSessionsMargin))
 	}
 	if l.proc, err = startProcess(l.bin, args, nil); err != nil {
 		return err

@@ -50,7 +50,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 2, "rounds of every system in turn")
 	flag.StringVar(&systems, "systems", "leasehold,etcd,redis", "systems to run, in this order; leasehold@REV is leasehold built from git revision REV (before/after a change in one run)")
 	flag.StringVar(&o.src, "src", "..", "leasehold source tree to build cmd/leasehold from")
-	flag.StringVar(&o.pprof, "pprof", "", "write CPU and allocation profiles of leasehold's server (uncontended and keepalive phases) into this dir")
+	flag.StringVar(&o.pprof, "pprof", "", "write CPU and allocation profiles of leasehold's server and Go client (uncontended, contended and keepalive phases) into this dir")
 	flag.IntVar(&sessions, "sessions", 0, "sessions each holding a lock (default 10000; smoke 20)")
 	flag.Parse()
 	o.systems = strings.Split(systems, ",")
@@ -94,7 +94,7 @@ func run(ctx context.Context, o options, logw *os.File) (*results, error) {
 			if err != nil {
 				return nil, err
 			}
-			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != ""})
+			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != "", sessions: o.p.Sessions})
 		case strings.HasPrefix(name, "leasehold@"):
 			rev := strings.TrimPrefix(name, "leasehold@")
 			lg.Printf("building cmd/leasehold at %s", rev)
@@ -102,7 +102,7 @@ func run(ctx context.Context, o options, logw *os.File) (*results, error) {
 			if err != nil {
 				return nil, err
 			}
-			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != ""})
+			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != "", sessions: o.p.Sessions})
 		case name == "etcd":
 			systems = append(systems, &etcd{})
 		case name == "redis":

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,11 +40,43 @@ func (p params) profile(ctx context.Context, sys system, label string, d time.Du
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- l.profile(ctx, p.ProfDir, label, d) }()
+	stopClient := profileClient(p.ProfDir, label)
 	return func() {
-		if err := <-errc; err != nil {
+		if err := errors.Join(<-errc, stopClient()); err != nil {
 			log.Printf("profile %s: %v", label, err)
 		}
 	}
+}
+
+// profileClient profiles this process (leasehold's Go client) from now
+// until the returned func: dir/<label>.client.cpu.pprof, and
+// dir/<label>.client.allocs{0,}.pprof, the allocation profile at the
+// start and at the end (`go tool pprof -base` gives what the run allocated).
+func profileClient(dir, label string) func() error {
+	base := filepath.Join(dir, label+".client")
+	if err := writeProfile("allocs", base+".allocs0.pprof"); err != nil {
+		return func() error { return err }
+	}
+	f, err := os.Create(base + ".cpu.pprof")
+	if err != nil {
+		return func() error { return err }
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return func() error { return err }
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return errors.Join(f.Close(), writeProfile("allocs", base+".allocs.pprof"))
+	}
+}
+
+func writeProfile(name, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup(name).WriteTo(f, 0), f.Close())
 }
 
 func fullParams() params {
@@ -231,6 +267,7 @@ func contended(ctx context.Context, sys system, c conn, p params, conc int) ([]m
 	}
 	counts := make([]int64, conc)
 	waits := make([][]time.Duration, conc)
+	prof := p.profile(ctx, sys, fmt.Sprintf("contended-c%d", conc), p.Dur)
 	m := startCPU(sys.PID())
 	end := time.Now().Add(p.Dur)
 	// Waiters still queued at the end give up then.
@@ -257,6 +294,7 @@ func contended(ctx context.Context, sys system, c conn, p params, conc int) ([]m
 		return nil
 	})
 	elapsed := m.stop()
+	prof()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", wl, err)
 	}

@@ -93,6 +93,17 @@ func startServerProcess(t testing.TB) (string, int) {
 func createSessions(t testing.TB, c *client.Client, n int, ttl time.Duration) []*client.Session {
 	t.Helper()
 	out := make([]*client.Session, n)
+	eachOf(t, n, "new session", func(ctx context.Context, i int) (err error) {
+		out[i], err = c.NewSession(ctx, client.WithTTL(ttl))
+		return err
+	})
+	return out
+}
+
+// eachOf runs do for 0..n-1, 8 at a time, and fails t with the first
+// error.
+func eachOf(t testing.TB, n int, what string, do func(ctx context.Context, i int) error) {
+	t.Helper()
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -100,12 +111,9 @@ func createSessions(t testing.TB, c *client.Client, n int, ttl time.Duration) []
 	for range 8 {
 		wg.Go(func() {
 			for i := range next {
-				s, err := c.NewSession(ctx, client.WithTTL(ttl))
-				if err != nil {
+				if err := do(ctx, i); err != nil {
 					errs <- err
-					continue
 				}
-				out[i] = s
 			}
 		})
 	}
@@ -116,9 +124,8 @@ func createSessions(t testing.TB, c *client.Client, n int, ttl time.Duration) []
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		t.Fatalf("new session: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
-	return out
 }
 
 // liveBytes is the heap in use plus goroutine stacks, after a collection.

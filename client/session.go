@@ -27,17 +27,23 @@ type Session struct {
 
 	hmu    sync.Mutex           // protects following (never held while calling the server)
 	held   map[string]*heldLock // by name: the holdings this session learned
-	naming map[string]*nameLock // by name: the Acquire running in this session
+	naming map[string]*nameLock // by name: the Acquire running in this session; nil when none runs
 
-	done chan struct{} // closed when the lease may be lost or the session closed
-	ka   kaState       // the Client's keeper renews the session (see keepalive.go)
+	// ctx is cancelled, with cause lost, when the lease may be lost or the
+	// session closed; lose then ends every held lock and running attempt
+	// with the same cause, so neither needs a goroutine (nor a registry in
+	// ctx) to follow the session.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	ka     kaState // the Client's keeper renews the session (see keepalive.go)
 }
 
 // nameLock lets one Acquire or TryAcquire of a name run at a time in a
 // session; refs counts those running or waiting.
 type nameLock struct {
-	ch   chan struct{} // holds a token while one runs
-	refs int
+	ch     chan struct{} // holds a token while one runs
+	refs   int
+	cancel context.CancelCauseFunc // ends the running attempt; nil when none runs
 }
 
 type sessionOptions struct {
@@ -88,9 +94,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	}
 	s := &Session{
 		c: c, id: res.GetLeaseId(), ttl: time.Duration(res.GetTtlMs()) * time.Millisecond, owner: res.GetOwner(), opts: o,
-		done: make(chan struct{}),
-		held: map[string]*heldLock{}, naming: map[string]*nameLock{},
+		held: map[string]*heldLock{},
 	}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	if s.opts.keepalive <= 0 {
 		s.opts.keepalive = s.ttl / 3
 	}
@@ -111,7 +117,7 @@ func (s *Session) Owner() string { return s.owner }
 // Done is closed the moment the lease may be lost (the local safe deadline
 // passed without a confirmed renewal, or the server said it expired) or the
 // session was closed. Err tells which.
-func (s *Session) Done() <-chan struct{} { return s.done }
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 
 // Err returns nil while Done is open; then ErrLeaseLost (possibly wrapped
 // with the reason) or ErrSessionClosed.
@@ -148,15 +154,29 @@ func (s *Session) renewedAt(sent time.Time) bool {
 	return true
 }
 
-// lose closes Done with cause err (first cause wins).
+// lose closes Done with cause err (first cause wins), and with it Done of
+// every held lock and the context of every running attempt.
 func (s *Session) lose(err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.lost != nil {
+		s.mu.Unlock()
 		return
 	}
 	s.lost = err
-	close(s.done)
+	s.cancel(err)
+	s.mu.Unlock()
+	// hold and followSession check s.ctx after they record theirs, so
+	// each ends here or there.
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	for _, h := range s.held {
+		h.end(err)
+	}
+	for _, nl := range s.naming {
+		if nl.cancel != nil {
+			nl.cancel(err)
+		}
+	}
 }
 
 // Close stops the keepalive and ends the session on the server, releasing
@@ -197,16 +217,12 @@ type Lock struct {
 // heldLock is the client's record of one holding, shared by its Lock views.
 type heldLock struct {
 	holding *Holding
-	ctx     context.Context
+	ctx     context.Context // ended by the session's lose, with its cause
 	cancel  context.CancelCauseFunc
-	unwatch func() bool // stops the goroutine that ends ctx with the session
 }
 
 // end closes Done of every view with cause (the first cause wins).
-func (h *heldLock) end(cause error) {
-	h.cancel(cause)
-	h.unwatch()
-}
+func (h *heldLock) end(cause error) { h.cancel(cause) }
 
 // Name returns the lock name.
 func (l *Lock) Name() string { return l.h.holding.GetName() }
@@ -305,8 +321,7 @@ func (s *Session) acquire(ctx context.Context, name string, do func(context.Cont
 	// could not be used safely.
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(sessionCtx{s}, func() { cancel(s.Err()) })
-	defer stop()
+	defer s.followSession(name, cancel)()
 	waitID := api.NewWaitID()
 	sent := time.Now()
 	h, err := do(actx, waitID)
@@ -364,6 +379,9 @@ func (s *Session) lockName(ctx context.Context, name string) (unlock func(), err
 	s.hmu.Lock()
 	nl := s.naming[name]
 	if nl == nil {
+		if s.naming == nil {
+			s.naming = map[string]*nameLock{}
+		}
 		nl = &nameLock{ch: make(chan struct{}, 1)}
 		s.naming[name] = nl
 	}
@@ -373,6 +391,9 @@ func (s *Session) lockName(ctx context.Context, name string) (unlock func(), err
 		s.hmu.Lock()
 		if nl.refs--; nl.refs == 0 {
 			delete(s.naming, name)
+			if len(s.naming) == 0 {
+				s.naming = nil // an idle session keeps no map
+			}
 		}
 		s.hmu.Unlock()
 	}
@@ -382,6 +403,23 @@ func (s *Session) lockName(ctx context.Context, name string) (unlock func(), err
 	case <-ctx.Done():
 		done()
 		return nil, opError("acquire "+name, &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()})
+	}
+}
+
+// followSession has lose end the running attempt of name (the caller
+// holds its name lock) with cancel, until the returned func is called.
+func (s *Session) followSession(name string, cancel context.CancelCauseFunc) (stop func()) {
+	s.hmu.Lock()
+	nl := s.naming[name]
+	nl.cancel = cancel
+	s.hmu.Unlock()
+	if s.ctx.Err() != nil { // lost before it was recorded
+		cancel(context.Cause(s.ctx))
+	}
+	return func() {
+		s.hmu.Lock()
+		nl.cancel = nil
+		s.hmu.Unlock()
 	}
 }
 
@@ -408,10 +446,11 @@ func (s *Session) hold(h *pb.Holding) *Lock {
 	}
 	lctx, lcancel := context.WithCancelCause(context.Background())
 	hl := &heldLock{holding: h, ctx: lctx, cancel: lcancel}
-	// sessionCtx is not a context of package context, so AfterFunc starts
-	// a goroutine that lives until the session ends or unwatch is called.
-	hl.unwatch = context.AfterFunc(sessionCtx{s}, func() { lcancel(s.Err()) })
 	s.held[name] = hl
+	// lost before it was recorded; s.ctx, not s.mu: hmu stays a leaf
+	if s.ctx.Err() != nil {
+		hl.end(context.Cause(s.ctx))
+	}
 	return &Lock{s: s, h: hl}
 }
 
@@ -435,18 +474,3 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.s.forget(l.h)
 	return l.s.c.Release(ctx, l.Name(), l.LeaseID(), l.Token())
 }
-
-// sessionCtx is a context.Context that is done when the session is.
-type sessionCtx struct{ s *Session }
-
-func (c sessionCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c sessionCtx) Done() <-chan struct{}       { return c.s.done }
-func (c sessionCtx) Err() error {
-	select {
-	case <-c.s.done:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (c sessionCtx) Value(any) any { return nil }
