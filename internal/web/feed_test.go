@@ -105,6 +105,11 @@ func TestFeedDropsLaggard(t *testing.T) {
 	if len(backlog) != Backlog || backlog[0].Seq != 11 {
 		t.Fatalf("backlog has %d events from seq %d, want %d from 11", len(backlog), backlog[0].Seq, Backlog)
 	}
+	for i, ev := range backlog {
+		if ev.Seq != uint64(11+i) {
+			t.Fatalf("backlog[%d] is seq %d, want %d: oldest first, in order", i, ev.Seq, 11+i)
+		}
+	}
 }
 
 // TestStateAndPage: the state endpoint serves the source's JSON and the

@@ -152,7 +152,8 @@ const subscriberBuffer = 256
 type Feed struct {
 	mu   sync.Mutex // protects following
 	seq  uint64
-	ring []Event // the last Backlog events, oldest first
+	ring []Event // the last Backlog events; once full, the oldest at ring[head]
+	head int
 	subs map[chan Event]struct{}
 }
 
@@ -166,11 +167,12 @@ func (f *Feed) Publish(ev Event) {
 	defer f.mu.Unlock()
 	f.seq++
 	ev.Seq = f.seq
-	if len(f.ring) == Backlog {
-		copy(f.ring, f.ring[1:])
-		f.ring = f.ring[:Backlog-1]
+	if len(f.ring) < Backlog {
+		f.ring = append(f.ring, ev)
+	} else {
+		f.ring[f.head] = ev
+		f.head = (f.head + 1) % Backlog
 	}
-	f.ring = append(f.ring, ev)
 	for ch := range f.subs {
 		select {
 		case ch <- ev:
@@ -187,8 +189,8 @@ func (f *Feed) subscribe(after uint64) (backlog []Event, ch chan Event, cancel f
 	ch = make(chan Event, subscriberBuffer)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, ev := range f.ring {
-		if ev.Seq > after {
+	for i := range f.ring {
+		if ev := f.ring[(f.head+i)%len(f.ring)]; ev.Seq > after {
 			backlog = append(backlog, ev)
 		}
 	}
