@@ -361,10 +361,24 @@ func (c *Client) KVGet(ctx context.Context, key string, opts ...ReadOption) ([]b
 
 // Release ends the holding (name, leaseID, token) without a Session, as the
 // CLI does. A handle that is not the current holding fails with
-// ErrNotHolder and changes nothing.
+// ErrNotHolder and changes nothing. A release whose outcome is unknown (a
+// leader change, a reply cut off) is sent once more: if the holding is gone
+// by then (ErrNotHolder, ErrLeaseExpired: tokens are never reused, so it
+// cannot be held again) it is released either way and Release returns nil.
 func (c *Client) Release(ctx context.Context, name, leaseID string, token uint64) error {
-	_, err := call(ctx, c, "release", locks, lsc.Release, &pb.ReleaseRequest{Name: name, LeaseId: leaseID, Token: token})
-	return err
+	req := &pb.ReleaseRequest{Name: name, LeaseId: leaseID, Token: token}
+	_, err := call(ctx, c, "release", locks, lsc.Release, req)
+	if !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
+		return err
+	}
+	_, again := call(ctx, c, "release", locks, lsc.Release, req)
+	switch {
+	case again == nil, errors.Is(again, ErrNotHolder), errors.Is(again, ErrLeaseExpired):
+		return nil
+	case ctx.Err() != nil:
+		return err // the second attempt could not be made: still unknown
+	}
+	return again
 }
 
 // Members lists the voters of the cluster as the contacted node sees them.
