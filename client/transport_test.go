@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -56,9 +55,9 @@ func proxy(t *testing.T, target string, drop *atomic.Bool) string {
 }
 
 // A release whose reply is lost on the way back (the connection breaks
-// after the request was sent) was applied: the client must say
-// outcome-unknown, not retry and report not-holder.
-func TestReleaseReplyLostIsOutcomeUnknown(t *testing.T) {
+// after the request was sent) was applied: the client asks again and, the
+// holding being gone, reports it released — never not-holder.
+func TestReleaseReplyLostIsConfirmed(t *testing.T) {
 	srv := servertest.Start(t, servertest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -84,8 +83,8 @@ func TestReleaseReplyLostIsOutcomeUnknown(t *testing.T) {
 	defer c.Close()
 	drop.Store(true)
 	err = c.Release(ctx, "lost-reply", l.LeaseID(), l.Token())
-	if !errors.Is(err, client.ErrOutcomeUnknown) {
-		t.Fatalf("release with its reply lost: %v (code %s), want outcome-unknown", err, api.CodeOf(err))
+	if err != nil {
+		t.Fatalf("release with its reply lost: %v (code %s), want it confirmed by a second release", err, api.CodeOf(err))
 	}
 	info, err := direct.Status(ctx, "lost-reply")
 	if err != nil || info.GetHolder() != nil {
