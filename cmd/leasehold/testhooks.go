@@ -45,4 +45,3 @@ func applyTestHooks(cfg *server.Config, logger *slog.Logger) error {
 	}
 	return nil
 }
-
