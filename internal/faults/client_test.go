@@ -186,14 +186,18 @@ func acquire(ctx context.Context, s *client.Session, r *recorder, name string) (
 // (a failed write's value must never be read back unless the failure was
 // outcome-unknown).
 func put(ctx context.Context, c *client.Client, r *recorder, key, value string, token uint64) {
+	r.add(r.put(ctx, c, key, value, token))
+}
+
+func (r *recorder) put(ctx context.Context, c *client.Client, key, value string, token uint64) rec {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	sent := time.Now()
 	err := c.KVPut(pctx, key, []byte(value), token, false)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, client.ErrOutcomeUnknown) {
-		err = client.ErrOutcomeUnknown // the process's end cut the call: it may have applied
+		err = client.ErrOutcomeUnknown // the caller's end cut the call: it may have applied
 	}
-	r.add(rec{K: "put", Name: key, Token: token, Value: value, Code: codeOf(err), Msg: errString(err), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
+	return rec{K: "put", Proc: r.proc, Name: key, Token: token, Value: value, Code: codeOf(err), Msg: errString(err), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()}
 }
 
 func errString(err error) string {

@@ -4,7 +4,9 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -67,6 +69,20 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// logDir is where a test's node logs go: $LEASEHOLD_FAULTS_LOGDIR/<test>
+// when set (kept after the run), else a temporary directory.
+func logDir(t *testing.T) string {
+	base := os.Getenv("LEASEHOLD_FAULTS_LOGDIR")
+	if base == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(base, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func slicesDelete(env []string, drop string) []string {
@@ -149,7 +165,7 @@ func startCluster(t *testing.T, env ...string) *cluster {
 	var boot []string
 	for i := range 3 {
 		n := &node{id: fmt.Sprintf("n%d", i+1), api: ports[2*i], raft: ports[2*i+1], dir: t.TempDir(), env: env}
-		n.logPath = filepath.Join(t.TempDir(), n.id+".log")
+		n.logPath = filepath.Join(logDir(t), n.id+".log")
 		c.nodes = append(c.nodes, n)
 		boot = append(boot, fmt.Sprintf("%s=127.0.0.1:%d", n.id, n.raft))
 	}
@@ -338,25 +354,23 @@ func (c *cluster) waitReady(n *node, within time.Duration) {
 	c.t.Fatalf("%s not ready within %v", n.id, within)
 }
 
-// leader asks each node of among who leads and returns the node a
-// majority of the cluster names, or nil.
+// leader returns a node of among whose /metrics say it leads, or nil. A
+// deposed leader cut off from the others may still say so: awaitLeader
+// confirms with a write.
 func (c *cluster) leader(ctx context.Context, among []*node) *node {
-	votes := map[string]int{}
+	hc := &http.Client{Timeout: time.Second}
 	for _, n := range among {
-		cl, err := client.Dial(ctx, n.apiAddr(), client.WithRetryTimeout(500*time.Millisecond))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.apiAddr()+"/metrics", nil)
 		if err != nil {
 			continue
 		}
-		qctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, id, err := cl.Members(qctx)
-		cancel()
-		cl.Close()
-		if err == nil && id != "" {
-			votes[id]++
+		resp, err := hc.Do(req)
+		if err != nil {
+			continue
 		}
-	}
-	for _, n := range c.nodes {
-		if votes[n.id] >= 2 {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && strings.Contains(string(b), "\nleasehold_is_leader 1\n") {
 			return n
 		}
 	}
@@ -369,8 +383,13 @@ func (c *cluster) leader(ctx context.Context, among []*node) *node {
 func (c *cluster) awaitLeader(ctx context.Context, among []*node, within time.Duration) (*node, time.Duration) {
 	c.t.Helper()
 	start := time.Now()
+	var last error
 	for time.Since(start) < within {
-		if l := c.leader(ctx, among); l != nil {
+		l := c.leader(ctx, among)
+		if l == nil {
+			last = errors.New("no node says it leads")
+		}
+		if l != nil {
 			cl, err := client.Dial(ctx, l.apiAddr(), client.WithRetryTimeout(500*time.Millisecond))
 			if err == nil {
 				wctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -384,9 +403,10 @@ func (c *cluster) awaitLeader(ctx context.Context, among []*node, within time.Du
 					return l, time.Since(start)
 				}
 			}
+			last = err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatalf("no leader among %d nodes accepted a write within %v", len(among), within)
+	c.t.Fatalf("no leader among %d nodes accepted a write within %v (last: %v)", len(among), within, last)
 	return nil, 0
 }

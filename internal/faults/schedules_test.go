@@ -149,30 +149,61 @@ func TestPauseLeader(t *testing.T) {
 // nodes snapshot every 64 entries, so the old leader catches up by a
 // snapshot install.
 func TestPartitionLeader(t *testing.T) {
-	c := startCluster(t, "LEASEHOLD_TESTHOOK_SNAPSHOT_THRESHOLD=64")
+	c := startCluster(t, "LEASEHOLD_TESTHOOK_SNAPSHOT_THRESHOLD=16")
 	ctx := t.Context()
-	o := observe(c.endpoints(), "f:", names)
+	keys := append([]string{"f:majority"}, names...)
+	o := observe(c.endpoints(), "f:", keys)
 	var cnt counters
 	until := time.Now().Add(16 * time.Second)
 	ps := load(t, c, 4, until)
 	time.Sleep(2 * time.Second)
 	leader := c.mustLeader(ctx)
 	c.partition(leader)
+	cut := time.Now()
 	_, took := c.awaitLeader(ctx, others(c, leader), leaderBound)
 	cnt.failover = append(cnt.failover, took)
-	time.Sleep(5*time.Second - took)
+	// Writes on the majority side while the cut lasts (5 s), so that the
+	// old leader falls behind the others' snapshots.
+	mine := writeFor(ctx, t, c.endpoints(leader), "f:majority", 5*time.Second-time.Since(cut))
 	c.heal(leader)
 	healed := time.Now()
 	_, took = c.awaitLeader(ctx, c.nodes, leaderBound)
 	t.Logf("a leader %v after the heal", took.Round(time.Millisecond))
-	// The old leader catches up (P5): it installs a snapshot.
-	for time.Since(healed) < 20*time.Second && c.snapshotInstalls() == 0 {
+	// The old leader catches up (P5) by a snapshot install.
+	for time.Since(healed) < 10*time.Second && c.snapshotInstalls() == 0 {
 		time.Sleep(50 * time.Millisecond)
 	}
 	waitAll(t, ps, time.Until(until)+10*time.Second)
-	h := collect(t, o, c.endpoints(), names, ps)
+	h := collect(t, o, c.endpoints(), keys, ps, mine...)
 	cnt.snapshotInstalls = c.snapshotInstalls()
 	report(t, h, &cnt, o, "leader-changes", "snapshot-installs")
+}
+
+// writeFor holds name through eps and writes its KV key with the token
+// for d, returning what it did as records.
+func writeFor(ctx context.Context, t *testing.T, eps, name string, d time.Duration) []rec {
+	t.Helper()
+	cl, err := client.Dial(ctx, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s, err := cl.NewSession(ctx, client.WithTTL(5*time.Second), client.WithOwner("majority"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close(ctx) }()
+	sent := time.Now()
+	l, err := s.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []rec{{K: "grant", Proc: "majority", Name: name, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()}}
+	r := &recorder{proc: "majority"}
+	for i, stop := 0, time.Now().Add(d); time.Now().Before(stop); i++ {
+		out = append(out, r.put(ctx, cl, name, fmt.Sprintf("majority-%d", i), l.Token()))
+	}
+	return out
 }
 
 // Schedule 4: faults of client processes holding locks. A holder paused
