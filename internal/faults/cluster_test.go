@@ -133,7 +133,7 @@ type cluster struct {
 	nodes []*node
 	boot  string
 
-	mu    sync.Mutex // protects following
+	mu    sync.Mutex         // protects following
 	links map[string][]*link // by source node id ("host" for the test)
 }
 

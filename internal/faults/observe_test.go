@@ -15,7 +15,7 @@ import (
 // counters is a schedule's coverage: what its faults made happen.
 type counters struct {
 	leaderChanges, expiries, staleRejections, snapshotInstalls, earlyExpiries int
-	failover                                                                 []time.Duration
+	failover                                                                  []time.Duration
 }
 
 // observer watches the cluster from the test's namespace while a schedule

@@ -334,7 +334,7 @@ func TestClockSkew(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startCluster(t, fmt.Sprintf("LEASEHOLD_TESTHOOK_CLOCK_RATE=%g", tc.rate))
 			ctx := t.Context()
-			keys := append([]string{"f:skew"}, names...)
+			keys := names
 			o := observe(c.endpoints(), "f:", keys)
 			var cnt counters
 			until := time.Now().Add(12 * time.Second)
