@@ -37,13 +37,33 @@ func collect(t *testing.T, o *observer, eps string, keys []string, procs []*proc
 	for _, v := range o.violations {
 		t.Error(v)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, eps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// P8: after the faults every name is granted to a fresh session within
+	// TTL + grace + 1 s (a holder the faults left behind expires first).
+	s, err := c.NewSession(ctx, client.WithTTL(5*time.Second), client.WithOwner("liveness"))
+	if err != nil {
+		t.Fatalf("P8: no session after the faults: %v", err)
+	}
+	for _, k := range keys {
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(ctx, regrantBound(workerTTL))
+		l, err := s.Acquire(actx, k)
+		cancel()
+		if err != nil {
+			t.Errorf("P8: %s not granted within %v after the faults: %v", k, regrantBound(workerTTL), err)
+			continue
+		}
+		h.recs = append(h.recs, rec{K: "grant", Proc: "liveness", Name: k, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Error(err)
+	}
 	for _, k := range keys {
 		for {
 			v, tok, err := c.KVGet(ctx, k)

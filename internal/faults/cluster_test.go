@@ -50,6 +50,11 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("LEASEHOLD_FAULTS_CLIENT"); mode != "" {
 		os.Exit(clientMain(mode))
 	}
+	if os.Geteuid() != 0 {
+		// Each node runs in a network namespace of its own (CLONE_NEWNET).
+		fmt.Fprintln(os.Stderr, "internal/faults: the fault schedules need root (network namespaces); run as root, as CI does")
+		os.Exit(1)
+	}
 	dir, err := os.MkdirTemp("", "leasehold-faults-")
 	if err != nil {
 		panic(err)

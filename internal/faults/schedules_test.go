@@ -350,7 +350,9 @@ func TestClockSkew(t *testing.T) {
 				mine = append(mine, grant...)
 				if early > 0 {
 					cnt.earlyExpiries++
-					t.Logf("probe %d: the lease ended %v before the holder's safe deadline", i, early.Round(time.Millisecond))
+					t.Logf("probe %d: the name was granted again %v before the first holder's safe deadline", i, early.Round(time.Millisecond))
+				} else {
+					t.Logf("probe %d: the name was granted again %v after the first holder's safe deadline", i, -early.Round(time.Millisecond))
 				}
 			}
 			waitAll(t, ps, time.Until(until)+10*time.Second)
