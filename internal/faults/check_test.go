@@ -28,15 +28,7 @@ type history struct {
 // the observer and reads the final state of keys through eps.
 func collect(t *testing.T, o *observer, eps string, keys []string, procs []*proc, extra ...rec) *history {
 	t.Helper()
-	o.close()
 	h := &history{recs: extra, final: map[string]rec{}}
-	for _, p := range procs {
-		h.recs = append(h.recs, p.records(t)...)
-	}
-	h.events, h.reads, h.gaps = o.events, o.reads, o.gaps
-	for _, v := range o.violations {
-		t.Error(v)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, eps)
@@ -50,6 +42,7 @@ func collect(t *testing.T, o *observer, eps string, keys []string, procs []*proc
 	if err != nil {
 		t.Fatalf("P8: no session after the faults: %v", err)
 	}
+	var last uint64
 	for _, k := range keys {
 		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, regrantBound(workerTTL))
@@ -59,10 +52,23 @@ func collect(t *testing.T, o *observer, eps string, keys []string, procs []*proc
 			t.Errorf("P8: %s not granted within %v after the faults: %v", k, regrantBound(workerTTL), err)
 			continue
 		}
+		last = l.Token()
 		h.recs = append(h.recs, rec{K: "grant", Proc: "liveness", Name: k, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Error(err)
+	}
+	// The observer has seen the last grant: the stream is complete.
+	for o.lastToken() < last && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	o.close()
+	for _, p := range procs {
+		h.recs = append(h.recs, p.records(t)...)
+	}
+	h.events, h.reads, h.gaps = o.events, o.reads, o.gaps
+	for _, v := range o.violations {
+		t.Error(v)
 	}
 	for _, k := range keys {
 		for {

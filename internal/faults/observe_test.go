@@ -48,6 +48,18 @@ func (o *observer) close() {
 	o.wg.Wait()
 }
 
+// lastToken is the token of the last acquisition the watch saw.
+func (o *observer) lastToken() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := len(o.events) - 1; i >= 0; i-- {
+		if o.events[i].GetType() == pb.EventType_EVENT_TYPE_ACQUIRED {
+			return o.events[i].GetToken()
+		}
+	}
+	return 0
+}
+
 func (o *observer) watch(ctx context.Context, eps, prefix string) {
 	c, err := client.Dial(ctx, eps, client.WithRetryTimeout(time.Minute))
 	if err != nil {
