@@ -174,7 +174,7 @@ func acquire(ctx context.Context, s *client.Session, r *recorder, name string) (
 	l, err := s.Acquire(actx, name)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.fail("acquire", name, sent, err)
+			r.add(rec{K: "error", Op: "acquire", Name: name, Lease: s.ID(), Code: codeOf(err), Msg: err.Error(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
 		}
 		return nil, false
 	}

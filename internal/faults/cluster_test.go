@@ -60,7 +60,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "leasehold")
-	out, err := exec.Command("go", "build", "-tags", "leasehold_testhooks", "-o", binary, "../../cmd/leasehold").CombinedOutput()
+	args := []string{"build", "-tags", "leasehold_testhooks", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	out, err := exec.Command("go", append(args, "../../cmd/leasehold")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build leasehold: %v\n%s", err, out)
 		os.Exit(1)
@@ -312,6 +316,16 @@ func (c *cluster) stop() {
 	c.mu.Unlock()
 	for _, l := range all {
 		l.close()
+	}
+	// P9: no node panicked or raced (the binary is built with -race when
+	// the tests are).
+	for _, n := range c.nodes {
+		b, _ := os.ReadFile(n.logPath)
+		for _, bad := range []string{"panic:", "WARNING: DATA RACE", "fatal error:"} {
+			if strings.Contains(string(b), bad) {
+				c.t.Errorf("P9: the log of %s has %q", n.id, bad)
+			}
+		}
 	}
 	if c.t.Failed() {
 		for _, n := range c.nodes {
