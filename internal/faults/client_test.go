@@ -223,6 +223,7 @@ func spawn(t *testing.T, mode, id, endpoints string, names []string, ttl time.Du
 		"LEASEHOLD_FAULTS_NAMES="+strings.Join(names, ","), "LEASEHOLD_FAULTS_TTL="+ttl.String(),
 		"LEASEHOLD_FAULTS_UNTIL="+strconv.FormatInt(until.UnixNano(), 10), "LEASEHOLD_FAULTS_OUT="+out)
 	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

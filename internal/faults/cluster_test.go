@@ -203,7 +203,9 @@ func (c *cluster) start(n *node) {
 	args := []string{"serve", "--node-id", n.id, "--listen", n.apiAddr(), "--raft-addr", fmt.Sprintf("127.0.0.1:%d", n.raft), "--data", n.dir, "--bootstrap", c.boot}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "LEASEHOLD_FAULTS_EXEC="+binary), n.env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	// Pdeathsig: a node dies with the test process, even one killed by
+	// the test's timeout.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		c.t.Fatal(err)
