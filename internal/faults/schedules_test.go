@@ -376,14 +376,19 @@ func TestClockSkew(t *testing.T) {
 	}
 }
 
-// probeExpiry holds name in a session of TTL 2 s, lets it renew for a
+// probeTTL is the TTL of probeExpiry's sessions: at 25 % skew their lease
+// ends about 440 ms before the holder's safe deadline, far more than a
+// loaded machine's polling delay.
+const probeTTL = 3 * time.Second
+
+// probeExpiry holds name in a session of TTL probeTTL, lets it renew for a
 // second, stops its keepalives and polls with TryAcquire until another
 // session gets the name. It returns how long before the first session's
 // safe deadline (sent(last acknowledged renewal) + TTL·(1−drift) − 100 ms)
 // the second grant was acknowledged (≤ 0: not early), and both grants.
 func probeExpiry(ctx context.Context, t *testing.T, cl *client.Client, name string) (time.Duration, []rec) {
 	t.Helper()
-	s, err := cl.NewSession(ctx, client.WithTTL(2*time.Second), client.WithOwner("probe"))
+	s, err := cl.NewSession(ctx, client.WithTTL(probeTTL), client.WithOwner("probe"))
 	if err != nil {
 		t.Fatal(err)
 	}
