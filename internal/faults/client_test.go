@@ -216,7 +216,7 @@ type proc struct {
 // spawn starts a client process of mode on names until until.
 func spawn(t *testing.T, mode, id, endpoints string, names []string, ttl time.Duration, until time.Time) *proc {
 	t.Helper()
-	out := fmt.Sprintf("%s/%s.jsonl", t.TempDir(), id)
+	out := fmt.Sprintf("%s/%s.jsonl", logDir(t), id)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(),
 		"LEASEHOLD_FAULTS_CLIENT="+mode, "LEASEHOLD_FAULTS_ID="+id, "LEASEHOLD_FAULTS_ENDPOINTS="+endpoints,
