@@ -36,9 +36,11 @@ func loopbackUp() error {
 }
 
 // inNetns runs f on an OS thread that has entered the network namespace
-// ns (nil: the test's own). The thread is locked and never unlocked, so
-// it exits with the goroutine instead of carrying the namespace back into
-// the scheduler. Sockets keep the namespace they were created in.
+// ns (nil: the test's own), then returns the thread to the test's
+// namespace. Sockets keep the namespace they were created in. A thread
+// that cannot go back stays locked and exits with its goroutine. (Threads
+// must not exit otherwise: a process started from one would get its
+// Pdeathsig.)
 func inNetns(ns *os.File, f func() error) error {
 	if ns == nil {
 		return f()
@@ -46,11 +48,23 @@ func inNetns(ns *os.File, f func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", syscall.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		defer home.Close()
 		if _, _, e := syscall.RawSyscall(sysSetns, ns.Fd(), syscall.CLONE_NEWNET, 0); e != 0 {
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("setns: %w", e)
 			return
 		}
-		done <- f()
+		err = f()
+		if _, _, e := syscall.RawSyscall(sysSetns, home.Fd(), syscall.CLONE_NEWNET, 0); e == 0 {
+			runtime.UnlockOSThread()
+		}
+		done <- err
 	}()
 	return <-done
 }

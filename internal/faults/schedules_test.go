@@ -381,8 +381,8 @@ func TestClockSkew(t *testing.T) {
 // loaded machine's polling delay.
 const probeTTL = 3 * time.Second
 
-// probeExpiry holds name in a session of TTL probeTTL, lets it renew for a
-// second, stops its keepalives and polls with TryAcquire until another
+// probeExpiry holds name in a session of TTL probeTTL, lets it renew for
+// 1.5 s, stops its keepalives and polls with TryAcquire until another
 // session gets the name. It returns how long before the first session's
 // safe deadline (sent(last acknowledged renewal) + TTL·(1−drift) − 100 ms)
 // the second grant was acknowledged (≤ 0: not early), and both grants.
@@ -398,7 +398,7 @@ func probeExpiry(ctx context.Context, t *testing.T, cl *client.Client, name stri
 		t.Fatal(err)
 	}
 	grants := []rec{{K: "grant", Proc: "probe", Name: name, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()}}
-	time.Sleep(time.Second)
+	time.Sleep(1500 * time.Millisecond) // between two renewals (every TTL/3)
 	s.Orphan()
 	deadline := s.Deadline()
 	other, err := cl.NewSession(ctx, client.WithTTL(5*time.Second), client.WithOwner("probe-next"))
