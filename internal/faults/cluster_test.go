@@ -50,6 +50,10 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("LEASEHOLD_FAULTS_CLIENT"); mode != "" {
 		os.Exit(clientMain(mode))
 	}
+	if sysSetns == 0 {
+		fmt.Fprintln(os.Stderr, "internal/faults: setns(2) is known here only on linux/amd64 and linux/arm64")
+		os.Exit(1)
+	}
 	if os.Geteuid() != 0 {
 		// Each node runs in a network namespace of its own (CLONE_NEWNET).
 		fmt.Fprintln(os.Stderr, "internal/faults: the fault schedules need root (network namespaces); run as root, as CI does")
