@@ -140,6 +140,10 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				return err
 			}
 			cfg.Pprof = pprofOn
+			if err := applyTestHooks(&cfg, logger); err != nil {
+				_ = ln.Close()
+				return err
+			}
 			if bootstrap != "" {
 				peers, err := parsePeers(bootstrap)
 				if err != nil {

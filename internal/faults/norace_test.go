@@ -1,0 +1,5 @@
+//go:build leasehold_faults && !race
+
+package faults
+
+const raceEnabled = false
