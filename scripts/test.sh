@@ -15,7 +15,7 @@ go test -race -count=1 -timeout 15m ./...
 # The TypeScript client against a real server (node's test runner).
 bash scripts/ts-test.sh
 # Fault suite, tier 2: the real binary under kills, pauses, partitions and clock skew, about
-# 2.5 minutes; -race builds the servers with the race detector too; needs root (a network
+# 3 minutes; -race builds the servers with the race detector too; needs root (a network
 # namespace per node). See docs/reliability.md.
 go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/faults
 # Fault suite, tier 3: every fuzz target for 15 s (docs/reliability.md). The cluster simulation
