@@ -542,7 +542,17 @@ func (l *Lessor) due() (expires []*entry, cmds []*fsmpb.Command) {
 			e.expiring, e.inflight = true, true
 			expires = append(expires, e)
 			continue
-		case l.cfg.CheckpointInterval > 0 && e.clearing == 0 && l.checkpointDue(e, now):
+		case l.cfg.CheckpointInterval > 0 && e.clearing > 0 && l.checkpointDue(e, now):
+			// A clear is in flight: no checkpoint is computed meanwhile.
+			// Look again next tick (its own time has passed: putting it
+			// back there would pop it again at once).
+			at := now.Add(l.cfg.Tick)
+			if e.deadline.Before(at) {
+				at = e.deadline
+			}
+			l.scheduleAtLocked(e, at)
+			continue
+		case l.cfg.CheckpointInterval > 0 && l.checkpointDue(e, now):
 			e.short, e.nextCP = true, now.Add(l.checkpointEvery(e.ttl))
 			cps = append(cps, &fsmpb.SessionCheckpoint{LeaseId: e.id, RemainingMs: e.deadline.Sub(now).Milliseconds(), Generation: e.gen})
 		}
