@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ var (
 	seedsFlag    = flag.Int("seeds", 20, "number of seeds to run, from -first")
 	firstFlag    = flag.Uint64("first", 1, "first seed of a -seeds run")
 	durationFlag = flag.Duration("duration", 30*time.Second, "cluster time of each seed's fault phase")
+	realFlag     = flag.Duration("seed-timeout", 2*time.Minute, "real time one seed may take; a seed still running then fails the run")
 )
 
 // seeds returns the seeds this invocation runs.
@@ -75,6 +77,8 @@ func TestSim(t *testing.T) {
 // runSeed runs one seed in a synctest bubble and reports a violation with
 // the command that replays it.
 func runSeed(t *testing.T, seed uint64, done func(Report)) {
+	guard := time.AfterFunc(*realFlag, func() { stuck(seed) })
+	defer guard.Stop()
 	var rep Report
 	synctest.Test(t, func(t *testing.T) {
 		rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true})
@@ -82,9 +86,26 @@ func runSeed(t *testing.T, seed uint64, done func(Report)) {
 	done(rep)
 	if len(rep.Violations) > 0 {
 		dir := saveFailure(t, rep)
-		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run TestSim -seed %d\nhistory and visualization: %s\ncounters: %v",
+		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\nhistory and visualization: %s\ncounters: %v",
 			seed, strings.Join(rep.Violations, "\n  "), seed, dir, rep.Counters)
 	}
+}
+
+// stuck ends a run whose seed did not finish within -seed-timeout of real
+// time (a livelock: virtual time advancing without end, or a goroutine
+// spinning): it prints the command that replays the seed and where every
+// goroutine's stack was saved, and exits the test binary with a failure.
+func stuck(seed uint64) {
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	where := "(not saved)"
+	if f, err := os.CreateTemp(os.Getenv("LEASEHOLD_SIM_FAILDIR"), fmt.Sprintf("leasehold-sim-seed-%d-stuck-*.txt", seed)); err == nil {
+		_, _ = f.Write(buf)
+		_ = f.Close()
+		where = f.Name()
+	}
+	fmt.Fprintf(os.Stderr, "seed %d: STUCK: not finished after %v of real time\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\ngoroutines: %s\n", seed, *realFlag, seed, where)
+	os.Exit(1)
 }
 
 // TestSimSkewBeyondBound runs W3 with lease clocks up to 20 % off, beyond
@@ -94,6 +115,8 @@ func TestSimSkewBeyondBound(t *testing.T) {
 	var early int
 	for seed := uint64(9001); seed < 9004; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			guard := time.AfterFunc(*realFlag, func() { stuck(seed) })
+			defer guard.Stop()
 			var rep Report
 			synctest.Test(t, func(t *testing.T) {
 				rep = Run(Config{Seed: seed, Duration: *durationFlag, Skew: 0.2})
