@@ -341,7 +341,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	// A session holds a name at most once: acquiring what it already holds
 	// (a retry whose answer was lost) returns the same holding, and the
 	// latest request owns it for CancelWait.
-	if i := l.holderIndex(s.pb.LeaseId); i >= 0 {
+	if i := retryOf(l, s.pb.LeaseId); i >= 0 {
 		// Copy on write: a snapshot being written may share the old record.
 		h := proto.CloneOf(l.holders[i])
 		h.WaitId = c.GetWaitId()

@@ -15,6 +15,9 @@ var (
 		m.token++
 		return m.token
 	}
+	// retryOf returns the index of the holding an Acquire by leaseID
+	// repeats (a retry whose answer was lost), or -1.
+	retryOf = func(l *lock, leaseID string) int { return l.holderIndex(leaseID) }
 	// afterApply, when set, checks the state after every Apply.
 	afterApply func(m *Machine, index uint64, res *Result)
 )

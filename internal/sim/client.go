@@ -64,6 +64,9 @@ func (cl *client) apply(cmd *fsmpb.Command) (fsm.Result, error) {
 		res, err := n.apply(actx, cmd)
 		acancel()
 		if !errors.Is(err, errNotLeader) {
+			if err != nil && !errors.Is(err, errUnknown) {
+				cl.c.violate("P11", "internal: %v", err)
+			}
 			return res, err
 		}
 	}
@@ -197,7 +200,7 @@ func (cl *client) status(name string) {
 	call := cl.c.now()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	n := cl.pick(ctx)
+	n := readTarget(ctx, cl)
 	if n == nil {
 		return
 	}

@@ -34,6 +34,10 @@ type Config struct {
 	Skew float64
 	// CheckP7 fails the run on an early expiry (set when Skew ≤ Drift).
 	CheckP7 bool
+	// CheckP10 fails the run when a W1 holder, whose TTL exceeds election
+	// timeout + grace + one keepalive interval, sees its session lost
+	// (set when Skew ≤ Drift).
+	CheckP10 bool
 	// Margin is what a holder subtracts from its local deadline. Default
 	// 100 ms, the client's.
 	Margin time.Duration
@@ -73,6 +77,7 @@ type Counters struct {
 	Crashes          int
 	PowerLosses      int // every node crashed at once
 	EarlyExpiries    int // P7 failures (violations only when CheckP7)
+	SessionsLost     int // W1 sessions their holder saw end (P10; violations only when CheckP10)
 	Operations       int // client operations checked
 	LostUnfenced     int // acknowledged writes the unfenced control resource lost
 	FailoverMs       []int64
@@ -91,6 +96,7 @@ func (c *Counters) Add(o Counters) {
 	c.Crashes += o.Crashes
 	c.PowerLosses += o.PowerLosses
 	c.EarlyExpiries += o.EarlyExpiries
+	c.SessionsLost += o.SessionsLost
 	c.Operations += o.Operations
 	c.LostUnfenced += o.LostUnfenced
 	c.FailoverMs = append(c.FailoverMs, o.FailoverMs...)
@@ -98,8 +104,8 @@ func (c *Counters) Add(o Counters) {
 
 // String prints the counters on one line.
 func (c Counters) String() string {
-	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d ops=%d lost_unfenced=%d",
-		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.Operations, c.LostUnfenced)
+	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d",
+		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced)
 }
 
 // Report is the outcome of one run.
@@ -117,10 +123,11 @@ type Report struct {
 
 // Cluster is three nodes, their network and the run's checks.
 type Cluster struct {
-	cfg   Config
-	net   *network
-	nodes []*node
-	start time.Time
+	cfg      Config
+	net      *network
+	outcomes *outcomes // P11
+	nodes    []*node
+	start    time.Time
 
 	mu        sync.Mutex // protects following
 	counters  Counters
@@ -141,7 +148,7 @@ type ackInfo struct {
 }
 
 func newCluster(cfg Config) *Cluster {
-	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}}
+	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), outcomes: newOutcomes(), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
 	for i := range 3 {
 		rate := 1 + (rng.Float64()*2-1)*cfg.Skew
@@ -272,6 +279,16 @@ func (c *Cluster) acked(lease string, sent time.Time, ttl time.Duration) {
 		// Only an expiry applied by the time the acknowledgment was sent can
 		// be early with respect to it.
 		c.checkEarlyLocked(lease, a, ended)
+	}
+}
+
+// sessionLost records that a W1 holder saw its session end (P10).
+func (c *Cluster) sessionLost(lease, how string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counters.SessionsLost++
+	if c.cfg.CheckP10 {
+		c.viol = append(c.viol, fmt.Sprintf("P10: session %s lost at %.3fs: %s", lease, time.Since(c.start).Seconds(), how))
 	}
 }
 

@@ -74,6 +74,7 @@ func (f *machine) Apply(l *raft.Log) any {
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
 		panic(fmt.Sprintf("sim: undecodable log entry %d: %v", l.Index, err))
 	}
+	f.n.c.outcomes.appliedAt(&cmd, l.Index)
 	f.mu.Lock()
 	res := f.m.Apply(l.Index, &cmd)
 	f.applied = l.Index
@@ -300,9 +301,10 @@ func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 	if !ok {
 		return fsm.Result{}, errNotLeader
 	}
-	data, err := proto.Marshal(cmd)
+	data, nonce, err := n.c.outcomes.encode(cmd)
 	if err != nil {
-		return fsm.Result{}, err
+		n.c.violate("P11", "internal: encode %v: %v", cmd, err)
+		return fsm.Result{}, errUnknown
 	}
 	f := r.Apply(data, time.Second)
 	done := make(chan error, 1)
@@ -313,7 +315,8 @@ func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 		return fsm.Result{}, errUnknown
 	}
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
+	case err != nil && notApplied(err):
+		n.c.outcomes.reportedNotApplied(nonce, cmd)
 		return fsm.Result{}, errNotLeader
 	case err != nil:
 		return fsm.Result{}, errUnknown
@@ -321,10 +324,21 @@ func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 	return *f.Response().(*fsm.Result), nil
 }
 
-// read runs f on the applied state after a read barrier, as
-// raftnode.ReadIndex does: leadership confirmed by a quorum, and every entry
-// committed before the call applied here.
+// read runs f on n's applied state after readBarrier.
 func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
+	if err := readBarrier(ctx, n); err != nil {
+		return err
+	}
+	n.fsm.mu.Lock()
+	defer n.fsm.mu.Unlock()
+	f(n.fsm.m)
+	return nil
+}
+
+// readIndex is the read barrier raftnode.ReadIndex is: leadership
+// confirmed by a quorum, and every entry committed before the call applied
+// here.
+func (n *node) readIndex(ctx context.Context) error {
 	r, _, ok := n.leading()
 	if !ok {
 		return errNotLeader
@@ -335,12 +349,11 @@ func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
 	}
 	for {
 		n.fsm.mu.Lock()
-		if n.fsm.applied >= commit {
-			f(n.fsm.m)
-			n.fsm.mu.Unlock()
+		applied := n.fsm.applied
+		n.fsm.mu.Unlock()
+		if applied >= commit {
 			return nil
 		}
-		n.fsm.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return errNotLeader
@@ -352,6 +365,12 @@ func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
 // proposer lets the lessor propose through its node.
 type proposer struct{ n *node }
 
+// As the server's proposer does, an error that certainly did not apply
+// wraps lessor.ErrNotApplied.
 func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	return p.n.apply(ctx, cmd)
+	res, err := p.n.apply(ctx, cmd)
+	if errors.Is(err, errNotLeader) {
+		err = fmt.Errorf("%w: %w", lessor.ErrNotApplied, err)
+	}
+	return res, err
 }

@@ -54,6 +54,9 @@ func Run(cfg Config) Report {
 	c.shutdown()
 	c.replay()
 
+	for _, w := range c.outcomes.wrong() {
+		c.violate("P11", "%s", w)
+	}
 	for k, lost := range fenced.lost() {
 		c.violate("P4", "fenced resource %s lost acknowledged writes %v", k, lost)
 	}
@@ -95,6 +98,7 @@ func (cl *client) lockTable(stop <-chan struct{}) {
 		case <-time.After(time.Duration(10+cl.rng.IntN(190)) * time.Millisecond):
 		}
 		if lease != "" && time.Since(lastAck) > cl.c.holderBound(w1TTL) {
+			cl.c.sessionLost(lease, "its holder's local deadline passed without an acknowledged renewal")
 			lease = "" // the local deadline passed: the session is given up
 		}
 		if lease == "" {
@@ -108,6 +112,7 @@ func (cl *client) lockTable(stop <-chan struct{}) {
 		if time.Since(lastAck) > w1TTL/4 {
 			sent := time.Now()
 			if !cl.keepalive(lease, w1TTL) {
+				cl.c.sessionLost(lease, "a keepalive found it gone")
 				lease = ""
 				continue
 			}
@@ -119,6 +124,7 @@ func (cl *client) lockTable(stop <-chan struct{}) {
 			if t, out := cl.acquire(name, lease); out == outOK {
 				held[name] = t
 			} else if out == outExpired {
+				cl.c.sessionLost(lease, "an acquire found it gone")
 				lease = ""
 			}
 		case p < 5:

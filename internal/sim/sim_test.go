@@ -81,7 +81,7 @@ func runSeed(t *testing.T, seed uint64, done func(Report)) {
 	defer guard.Stop()
 	var rep Report
 	synctest.Test(t, func(t *testing.T) {
-		rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true})
+		rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true, CheckP10: true})
 	})
 	done(rep)
 	if len(rep.Violations) > 0 {
