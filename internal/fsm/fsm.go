@@ -308,14 +308,7 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, name, leaseID, s.pb.Owner, h.Token)
 			}
 		} else {
-			var waitID uint64
-			l.waiters = slices.DeleteFunc(l.waiters, func(w *fsmpb.Waiter) bool {
-				if w.LeaseId == leaseID {
-					waitID = w.WaitId
-					return true
-				}
-				return false
-			})
+			waitID := withdrawWait(l, leaseID)
 			a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, name, leaseID, s.pb.Owner, 0, waitID)
 		}
 		m.grantNext(a, l)

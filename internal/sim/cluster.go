@@ -15,6 +15,7 @@ import (
 
 	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
 
 // Config is one simulation run.
@@ -135,6 +136,7 @@ type Cluster struct {
 	hashes    map[uint64]uint64 // index → state hash, from the first node to apply it (P5)
 	expiredAt map[string]time.Time
 	lastAck   map[string]ackInfo
+	closed    map[string]bool // sessions their holder closed: their end is no expiry (P7)
 	leader    string
 	healedAt  time.Time // zero unless waiting for a leader after healing
 	lockOps   []porcupine.Operation
@@ -148,7 +150,7 @@ type ackInfo struct {
 }
 
 func newCluster(cfg Config) *Cluster {
-	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), outcomes: newOutcomes(), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}}
+	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), outcomes: newOutcomes(), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}, closed: map[string]bool{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
 	for i := range 3 {
 		rate := 1 + (rng.Float64()*2-1)*cfg.Skew
@@ -238,7 +240,7 @@ func (c *Cluster) applied(id string, index, hash uint64, res *fsm.Result) {
 		}
 	}
 	for _, lease := range res.EndedSessions {
-		if _, ok := c.expiredAt[lease]; ok {
+		if _, ok := c.expiredAt[lease]; ok || c.closed[lease] {
 			continue
 		}
 		c.expiredAt[lease] = now
@@ -246,6 +248,18 @@ func (c *Cluster) applied(id string, index, hash uint64, res *fsm.Result) {
 			c.checkEarlyLocked(lease, a, now)
 		}
 	}
+}
+
+// safeApply applies cmd to m; a panic (P9) is recorded as a violation and
+// the entry's result is an error, so the run goes on to its other checks.
+func (c *Cluster) safeApply(id string, m *fsm.Machine, index uint64, cmd *fsmpb.Command) (res fsm.Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.violate("P9", "%s index %d: panic applying %v: %v", id, index, cmd, r)
+			res = fsm.Result{Err: fmt.Errorf("sim: panic: %v", r)}
+		}
+	}()
+	return m.Apply(index, cmd)
 }
 
 // holderBound is how long after sending its last acknowledged renewal a
@@ -292,8 +306,9 @@ func (c *Cluster) sessionLost(lease, how string) {
 	}
 }
 
-// record adds one client operation to the history.
-func (c *Cluster) record(put bool, client int, call int64, in lockInput, out lockOutput) {
+// record adds one client operation to the history and returns its index
+// in it.
+func (c *Cluster) record(put bool, client int, call int64, in lockInput, out lockOutput) int {
 	ret := c.now()
 	if out.Out == outUnknown {
 		ret = 1 << 62 // may take effect at any later time
@@ -307,9 +322,19 @@ func (c *Cluster) record(put bool, client int, call int64, in lockInput, out loc
 	}
 	if put {
 		c.putOps = append(c.putOps, op)
-	} else {
-		c.lockOps = append(c.lockOps, op)
+		return len(c.putOps) - 1
 	}
+	c.lockOps = append(c.lockOps, op)
+	return len(c.lockOps) - 1
+}
+
+// settledBy bounds the lock operation i, of unknown outcome, to take
+// effect by now at the latest.
+func (c *Cluster) settledBy(i int) {
+	ret := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lockOps[i].Return = min(c.lockOps[i].Return, ret)
 }
 
 func (c *Cluster) violations() []string {

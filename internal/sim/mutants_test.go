@@ -21,6 +21,7 @@ var mutants = []string{
 	"mutant_read_any",       // internal/sim: reads served by any node, no leadership check
 	"mutant_resource_reads", // internal/sim: the resource checks tokens on writes only
 	"mutant_outcome_lost",   // internal/sim: an entry whose leader was deposed is reported not applied
+	"mutant_waiter_session", // internal/fsm: an ended session stays queued and is granted
 }
 
 // TestMutants builds the simulation with each mutant and asserts that a

@@ -76,7 +76,7 @@ func (f *machine) Apply(l *raft.Log) any {
 	}
 	f.n.c.outcomes.appliedAt(&cmd, l.Index)
 	f.mu.Lock()
-	res := f.m.Apply(l.Index, &cmd)
+	res := f.n.c.safeApply(f.n.id, f.m, l.Index, &cmd)
 	f.applied = l.Index
 	f.checkLocked(l.Index, &res)
 	snap, err := f.m.Snapshot()

@@ -65,7 +65,7 @@ func (c *Cluster) replayNode(n *node) error {
 		if err := proto.Unmarshal(e.Data, &cmd); err != nil {
 			return fmt.Errorf("entry %d: %w", i, err)
 		}
-		res := f.m.Apply(i, &cmd)
+		res := c.safeApply(n.id+" replay", f.m, i, &cmd)
 		f.checkLocked(i, &res)
 		snap, err := f.m.Snapshot()
 		if err != nil {

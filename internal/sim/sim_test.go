@@ -83,6 +83,7 @@ func runSeed(t *testing.T, seed uint64, done func(Report)) {
 	synctest.Test(t, func(t *testing.T) {
 		rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true, CheckP10: true})
 	})
+	rep.Check()
 	done(rep)
 	if len(rep.Violations) > 0 {
 		dir := saveFailure(t, rep)
@@ -121,6 +122,7 @@ func TestSimSkewBeyondBound(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rep = Run(Config{Seed: seed, Duration: *durationFlag, Skew: 0.2})
 			})
+			rep.Check()
 			early += rep.Counters.EarlyExpiries
 			if len(rep.Violations) > 0 {
 				dir := saveFailure(t, rep)
