@@ -48,8 +48,12 @@ func TestCheckpointDueWhileClearInFlight(t *testing.T) {
 	}()
 	waitFor(t, "the clear of a proposed", func() bool { return len(p.all()) == 1 })
 
-	clk.Advance(2 * time.Second) // a's checkpoint and b's deadline are due
-	waitFor(t, "the Expire of b proposed", func() bool { return slices.Contains(p.expires(), "b") })
+	// Move the clock a tick per poll (the loop may not be waiting on the
+	// clock yet): a's checkpoint comes due at 1 s, b's deadline soon after.
+	waitFor(t, "the Expire of b proposed", func() bool {
+		clk.Advance(cfg.Tick)
+		return slices.Contains(p.expires(), "b")
+	})
 
 	close(release)
 	if err := <-renewed; err != nil {

@@ -84,6 +84,9 @@ func runSeed(t *testing.T, seed uint64, done func(Report)) {
 		rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true, CheckP10: true})
 	})
 	rep.Check()
+	if testing.Verbose() {
+		t.Logf("seed %d: %v failover_ms %v", seed, rep.Counters, rep.Counters.FailoverMs)
+	}
 	done(rep)
 	if len(rep.Violations) > 0 {
 		dir := saveFailure(t, rep)
