@@ -93,7 +93,7 @@ func (rep *Report) Check() {
 
 // checkTimeout bounds each porcupine check; a history it cannot decide in
 // time (Unknown) fails the seed: it was not verified.
-const checkTimeout = 20 * time.Second
+const checkTimeout = 2 * time.Minute
 
 // lockTable is W1: sessions with a long TTL kept alive, try-acquires,
 // releases (sometimes with an older token of the same session, which must

@@ -23,7 +23,7 @@ var (
 	seedsFlag    = flag.Int("seeds", 20, "number of seeds to run, from -first")
 	firstFlag    = flag.Uint64("first", 1, "first seed of a -seeds run")
 	durationFlag = flag.Duration("duration", 30*time.Second, "cluster time of each seed's fault phase")
-	realFlag     = flag.Duration("seed-timeout", 2*time.Minute, "real time one seed may take; a seed still running then fails the run")
+	realFlag     = flag.Duration("seed-timeout", 5*time.Minute, "real time one seed may take; a seed still running then fails the run")
 )
 
 // seeds returns the seeds this invocation runs.
