@@ -23,6 +23,7 @@ var (
 	seedsFlag    = flag.Int("seeds", 20, "number of seeds to run, from -first")
 	firstFlag    = flag.Uint64("first", 1, "first seed of a -seeds run")
 	durationFlag = flag.Duration("duration", 30*time.Second, "cluster time of each seed's fault phase")
+	untilFlag    = flag.Bool("until-caught", false, "run no further seed once one reported a violation (TestMutants)")
 	realFlag     = flag.Duration("seed-timeout", 5*time.Minute, "real time one seed may take; a seed still running then fails the run")
 )
 
@@ -43,18 +44,26 @@ func seeds() []uint64 {
 // Across a run of twenty or more seeds, every fault and outcome family must
 // have fired, and the unfenced control resource must have lost writes.
 func TestSim(t *testing.T) {
-	var mu sync.Mutex // protects total and runs
+	var mu sync.Mutex // protects total, runs and caught
 	var total Counters
 	var runs int
+	var caught bool
 	t.Run("seeds", func(t *testing.T) {
 		for _, seed := range seeds() {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 				t.Parallel()
+				mu.Lock()
+				stop := *untilFlag && caught
+				mu.Unlock()
+				if stop {
+					return // a mutant run that already caught its mutant
+				}
 				runSeed(t, seed, func(rep Report) {
 					mu.Lock()
 					defer mu.Unlock()
 					total.Add(rep.Counters)
 					runs++
+					caught = caught || len(rep.Violations) > 0
 				})
 			})
 		}
