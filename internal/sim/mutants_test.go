@@ -35,7 +35,7 @@ func TestMutants(t *testing.T) {
 	for _, tag := range mutants {
 		t.Run(tag, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(goBin, "test", "-count=1", "-tags", "leasehold_sim,"+tag, ".", "-run", "TestSim$", "-seeds", "48", "-until-caught", "-duration", "30s", "-timeout", "15m")
+			cmd := exec.CommandContext(t.Context(), goBin, "test", "-count=1", "-tags", "leasehold_sim,"+tag, ".", "-run", "TestSim$", "-seeds", "48", "-until-caught", "-duration", "30s", "-timeout", "15m")
 			cmd.Env = append(os.Environ(), "LEASEHOLD_SIM_FAILDIR="+t.TempDir())
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "VIOLATION") {
