@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -126,7 +127,8 @@ type Report struct {
 type Cluster struct {
 	cfg      Config
 	net      *network
-	outcomes *outcomes // P11
+	outcomes *outcomes    // P11
+	seq      atomic.Int64 // the history's clock (now)
 	nodes    []*node
 	start    time.Time
 
@@ -186,7 +188,12 @@ func (c *Cluster) shutdown() {
 	}
 }
 
-func (c *Cluster) now() int64 { return int64(time.Since(c.start)) }
+// now is the history's clock: a counter read when an operation is called
+// and when it returns, so that A returns before B is called exactly when
+// that happened. (Virtual time does not advance while goroutines run: many
+// operations would share one instant, look concurrent to porcupine, and
+// make its search far longer.)
+func (c *Cluster) now() int64 { return c.seq.Add(1) }
 
 func (c *Cluster) logf(format string, args ...any) {
 	c.mu.Lock()

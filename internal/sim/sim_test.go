@@ -168,7 +168,7 @@ func saveFailure(t *testing.T, rep Report) string {
 	for _, l := range rep.Log {
 		fmt.Fprintln(&b, " ", l)
 	}
-	fmt.Fprintln(&b, "\nlock history (call ns, return ns, client, op):")
+	fmt.Fprintln(&b, "\nlock history (call, return — the history's event counter —, client, op):")
 	for _, op := range rep.lockOps {
 		fmt.Fprintf(&b, "  %d %d c%d %s\n", op.Call, op.Return, op.ClientId, lockModel.DescribeOperation(op.Input, op.Output))
 	}
