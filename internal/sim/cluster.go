@@ -156,7 +156,7 @@ func newCluster(cfg Config) *Cluster {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
 	for i := range 3 {
 		rate := 1 + (rng.Float64()*2-1)*cfg.Skew
-		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("n%d", i+1), c: c, clock: skewClock{start: c.start, rate: rate}, store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()})
+		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("n%d", i+1), c: c, clock: skewClock{start: c.start, rate: rate}, logs: newWALStore(), store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()})
 	}
 	return c
 }

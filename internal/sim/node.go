@@ -39,7 +39,8 @@ type node struct {
 	id    string
 	c     *Cluster
 	clock skewClock
-	store *raft.InmemStore // log and stable store; kept across restarts
+	logs  *walStore        // log store; kept across restarts
+	store *raft.InmemStore // stable store; kept across restarts
 	snaps *raft.InmemSnapshotStore
 
 	mu      sync.Mutex // protects following
@@ -192,11 +193,11 @@ func (n *node) start(bootstrap bool) error {
 		for _, p := range c.nodes {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.id), Address: raft.ServerAddress(p.id)})
 		}
-		if err := raft.BootstrapCluster(rc, n.store, n.store, n.snaps, n.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, n.logs, n.store, n.snaps, n.trans, conf); err != nil {
 			return err
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, n.store, n.store, n.snaps, n.trans)
+	r, err := raft.NewRaft(rc, n.fsm, n.logs, n.store, n.snaps, n.trans)
 	if err != nil {
 		return err
 	}
@@ -360,6 +361,55 @@ func (n *node) readIndex(ctx context.Context) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// walStore is the node's log store as raft sees raft-wal, the server's
+// log store: monotonic, so a follower that installs a snapshot drops its
+// whole log instead of compacting it. (Compacted, a follower's log can keep
+// entries past the snapshot from an older term while losing the snapshot's
+// own index; the leader then walks back without a backoff and sends the
+// snapshot again, without end — inside the synctest bubble virtual time
+// stops.) Entries live in a raft.InmemStore, replaced by an empty one when
+// raft deletes everything (raft asks for [first, MaxUint64], a range the
+// InmemStore would walk one index at a time).
+type walStore struct {
+	mu sync.Mutex // protects s
+	s  *raft.InmemStore
+}
+
+var _ raft.MonotonicLogStore = (*walStore)(nil)
+
+func newWALStore() *walStore { return &walStore{s: raft.NewInmemStore()} }
+
+func (w *walStore) store() *raft.InmemStore {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.s
+}
+
+// IsMonotonic reports true, as raft-wal does.
+func (*walStore) IsMonotonic() bool { return true }
+
+func (w *walStore) FirstIndex() (uint64, error)        { return w.store().FirstIndex() }
+func (w *walStore) LastIndex() (uint64, error)         { return w.store().LastIndex() }
+func (w *walStore) GetLog(i uint64, l *raft.Log) error { return w.store().GetLog(i, l) }
+func (w *walStore) StoreLog(l *raft.Log) error         { return w.store().StoreLog(l) }
+func (w *walStore) StoreLogs(logs []*raft.Log) error   { return w.store().StoreLogs(logs) }
+
+// DeleteRange deletes [lo, hi]; a range that covers the last entry empties
+// the log (raft deletes only a prefix or everything).
+func (w *walStore) DeleteRange(lo, hi uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, err := w.s.LastIndex()
+	if err != nil {
+		return err
+	}
+	if hi >= last {
+		w.s = raft.NewInmemStore()
+		return nil
+	}
+	return w.s.DeleteRange(lo, hi)
 }
 
 // proposer lets the lessor propose through its node.
