@@ -396,18 +396,27 @@ func (w *walStore) GetLog(i uint64, l *raft.Log) error { return w.store().GetLog
 func (w *walStore) StoreLog(l *raft.Log) error         { return w.store().StoreLog(l) }
 func (w *walStore) StoreLogs(logs []*raft.Log) error   { return w.store().StoreLogs(logs) }
 
-// DeleteRange deletes [lo, hi]; a range that covers the last entry empties
-// the log (raft deletes only a prefix or everything).
+// DeleteRange deletes [lo, hi]: a prefix (compaction), a suffix (a
+// conflicting tail), or everything.
 func (w *walStore) DeleteRange(lo, hi uint64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	first, err := w.s.FirstIndex()
+	if err != nil {
+		return err
+	}
 	last, err := w.s.LastIndex()
 	if err != nil {
 		return err
 	}
-	if hi >= last {
+	switch {
+	case last == 0:
+		return nil // empty
+	case lo <= first && hi >= last:
 		w.s = raft.NewInmemStore()
 		return nil
+	case hi > last:
+		hi = last
 	}
 	return w.s.DeleteRange(lo, hi)
 }
