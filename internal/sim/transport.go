@@ -12,6 +12,9 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// minLatency is the least time an RPC takes.
+const minLatency = 200 * time.Microsecond
+
 // errCut is what an RPC over a cut or dropping link returns.
 var errCut = errors.New("sim: link cut")
 
@@ -90,9 +93,10 @@ func (t *faultTransport) call(target raft.ServerAddress, rpc func() error) error
 	if !deliver {
 		return errCut
 	}
-	if d > 0 {
-		time.Sleep(d)
-	}
+	// Every RPC takes at least minLatency, as on a network: raft retry loops
+	// without a backoff (a follower refusing appends, a snapshot sent again)
+	// then let virtual time advance instead of stopping it.
+	time.Sleep(max(d, minLatency))
 	if err := rpc(); err != nil || !replyLost {
 		return err
 	}
