@@ -8,16 +8,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 go vet ./...
 go test -race -count=1 -timeout 15m ./...
+# Fault suite, tier 1 (docs/reliability.md): the cluster simulation, 20 seeds under -race with the
+# FSM's invariant assertions, 280 more, 20 % skew, and every mutant caught.
+go test -race -count=1 -tags leasehold_sim,leasehold_invariants -timeout 10m ./internal/sim -run 'TestSim$' -seeds 20 -first 5000
+go test -count=1 -tags leasehold_sim -timeout 15m ./internal/sim -run 'TestSim$|TestSimSkewBeyondBound|TestMutants' -seeds 280 -first 1000
 # deploy/ is a module of its own (the Kubernetes API types stay out of leasehold's).
 (cd deploy && go vet ./... && go test -count=1 ./...)
 # The side-by-side benchmark's smoke run (its own module: etcd stays out of the main one).
 (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
 # The TypeScript client against a real server (node's test runner).
 bash scripts/ts-test.sh
-# Fault suite, tier 2: the real binary under kills, pauses, partitions and clock skew, about
-# 3 minutes; -race builds the servers with the race detector too; needs root (a network
-# namespace per node). See docs/reliability.md.
+# Fault suite, tier 2: the real binary under kills, pauses, partitions, restart storms and
+# clock skew, about 3 minutes; -race builds the servers with the race detector too; needs root
+# (a network namespace per node). See docs/reliability.md.
 go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/faults
-# Fault suite, tier 3: every fuzz target for 15 s (docs/reliability.md). The cluster simulation
-# (internal/sim, build tag leasehold_sim) is not run here: see docs/reliability.md.
+# Fault suite, tier 3: every fuzz target for 15 s (docs/reliability.md).
 bash scripts/fuzz.sh 15

@@ -308,14 +308,7 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, name, leaseID, s.pb.Owner, h.Token)
 			}
 		} else {
-			var waitID uint64
-			l.waiters = slices.DeleteFunc(l.waiters, func(w *fsmpb.Waiter) bool {
-				if w.LeaseId == leaseID {
-					waitID = w.WaitId
-					return true
-				}
-				return false
-			})
+			waitID := withdrawWait(l, leaseID)
 			a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, name, leaseID, s.pb.Owner, 0, waitID)
 		}
 		m.grantNext(a, l)
@@ -341,7 +334,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	// A session holds a name at most once: acquiring what it already holds
 	// (a retry whose answer was lost) returns the same holding, and the
 	// latest request owns it for CancelWait.
-	if i := l.holderIndex(s.pb.LeaseId); i >= 0 {
+	if i := retryOf(l, s.pb.LeaseId); i >= 0 {
 		// Copy on write: a snapshot being written may share the old record.
 		h := proto.CloneOf(l.holders[i])
 		h.WaitId = c.GetWaitId()

@@ -1,5 +1,11 @@
 package fsm
 
+import (
+	"slices"
+
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+)
+
 // Seams of the state machine's core decisions. A build with a mutant_* tag
 // replaces one (see the mutant_*.go files) so that internal/sim can prove it
 // catches the bug; a build with leasehold_invariants sets afterApply. Normal
@@ -14,6 +20,22 @@ var (
 	nextToken = func(m *Machine, name string) uint64 {
 		m.token++
 		return m.token
+	}
+	// retryOf returns the index of the holding an Acquire by leaseID
+	// repeats (a retry whose answer was lost), or -1.
+	retryOf = func(l *lock, leaseID string) int { return l.holderIndex(leaseID) }
+	// withdrawWait removes the queue entry of an ended session leaseID
+	// from l and returns its WaitId: only live sessions wait, so a grant
+	// to the queue's head needs no further check.
+	withdrawWait = func(l *lock, leaseID string) (waitID uint64) {
+		l.waiters = slices.DeleteFunc(l.waiters, func(w *fsmpb.Waiter) bool {
+			if w.LeaseId == leaseID {
+				waitID = w.WaitId
+				return true
+			}
+			return false
+		})
+		return waitID
 	}
 	// afterApply, when set, checks the state after every Apply.
 	afterApply func(m *Machine, index uint64, res *Result)

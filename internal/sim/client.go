@@ -23,10 +23,11 @@ const opTimeout = time.Second
 // (possibly a deposed leader that has not noticed yet) and is retried
 // elsewhere only when it was certainly not applied.
 type client struct {
-	c   *Cluster
-	id  int
-	rng *rand.Rand
-	n   int // sessions created
+	c     *Cluster
+	id    int
+	rng   *rand.Rand
+	n     int // sessions created
+	waits int // acquire requests (their WaitId)
 }
 
 // pick returns a node that believes it leads, waiting up to a few election
@@ -64,6 +65,9 @@ func (cl *client) apply(cmd *fsmpb.Command) (fsm.Result, error) {
 		res, err := n.apply(actx, cmd)
 		acancel()
 		if !errors.Is(err, errNotLeader) {
+			if err != nil && !errors.Is(err, errUnknown) {
+				cl.c.violate("P11", "internal: %v", err)
+			}
 			return res, err
 		}
 	}
@@ -100,6 +104,19 @@ func (cl *client) createSession(ttl time.Duration) string {
 	}
 }
 
+// closeSession ends lease; its end is not an expiry (P7). Once the close
+// is known applied, the lock operation queued (an index in the history, or
+// -1) can no longer take effect.
+func (cl *client) closeSession(lease string, queued int) {
+	cl.c.mu.Lock()
+	cl.c.closed[lease] = true
+	cl.c.mu.Unlock()
+	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_CloseSession{CloseSession: &fsmpb.CloseSession{LeaseId: lease}}})
+	if queued >= 0 && err == nil && (res.Err == nil || errors.Is(res.Err, fsm.ErrSessionNotFound)) {
+		cl.c.settledBy(queued)
+	}
+}
+
 // keepalive renews lease; false means the grantor no longer knows it.
 func (cl *client) keepalive(lease string, ttl time.Duration) bool {
 	sent := time.Now()
@@ -126,26 +143,36 @@ func (cl *client) keepalive(lease string, ttl time.Duration) bool {
 }
 
 func (cl *client) acquire(name, lease string) (uint64, string) {
+	t, out, _ := cl.acquireOrWait(name, lease, true)
+	return t, out
+}
+
+// acquireOrWait acquires name for lease; with try false it queues the
+// session when name is held. A queued request is recorded with an unknown
+// outcome: the grant may come at any later time. op is the request's index
+// in the history (-1 when it was not recorded).
+func (cl *client) acquireOrWait(name, lease string, try bool) (token uint64, out string, op int) {
 	call := cl.c.now()
 	in := lockInput{Op: opAcquire, Name: name, Lease: lease}
-	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: name, LeaseId: lease, Try: true}}})
-	out := lockOutput{}
+	cl.waits++
+	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: name, LeaseId: lease, Try: try, WaitId: uint64(cl.waits)}}})
+	o := lockOutput{}
 	switch {
 	case errors.Is(err, errNotLeader):
-		return 0, "" // never proposed
-	case err != nil:
-		out.Out = outUnknown
+		return 0, "", -1 // never proposed
+	case err != nil, res.Err == nil && res.Queued:
+		o.Out = outUnknown
 	case res.Err == nil && res.Holding != nil:
-		out.Out, out.Token = outOK, res.Holding.GetToken()
+		o.Out, o.Token = outOK, res.Holding.GetToken()
 	case errors.Is(res.Err, fsm.ErrLocked), errors.Is(res.Err, fsm.ErrLockDelay):
-		out.Out = outLocked
+		o.Out = outLocked
 	case errors.Is(res.Err, fsm.ErrSessionNotFound):
-		out.Out = outExpired
+		o.Out = outExpired
 	default:
-		return 0, "" // a limit: nothing changed
+		return 0, "", -1 // a limit: nothing changed
 	}
-	cl.c.record(false, cl.id, call, in, out)
-	return out.Token, out.Out
+	op = cl.c.record(false, cl.id, call, in, o)
+	return o.Token, o.Out, op
 }
 
 func (cl *client) release(name, lease string, token uint64) string {
@@ -197,7 +224,7 @@ func (cl *client) status(name string) {
 	call := cl.c.now()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	n := cl.pick(ctx)
+	n := readTarget(ctx, cl)
 	if n == nil {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -15,6 +16,7 @@ import (
 
 	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
 
 // Config is one simulation run.
@@ -34,6 +36,10 @@ type Config struct {
 	Skew float64
 	// CheckP7 fails the run on an early expiry (set when Skew ≤ Drift).
 	CheckP7 bool
+	// CheckP10 fails the run when a W1 holder, whose TTL exceeds election
+	// timeout + grace + one keepalive interval, sees its session lost
+	// (set when Skew ≤ Drift).
+	CheckP10 bool
 	// Margin is what a holder subtracts from its local deadline. Default
 	// 100 ms, the client's.
 	Margin time.Duration
@@ -73,6 +79,7 @@ type Counters struct {
 	Crashes          int
 	PowerLosses      int // every node crashed at once
 	EarlyExpiries    int // P7 failures (violations only when CheckP7)
+	SessionsLost     int // W1 sessions their holder saw end (P10; violations only when CheckP10)
 	Operations       int // client operations checked
 	LostUnfenced     int // acknowledged writes the unfenced control resource lost
 	FailoverMs       []int64
@@ -91,6 +98,7 @@ func (c *Counters) Add(o Counters) {
 	c.Crashes += o.Crashes
 	c.PowerLosses += o.PowerLosses
 	c.EarlyExpiries += o.EarlyExpiries
+	c.SessionsLost += o.SessionsLost
 	c.Operations += o.Operations
 	c.LostUnfenced += o.LostUnfenced
 	c.FailoverMs = append(c.FailoverMs, o.FailoverMs...)
@@ -98,8 +106,8 @@ func (c *Counters) Add(o Counters) {
 
 // String prints the counters on one line.
 func (c Counters) String() string {
-	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d ops=%d lost_unfenced=%d",
-		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.Operations, c.LostUnfenced)
+	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d",
+		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced)
 }
 
 // Report is the outcome of one run.
@@ -117,10 +125,12 @@ type Report struct {
 
 // Cluster is three nodes, their network and the run's checks.
 type Cluster struct {
-	cfg   Config
-	net   *network
-	nodes []*node
-	start time.Time
+	cfg      Config
+	net      *network
+	outcomes *outcomes    // P11
+	seq      atomic.Int64 // the history's clock (now)
+	nodes    []*node
+	start    time.Time
 
 	mu        sync.Mutex // protects following
 	counters  Counters
@@ -128,6 +138,7 @@ type Cluster struct {
 	hashes    map[uint64]uint64 // index → state hash, from the first node to apply it (P5)
 	expiredAt map[string]time.Time
 	lastAck   map[string]ackInfo
+	closed    map[string]bool // sessions their holder closed: their end is no expiry (P7)
 	leader    string
 	healedAt  time.Time // zero unless waiting for a leader after healing
 	lockOps   []porcupine.Operation
@@ -141,11 +152,11 @@ type ackInfo struct {
 }
 
 func newCluster(cfg Config) *Cluster {
-	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}}
+	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), outcomes: newOutcomes(), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}, closed: map[string]bool{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
 	for i := range 3 {
 		rate := 1 + (rng.Float64()*2-1)*cfg.Skew
-		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("n%d", i+1), c: c, clock: skewClock{start: c.start, rate: rate}, store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()})
+		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("n%d", i+1), c: c, clock: skewClock{start: c.start, rate: rate}, logs: newWALStore(), store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()})
 	}
 	return c
 }
@@ -177,7 +188,12 @@ func (c *Cluster) shutdown() {
 	}
 }
 
-func (c *Cluster) now() int64 { return int64(time.Since(c.start)) }
+// now is the history's clock: a counter read when an operation is called
+// and when it returns, so that A returns before B is called exactly when
+// that happened. (Virtual time does not advance while goroutines run: many
+// operations would share one instant, look concurrent to porcupine, and
+// make its search far longer.)
+func (c *Cluster) now() int64 { return c.seq.Add(1) }
 
 func (c *Cluster) logf(format string, args ...any) {
 	c.mu.Lock()
@@ -231,7 +247,7 @@ func (c *Cluster) applied(id string, index, hash uint64, res *fsm.Result) {
 		}
 	}
 	for _, lease := range res.EndedSessions {
-		if _, ok := c.expiredAt[lease]; ok {
+		if _, ok := c.expiredAt[lease]; ok || c.closed[lease] {
 			continue
 		}
 		c.expiredAt[lease] = now
@@ -239,6 +255,18 @@ func (c *Cluster) applied(id string, index, hash uint64, res *fsm.Result) {
 			c.checkEarlyLocked(lease, a, now)
 		}
 	}
+}
+
+// safeApply applies cmd to m; a panic (P9) is recorded as a violation and
+// the entry's result is an error, so the run goes on to its other checks.
+func (c *Cluster) safeApply(id string, m *fsm.Machine, index uint64, cmd *fsmpb.Command) (res fsm.Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.violate("P9", "%s index %d: panic applying %v: %v", id, index, cmd, r)
+			res = fsm.Result{Err: fmt.Errorf("sim: panic: %v", r)}
+		}
+	}()
+	return m.Apply(index, cmd)
 }
 
 // holderBound is how long after sending its last acknowledged renewal a
@@ -275,8 +303,19 @@ func (c *Cluster) acked(lease string, sent time.Time, ttl time.Duration) {
 	}
 }
 
-// record adds one client operation to the history.
-func (c *Cluster) record(put bool, client int, call int64, in lockInput, out lockOutput) {
+// sessionLost records that a W1 holder saw its session end (P10).
+func (c *Cluster) sessionLost(lease, how string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counters.SessionsLost++
+	if c.cfg.CheckP10 {
+		c.viol = append(c.viol, fmt.Sprintf("P10: session %s lost at %.3fs: %s", lease, time.Since(c.start).Seconds(), how))
+	}
+}
+
+// record adds one client operation to the history and returns its index
+// in it.
+func (c *Cluster) record(put bool, client int, call int64, in lockInput, out lockOutput) int {
 	ret := c.now()
 	if out.Out == outUnknown {
 		ret = 1 << 62 // may take effect at any later time
@@ -290,9 +329,19 @@ func (c *Cluster) record(put bool, client int, call int64, in lockInput, out loc
 	}
 	if put {
 		c.putOps = append(c.putOps, op)
-	} else {
-		c.lockOps = append(c.lockOps, op)
+		return len(c.putOps) - 1
 	}
+	c.lockOps = append(c.lockOps, op)
+	return len(c.lockOps) - 1
+}
+
+// settledBy bounds the lock operation i, of unknown outcome, to take
+// effect by now at the latest.
+func (c *Cluster) settledBy(i int) {
+	ret := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lockOps[i].Return = min(c.lockOps[i].Return, ret)
 }
 
 func (c *Cluster) violations() []string {

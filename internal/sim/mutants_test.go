@@ -12,15 +12,20 @@ import (
 // mutants are the build tags of known bugs (files mutant_<name>.go in the
 // package each mutates). The simulation must catch every one.
 var mutants = []string{
-	"mutant_release_token", // internal/fsm: release ignores the token
-	"mutant_kv_unfenced",   // internal/fsm: the fenced KV accepts stale tokens
-	"mutant_token_local",   // internal/fsm: one token counter per name
-	"mutant_renew_ignored", // internal/lessor: keepalives do not move the deadline
-	"mutant_promote_early", // internal/lessor: a new leader expires live sessions at once
+	"mutant_release_token",  // internal/fsm: release ignores the token
+	"mutant_kv_unfenced",    // internal/fsm: the fenced KV accepts stale tokens
+	"mutant_token_local",    // internal/fsm: one token counter per name
+	"mutant_renew_ignored",  // internal/lessor: keepalives do not move the deadline
+	"mutant_promote_early",  // internal/lessor: a new leader expires live sessions at once
+	"mutant_acquire_dedup",  // internal/fsm: a repeated Acquire of a held name is a new request
+	"mutant_read_any",       // internal/sim: reads served by any node, no leadership check
+	"mutant_resource_reads", // internal/sim: the resource checks tokens on writes only
+	"mutant_outcome_lost",   // internal/sim: an entry whose leader was deposed is reported not applied
+	"mutant_waiter_session", // internal/fsm: an ended session stays queued and is granted
 }
 
-// TestMutants builds the simulation with each mutant and asserts that a
-// few seeds report a violation. A mutant that survives is a hole in the
+// TestMutants builds the simulation with each mutant and asserts that one
+// of up to 48 seeds reports a violation (the run stops at the first). A mutant that survives is a hole in the
 // suite.
 func TestMutants(t *testing.T) {
 	goBin, err := exec.LookPath("go")
@@ -30,7 +35,7 @@ func TestMutants(t *testing.T) {
 	for _, tag := range mutants {
 		t.Run(tag, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(goBin, "test", "-count=1", "-tags", "leasehold_sim,"+tag, ".", "-run", "TestSim$", "-seeds", "8", "-duration", "30s", "-timeout", "3m")
+			cmd := exec.CommandContext(t.Context(), goBin, "test", "-count=1", "-tags", "leasehold_sim,"+tag, ".", "-run", "TestSim$", "-seeds", "48", "-until-caught", "-duration", "30s", "-timeout", "15m")
 			cmd.Env = append(os.Environ(), "LEASEHOLD_SIM_FAILDIR="+t.TempDir())
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "VIOLATION") {

@@ -39,7 +39,8 @@ type node struct {
 	id    string
 	c     *Cluster
 	clock skewClock
-	store *raft.InmemStore // log and stable store; kept across restarts
+	logs  *walStore        // log store; kept across restarts
+	store *raft.InmemStore // stable store; kept across restarts
 	snaps *raft.InmemSnapshotStore
 
 	mu      sync.Mutex // protects following
@@ -74,8 +75,9 @@ func (f *machine) Apply(l *raft.Log) any {
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
 		panic(fmt.Sprintf("sim: undecodable log entry %d: %v", l.Index, err))
 	}
+	f.n.c.outcomes.appliedAt(&cmd, l.Index)
 	f.mu.Lock()
-	res := f.m.Apply(l.Index, &cmd)
+	res := f.n.c.safeApply(f.n.id, f.m, l.Index, &cmd)
 	f.applied = l.Index
 	f.checkLocked(l.Index, &res)
 	snap, err := f.m.Snapshot()
@@ -191,11 +193,11 @@ func (n *node) start(bootstrap bool) error {
 		for _, p := range c.nodes {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.id), Address: raft.ServerAddress(p.id)})
 		}
-		if err := raft.BootstrapCluster(rc, n.store, n.store, n.snaps, n.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, n.logs, n.store, n.snaps, n.trans, conf); err != nil {
 			return err
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, n.store, n.store, n.snaps, n.trans)
+	r, err := raft.NewRaft(rc, n.fsm, n.logs, n.store, n.snaps, n.trans)
 	if err != nil {
 		return err
 	}
@@ -300,9 +302,10 @@ func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 	if !ok {
 		return fsm.Result{}, errNotLeader
 	}
-	data, err := proto.Marshal(cmd)
+	data, nonce, err := n.c.outcomes.encode(cmd)
 	if err != nil {
-		return fsm.Result{}, err
+		n.c.violate("P11", "internal: encode %v: %v", cmd, err)
+		return fsm.Result{}, errUnknown
 	}
 	f := r.Apply(data, time.Second)
 	done := make(chan error, 1)
@@ -313,7 +316,8 @@ func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 		return fsm.Result{}, errUnknown
 	}
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
+	case err != nil && notApplied(err):
+		n.c.outcomes.reportedNotApplied(nonce, cmd)
 		return fsm.Result{}, errNotLeader
 	case err != nil:
 		return fsm.Result{}, errUnknown
@@ -321,10 +325,21 @@ func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 	return *f.Response().(*fsm.Result), nil
 }
 
-// read runs f on the applied state after a read barrier, as
-// raftnode.ReadIndex does: leadership confirmed by a quorum, and every entry
-// committed before the call applied here.
+// read runs f on n's applied state after readBarrier.
 func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
+	if err := readBarrier(ctx, n); err != nil {
+		return err
+	}
+	n.fsm.mu.Lock()
+	defer n.fsm.mu.Unlock()
+	f(n.fsm.m)
+	return nil
+}
+
+// readIndex is the read barrier raftnode.ReadIndex is: leadership
+// confirmed by a quorum, and every entry committed before the call applied
+// here.
+func (n *node) readIndex(ctx context.Context) error {
 	r, _, ok := n.leading()
 	if !ok {
 		return errNotLeader
@@ -335,12 +350,11 @@ func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
 	}
 	for {
 		n.fsm.mu.Lock()
-		if n.fsm.applied >= commit {
-			f(n.fsm.m)
-			n.fsm.mu.Unlock()
+		applied := n.fsm.applied
+		n.fsm.mu.Unlock()
+		if applied >= commit {
 			return nil
 		}
-		n.fsm.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return errNotLeader
@@ -349,9 +363,73 @@ func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
 	}
 }
 
+// walStore is the node's log store as raft sees raft-wal, the server's
+// log store: monotonic, so a follower that installs a snapshot drops its
+// whole log instead of compacting it. (Compacted, a follower's log can keep
+// entries past the snapshot from an older term while losing the snapshot's
+// own index; the leader then walks back without a backoff and sends the
+// snapshot again, without end — inside the synctest bubble virtual time
+// stops.) Entries live in a raft.InmemStore, replaced by an empty one when
+// raft deletes everything (raft asks for [first, MaxUint64], a range the
+// InmemStore would walk one index at a time).
+type walStore struct {
+	mu sync.Mutex // protects s
+	s  *raft.InmemStore
+}
+
+var _ raft.MonotonicLogStore = (*walStore)(nil)
+
+func newWALStore() *walStore { return &walStore{s: raft.NewInmemStore()} }
+
+func (w *walStore) store() *raft.InmemStore {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.s
+}
+
+// IsMonotonic reports true, as raft-wal does.
+func (*walStore) IsMonotonic() bool { return true }
+
+func (w *walStore) FirstIndex() (uint64, error)        { return w.store().FirstIndex() }
+func (w *walStore) LastIndex() (uint64, error)         { return w.store().LastIndex() }
+func (w *walStore) GetLog(i uint64, l *raft.Log) error { return w.store().GetLog(i, l) }
+func (w *walStore) StoreLog(l *raft.Log) error         { return w.store().StoreLog(l) }
+func (w *walStore) StoreLogs(logs []*raft.Log) error   { return w.store().StoreLogs(logs) }
+
+// DeleteRange deletes [lo, hi]: a prefix (compaction), a suffix (a
+// conflicting tail), or everything.
+func (w *walStore) DeleteRange(lo, hi uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	first, err := w.s.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := w.s.LastIndex()
+	if err != nil {
+		return err
+	}
+	switch {
+	case last == 0:
+		return nil // empty
+	case lo <= first && hi >= last:
+		w.s = raft.NewInmemStore()
+		return nil
+	case hi > last:
+		hi = last
+	}
+	return w.s.DeleteRange(lo, hi)
+}
+
 // proposer lets the lessor propose through its node.
 type proposer struct{ n *node }
 
+// As the server's proposer does, an error that certainly did not apply
+// wraps lessor.ErrNotApplied.
 func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	return p.n.apply(ctx, cmd)
+	res, err := p.n.apply(ctx, cmd)
+	if errors.Is(err, errNotLeader) {
+		err = fmt.Errorf("%w: %w", lessor.ErrNotApplied, err)
+	}
+	return res, err
 }

@@ -42,11 +42,11 @@ func (c *Cluster) replayNode(n *node) error {
 		}
 		from = metas[0].Index
 	}
-	first, err := n.store.FirstIndex()
+	first, err := n.logs.FirstIndex()
 	if err != nil {
 		return err
 	}
-	last, err := n.store.LastIndex()
+	last, err := n.logs.LastIndex()
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (c *Cluster) replayNode(n *node) error {
 	}
 	for i := from + 1; i <= last; i++ {
 		var e raft.Log
-		if err := n.store.GetLog(i, &e); err != nil {
+		if err := n.logs.GetLog(i, &e); err != nil {
 			return fmt.Errorf("entry %d: %w", i, err)
 		}
 		if e.Type != raft.LogCommand {
@@ -65,7 +65,7 @@ func (c *Cluster) replayNode(n *node) error {
 		if err := proto.Unmarshal(e.Data, &cmd); err != nil {
 			return fmt.Errorf("entry %d: %w", i, err)
 		}
-		res := f.m.Apply(i, &cmd)
+		res := c.safeApply(n.id+" replay", f.m, i, &cmd)
 		f.checkLocked(i, &res)
 		snap, err := f.m.Snapshot()
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,8 @@ var (
 	seedsFlag    = flag.Int("seeds", 20, "number of seeds to run, from -first")
 	firstFlag    = flag.Uint64("first", 1, "first seed of a -seeds run")
 	durationFlag = flag.Duration("duration", 30*time.Second, "cluster time of each seed's fault phase")
+	untilFlag    = flag.Bool("until-caught", false, "run no further seed once one reported a violation (TestMutants)")
+	realFlag     = flag.Duration("seed-timeout", 5*time.Minute, "real time one seed may take; a seed still running then fails the run")
 )
 
 // seeds returns the seeds this invocation runs.
@@ -41,18 +44,26 @@ func seeds() []uint64 {
 // Across a run of twenty or more seeds, every fault and outcome family must
 // have fired, and the unfenced control resource must have lost writes.
 func TestSim(t *testing.T) {
-	var mu sync.Mutex // protects total and runs
+	var mu sync.Mutex // protects total, runs and caught
 	var total Counters
 	var runs int
+	var caught bool
 	t.Run("seeds", func(t *testing.T) {
 		for _, seed := range seeds() {
 			t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 				t.Parallel()
+				mu.Lock()
+				stop := *untilFlag && caught
+				mu.Unlock()
+				if stop {
+					return // a mutant run that already caught its mutant
+				}
 				runSeed(t, seed, func(rep Report) {
 					mu.Lock()
 					defer mu.Unlock()
 					total.Add(rep.Counters)
 					runs++
+					caught = caught || len(rep.Violations) > 0
 				})
 			})
 		}
@@ -75,16 +86,39 @@ func TestSim(t *testing.T) {
 // runSeed runs one seed in a synctest bubble and reports a violation with
 // the command that replays it.
 func runSeed(t *testing.T, seed uint64, done func(Report)) {
+	guard := time.AfterFunc(*realFlag, func() { stuck(seed) })
+	defer guard.Stop()
 	var rep Report
 	synctest.Test(t, func(t *testing.T) {
-		rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true})
+		rep = Run(Config{Seed: seed, Duration: *durationFlag, CheckP7: true, CheckP10: true})
 	})
+	rep.Check()
+	if testing.Verbose() {
+		t.Logf("seed %d: %v failover_ms %v", seed, rep.Counters, rep.Counters.FailoverMs)
+	}
 	done(rep)
 	if len(rep.Violations) > 0 {
 		dir := saveFailure(t, rep)
-		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run TestSim -seed %d\nhistory and visualization: %s\ncounters: %v",
+		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\nhistory and visualization: %s\ncounters: %v",
 			seed, strings.Join(rep.Violations, "\n  "), seed, dir, rep.Counters)
 	}
+}
+
+// stuck ends a run whose seed did not finish within -seed-timeout of real
+// time (a livelock: virtual time advancing without end, or a goroutine
+// spinning): it prints the command that replays the seed and where every
+// goroutine's stack was saved, and exits the test binary with a failure.
+func stuck(seed uint64) {
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	where := "(not saved)"
+	if f, err := os.CreateTemp(os.Getenv("LEASEHOLD_SIM_FAILDIR"), fmt.Sprintf("leasehold-sim-seed-%d-stuck-*.txt", seed)); err == nil {
+		_, _ = f.Write(buf)
+		_ = f.Close()
+		where = f.Name()
+	}
+	fmt.Fprintf(os.Stderr, "seed %d: STUCK: not finished after %v of real time\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\ngoroutines: %s\n", seed, *realFlag, seed, where)
+	os.Exit(1)
 }
 
 // TestSimSkewBeyondBound runs W3 with lease clocks up to 20 % off, beyond
@@ -94,10 +128,13 @@ func TestSimSkewBeyondBound(t *testing.T) {
 	var early int
 	for seed := uint64(9001); seed < 9004; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			guard := time.AfterFunc(*realFlag, func() { stuck(seed) })
+			defer guard.Stop()
 			var rep Report
 			synctest.Test(t, func(t *testing.T) {
 				rep = Run(Config{Seed: seed, Duration: *durationFlag, Skew: 0.2})
 			})
+			rep.Check()
 			early += rep.Counters.EarlyExpiries
 			if len(rep.Violations) > 0 {
 				dir := saveFailure(t, rep)
@@ -131,7 +168,7 @@ func saveFailure(t *testing.T, rep Report) string {
 	for _, l := range rep.Log {
 		fmt.Fprintln(&b, " ", l)
 	}
-	fmt.Fprintln(&b, "\nlock history (call ns, return ns, client, op):")
+	fmt.Fprintln(&b, "\nlock history (call, return — the history's event counter —, client, op):")
 	for _, op := range rep.lockOps {
 		fmt.Fprintf(&b, "  %d %d c%d %s\n", op.Call, op.Return, op.ClientId, lockModel.DescribeOperation(op.Input, op.Output))
 	}

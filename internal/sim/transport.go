@@ -12,6 +12,9 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// minLatency is the least time an RPC takes.
+const minLatency = 200 * time.Microsecond
+
 // errCut is what an RPC over a cut or dropping link returns.
 var errCut = errors.New("sim: link cut")
 
@@ -33,21 +36,28 @@ func newNetwork(seed uint64) *network {
 	return &network{cut: map[[2]string]bool{}, delay: map[[2]string]time.Duration{}, drop: map[[2]string]float64{}, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 }
 
-// verdict decides the fate of one RPC from → to: how long it is held and
-// whether it is refused.
-func (n *network) verdict(from, to string) (time.Duration, bool) {
+// verdict decides the fate of one RPC from → to: how long it is held,
+// whether it is refused, and whether its reply is lost after the target
+// handled it (a dropped RPC loses its request or its reply, equally often).
+func (n *network) verdict(from, to string) (d time.Duration, deliver, replyLost bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := [2]string{from, to}
-	if n.cut[k] || (n.drop[k] > 0 && n.rng.Float64() < n.drop[k]) {
+	if n.cut[k] {
 		n.rpcs++
-		return 0, false
+		return 0, false, false
 	}
-	var d time.Duration
+	if n.drop[k] > 0 && n.rng.Float64() < n.drop[k] {
+		n.rpcs++
+		if n.rng.IntN(2) == 0 {
+			return 0, false, false
+		}
+		replyLost = true
+	}
 	if max := n.delay[k]; max > 0 {
 		d = time.Duration(n.rng.Int64N(int64(max)))
 	}
-	return d, true
+	return d, true, replyLost
 }
 
 // heal removes every fault.
@@ -76,15 +86,21 @@ type faultTransport struct {
 
 var _ raft.WithClose = (*faultTransport)(nil)
 
-func (t *faultTransport) pass(target raft.ServerAddress) error {
-	d, ok := t.net.verdict(t.id, t.addr(target))
-	if !ok {
+// call sends one RPC through the fault table: rpc is the inner
+// transport's call.
+func (t *faultTransport) call(target raft.ServerAddress, rpc func() error) error {
+	d, deliver, replyLost := t.net.verdict(t.id, t.addr(target))
+	if !deliver {
 		return errCut
 	}
-	if d > 0 {
-		time.Sleep(d)
+	// Every RPC takes at least minLatency, as on a network: raft retry loops
+	// without a backoff (a follower refusing appends, a snapshot sent again)
+	// then let virtual time advance instead of stopping it.
+	time.Sleep(max(d, minLatency))
+	if err := rpc(); err != nil || !replyLost {
+		return err
 	}
-	return nil
+	return errCut
 }
 
 // AppendEntriesPipeline is not supported: raft falls back to AppendEntries.
@@ -94,40 +110,25 @@ func (t *faultTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress
 
 // AppendEntries sends through the fault table.
 func (t *faultTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if err := t.pass(target); err != nil {
-		return err
-	}
-	return t.InmemTransport.AppendEntries(id, target, args, resp)
+	return t.call(target, func() error { return t.InmemTransport.AppendEntries(id, target, args, resp) })
 }
 
 // RequestVote sends through the fault table.
 func (t *faultTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if err := t.pass(target); err != nil {
-		return err
-	}
-	return t.InmemTransport.RequestVote(id, target, args, resp)
+	return t.call(target, func() error { return t.InmemTransport.RequestVote(id, target, args, resp) })
 }
 
 // RequestPreVote sends through the fault table.
 func (t *faultTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if err := t.pass(target); err != nil {
-		return err
-	}
-	return t.InmemTransport.RequestPreVote(id, target, args, resp)
+	return t.call(target, func() error { return t.InmemTransport.RequestPreVote(id, target, args, resp) })
 }
 
 // InstallSnapshot sends through the fault table.
 func (t *faultTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	if err := t.pass(target); err != nil {
-		return err
-	}
-	return t.InmemTransport.InstallSnapshot(id, target, args, resp, data)
+	return t.call(target, func() error { return t.InmemTransport.InstallSnapshot(id, target, args, resp, data) })
 }
 
 // TimeoutNow sends through the fault table.
 func (t *faultTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	if err := t.pass(target); err != nil {
-		return err
-	}
-	return t.InmemTransport.TimeoutNow(id, target, args, resp)
+	return t.call(target, func() error { return t.InmemTransport.TimeoutNow(id, target, args, resp) })
 }
