@@ -257,6 +257,7 @@ type limiter struct {
 	buckets map[string]*bucket  // per principal
 	owned   map[string]ownedSet // sessions created through this node, per principal
 	made    int                 // sessions reserved since owned was last swept
+	kept    int                 // sessions owned held after that sweep
 }
 
 func newLimiter(cfg Limits, clk clock.Clock, reg prometheus.Registerer) (*limiter, error) {
@@ -393,6 +394,10 @@ func (l *limiter) sweepBucketsLocked(now time.Time) {
 	}
 }
 
+// minSweepEvery is the fewest session reservations between two sweeps of
+// the sessions owned by every principal.
+const minSweepEvery = 4096
+
 // ownedSet is the sessions one principal created through this node while
 // it led: true for a CreateSession still in flight.
 type ownedSet map[string]bool
@@ -429,14 +434,19 @@ func (l *limiter) reserveSession(ctx context.Context, id string, ended func(ids 
 		return nil, (exhausted("sessions-per-principal", "principal %s has %d live sessions, the limit: close some", p, len(set)))
 	}
 	set[id] = true
-	if l.made++; l.made >= 4096 {
+	if l.made++; l.made >= minSweepEvery && l.made >= l.kept {
 		// Principals that stopped creating sessions are swept now and
-		// then, so that their ended sessions are not kept forever.
+		// then, so that their ended sessions are not kept forever. A
+		// sweep looks up every session owned holds, so it waits for at
+		// least as many reservations as the last one kept: its cost per
+		// reservation stays constant however many sessions are live.
+		l.kept = 0
 		for q, s := range l.owned {
 			l.pruneLocked(s, ended)
 			if len(s) == 0 && q != p {
 				delete(l.owned, q)
 			}
+			l.kept += len(s)
 		}
 		l.made = 0
 	}
