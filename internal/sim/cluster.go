@@ -82,6 +82,7 @@ type Counters struct {
 	SessionsLost     int // W1 sessions their holder saw end (P10; violations only when CheckP10)
 	Operations       int // client operations checked
 	LostUnfenced     int // acknowledged writes the unfenced control resource lost
+	Undecided        int // histories porcupine could not decide within its time limit
 	FailoverMs       []int64
 }
 
@@ -101,13 +102,14 @@ func (c *Counters) Add(o Counters) {
 	c.SessionsLost += o.SessionsLost
 	c.Operations += o.Operations
 	c.LostUnfenced += o.LostUnfenced
+	c.Undecided += o.Undecided
 	c.FailoverMs = append(c.FailoverMs, o.FailoverMs...)
 }
 
 // String prints the counters on one line.
 func (c Counters) String() string {
-	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d",
-		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced)
+	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d undecided=%d",
+		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced, c.Undecided)
 }
 
 // Report is the outcome of one run.
@@ -120,6 +122,7 @@ type Report struct {
 	lockInfo        porcupine.LinearizationInfo
 	putInfo         porcupine.LinearizationInfo
 	lockBad, putBad bool
+	Undecided       []string // histories porcupine could not decide in time
 	Log             []string // fault schedule, as applied
 }
 

@@ -53,6 +53,13 @@ func (c *Cluster) replayNode(n *node) error {
 	if first > from+1 && last > from {
 		return fmt.Errorf("log starts at %d, snapshot ends at %d", first, from)
 	}
+	// Entries past the node's last applied one may be an uncommitted tail
+	// (a deposed leader's, never truncated before the run ended) that
+	// other entries replaced at those indexes: replay only what it applied
+	// (stop applies everything committed before raft shuts down).
+	n.fsm.mu.Lock()
+	last = min(last, n.fsm.applied)
+	n.fsm.mu.Unlock()
 	for i := from + 1; i <= last; i++ {
 		var e raft.Log
 		if err := n.logs.GetLog(i, &e); err != nil {

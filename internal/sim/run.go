@@ -84,19 +84,28 @@ func (rep *Report) Check() {
 	}
 	var res porcupine.CheckResult
 	res, rep.lockInfo = porcupine.CheckOperationsVerbose(lockModel.ToModel(), rep.lockOps, limit)
-	if res != porcupine.Ok {
-		rep.lockBad = true
-		rep.Violations = append(rep.Violations, fmt.Sprintf("P1: lock history is %s (%d operations)", res, len(rep.lockOps)))
-	}
+	rep.lockBad = res != porcupine.Ok
+	rep.judge(res, "P1: lock history", len(rep.lockOps))
 	res, rep.putInfo = porcupine.CheckOperationsVerbose(registerModel.ToModel(), rep.putOps, limit)
-	if res != porcupine.Ok {
-		rep.putBad = true
-		rep.Violations = append(rep.Violations, fmt.Sprintf("P4: fenced KV history is %s (%d puts)", res, len(rep.putOps)))
+	rep.putBad = res != porcupine.Ok
+	rep.judge(res, "P4: fenced KV history", len(rep.putOps))
+}
+
+// judge records what porcupine found: Illegal is a violation; Unknown (the
+// time limit passed before the search decided) verified nothing and found
+// nothing, and is counted and reported as undecided.
+func (rep *Report) judge(res porcupine.CheckResult, what string, ops int) {
+	switch res {
+	case porcupine.Illegal:
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%s is not linearizable (%d operations)", what, ops))
+	case porcupine.Unknown:
+		rep.Counters.Undecided++
+		rep.Undecided = append(rep.Undecided, fmt.Sprintf("%s undecided after %v (%d operations)", what, checkTimeout, ops))
 	}
 }
 
 // checkTimeout bounds each porcupine check; a history it cannot decide in
-// time (Unknown) fails the seed: it was not verified. failedCheckTimeout
+// time (Unknown) is reported as undecided. failedCheckTimeout
 // bounds it for a seed that already failed another check.
 const (
 	checkTimeout       = 2 * time.Minute

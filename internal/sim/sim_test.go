@@ -97,6 +97,11 @@ func runSeed(t *testing.T, seed uint64, done func(Report)) {
 		t.Logf("seed %d: %v failover_ms %v", seed, rep.Counters, rep.Counters.FailoverMs)
 	}
 	done(rep)
+	if len(rep.Undecided) > 0 && len(rep.Violations) == 0 {
+		dir := saveFailure(t, rep)
+		t.Logf("seed %d: UNDECIDED (not verified, no violation found)\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\nhistory and visualization: %s",
+			seed, strings.Join(rep.Undecided, "\n  "), seed, dir)
+	}
 	if len(rep.Violations) > 0 {
 		dir := saveFailure(t, rep)
 		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\nhistory and visualization: %s\ncounters: %v",
