@@ -221,9 +221,10 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 	stop := time.Now().Add(c.opts.retryTimeout)
 	backoff := 10 * time.Millisecond
 	refused := 0 // endpoints that refused the connection, while all before them did too
+	var refusal *api.Error // the last `unavailable` or `not-leader` answer
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil { // not sent: certainly not applied
-			return nil, opError(op, &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()})
+			return nil, opError(op, atDeadline(ctx, &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()}, refusal, req))
 		}
 		c.mu.Lock()
 		i := c.cur
@@ -241,13 +242,32 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 				return nil, opError(op, e)
 			}
 		}
+		if e.Code == api.CodeUnavailable || e.Code == api.CodeNotLeader {
+			refusal = e
+		}
 		if !retryable(e.Code, req) || ctx.Err() != nil || time.Now().After(stop) {
-			return nil, opError(op, e)
+			return nil, opError(op, atDeadline(ctx, e, refusal, req))
 		}
 		if !c.failover(ctx, i, attempt, &backoff) {
 			return nil, opError(op, e)
 		}
 	}
+}
+
+// atDeadline is the error of a call that ended with e: when e is the
+// caller's deadline running out after a server refused an attempt as
+// unavailable (no leader, no quorum), it is that refusal, because it says
+// why nothing was answered. Only where a deadline leaves nothing to tell:
+// an Acquire's deadline is its wait running out, a cancel is the caller's
+// own, and an outcome-unknown write stays unknown. A retried attempt cut
+// off by the deadline may still have applied, which is harmless for the
+// requests this covers (see retryable).
+func atDeadline(ctx context.Context, e, refusal *api.Error, req any) *api.Error {
+	if _, acquire := req.(*pb.AcquireRequest); refusal == nil || acquire ||
+		e.Code != api.CodeDeadlineExceeded || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return e
+	}
+	return &api.Error{Code: refusal.Code, Message: refusal.Message + " (retried until the deadline)", LeaderAddr: refusal.LeaderAddr}
 }
 
 // failover moves calls off endpoint i after the attempt-th failed attempt

@@ -5,10 +5,15 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"connectrpc.com/connect"
 	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/server"
 )
@@ -169,4 +174,47 @@ func serveHandler(t *testing.T, h http.Handler) string {
 		<-done
 	})
 	return ln.Addr().String()
+}
+
+// noQuorum answers the first CreateSession with `unavailable` (no leader)
+// and holds every later one until the caller gives up, as a node that
+// lost its quorum does while it still believes it leads.
+type noQuorum struct {
+	leaseholdv1connect.UnimplementedLeaseholdServiceHandler
+	calls atomic.Int32
+}
+
+func (n *noQuorum) CreateSession(ctx context.Context, _ *connect.Request[pb.CreateSessionRequest]) (*connect.Response[pb.CreateSessionResponse], error) {
+	if n.calls.Add(1) == 1 {
+		return nil, api.ToConnect(api.Errorf(api.CodeUnavailable, "no leader is known to node n1"))
+	}
+	<-ctx.Done()
+	return nil, api.ToConnect(api.Errorf(api.CodeDeadlineExceeded, "gave up"))
+}
+
+// A call refused as unavailable whose retry is cut off by the caller's
+// deadline reports unavailable (with the refusal's reason), not a bare
+// deadline-exceeded: the cluster had no quorum, which is what the caller
+// needs to know.
+func TestDeadlineAfterUnavailableSaysUnavailable(t *testing.T) {
+	nq := &noQuorum{}
+	_, h := leaseholdv1connect.NewLeaseholdServiceHandler(nq)
+	addr := serveHandler(t, h)
+	c := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.NewSession(ctx)
+	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "no leader is known") {
+		t.Fatalf("NewSession against a node without quorum: %v (code %s), want unavailable naming the refusal", err, api.CodeOf(err))
+	}
+	if n := nq.calls.Load(); n < 2 {
+		t.Fatalf("%d attempts, want the refusal retried", n)
+	}
+	// A caller's cancel is still reported as canceled.
+	cctx, ccancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, ccancel)
+	nq.calls.Store(0)
+	if _, err := c.NewSession(cctx); api.CodeOf(err) != api.CodeCanceled {
+		t.Fatalf("canceled NewSession: %v (code %s), want canceled", err, api.CodeOf(err))
+	}
 }
