@@ -220,7 +220,7 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 ) (*Res, error) {
 	stop := time.Now().Add(c.opts.retryTimeout)
 	backoff := 10 * time.Millisecond
-	refused := 0 // endpoints that refused the connection, while all before them did too
+	refused := 0           // endpoints that refused the connection, while all before them did too
 	var refusal *api.Error // the last `unavailable` or `not-leader` answer
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil { // not sent: certainly not applied
