@@ -255,16 +255,21 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 }
 
 // atDeadline is the error of a call that ended with e: when e is the
-// caller's deadline running out after a server refused an attempt as
-// unavailable (no leader, no quorum), it is that refusal, because it says
-// why nothing was answered. Only where a deadline leaves nothing to tell:
-// an Acquire's deadline is its wait running out, a cancel is the caller's
-// own, and an outcome-unknown write stays unknown. A retried attempt cut
-// off by the deadline may still have applied, which is harmless for the
-// requests this covers (see retryable).
+// request's deadline running out (on the client or on the server, which
+// gets the same deadline) after a server refused an attempt as unavailable
+// (no leader, no quorum), it is that refusal, because it says why nothing
+// was answered. Not where the deadline tells something itself: an
+// Acquire's deadline is its wait running out, a cancel is the caller's own,
+// and a write whose outcome is unknown and not harmless to repeat stays
+// outcome-unknown. The attempt the deadline cut off may still have applied,
+// which is harmless for the requests this covers (see retryable).
 func atDeadline(ctx context.Context, e, refusal *api.Error, req any) *api.Error {
-	if _, acquire := req.(*pb.AcquireRequest); refusal == nil || acquire ||
-		e.Code != api.CodeDeadlineExceeded || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	_, hasDeadline := ctx.Deadline()
+	_, acquire := req.(*pb.AcquireRequest)
+	if refusal == nil || !hasDeadline || acquire || errors.Is(ctx.Err(), context.Canceled) {
+		return e
+	}
+	if e.Code != api.CodeDeadlineExceeded && (e.Code != api.CodeOutcomeUnknown || !retryable(e.Code, req) || ctx.Err() == nil) {
 		return e
 	}
 	return &api.Error{Code: refusal.Code, Message: refusal.Message + " (retried until the deadline)", LeaderAddr: refusal.LeaderAddr}

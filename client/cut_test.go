@@ -177,11 +177,12 @@ func serveHandler(t *testing.T, h http.Handler) string {
 }
 
 // noQuorum answers the first CreateSession with `unavailable` (no leader)
-// and holds every later one until the caller gives up, as a node that
-// lost its quorum does while it still believes it leads.
+// and holds every later one until its deadline, as a node that lost its
+// quorum does while it still believes it leads, then answers with atDeadline.
 type noQuorum struct {
 	leaseholdv1connect.UnimplementedLeaseholdServiceHandler
-	calls atomic.Int32
+	calls      atomic.Int32
+	atDeadline func(ctx context.Context) error
 }
 
 func (n *noQuorum) CreateSession(ctx context.Context, _ *connect.Request[pb.CreateSessionRequest]) (*connect.Response[pb.CreateSessionResponse], error) {
@@ -189,32 +190,44 @@ func (n *noQuorum) CreateSession(ctx context.Context, _ *connect.Request[pb.Crea
 		return nil, api.ToConnect(api.Errorf(api.CodeUnavailable, "no leader is known to node n1"))
 	}
 	<-ctx.Done()
-	return nil, api.ToConnect(api.Errorf(api.CodeDeadlineExceeded, "gave up"))
+	return nil, n.atDeadline(ctx)
 }
 
-// A call refused as unavailable whose retry is cut off by the caller's
+// A call refused as unavailable whose retry is cut off by the request's
 // deadline reports unavailable (with the refusal's reason), not a bare
-// deadline-exceeded: the cluster had no quorum, which is what the caller
-// needs to know.
+// deadline-exceeded, whichever side noticed the deadline first and
+// whatever the server answered then: the cluster had no quorum, which is
+// what the caller needs to know.
 func TestDeadlineAfterUnavailableSaysUnavailable(t *testing.T) {
-	nq := &noQuorum{}
-	_, h := leaseholdv1connect.NewLeaseholdServiceHandler(nq)
-	addr := serveHandler(t, h)
-	c := dial(t, addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	_, err := c.NewSession(ctx)
-	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "no leader is known") {
-		t.Fatalf("NewSession against a node without quorum: %v (code %s), want unavailable naming the refusal", err, api.CodeOf(err))
-	}
-	if n := nq.calls.Load(); n < 2 {
-		t.Fatalf("%d attempts, want the refusal retried", n)
-	}
-	// A caller's cancel is still reported as canceled.
-	cctx, ccancel := context.WithCancel(context.Background())
-	time.AfterFunc(100*time.Millisecond, ccancel)
-	nq.calls.Store(0)
-	if _, err := c.NewSession(cctx); api.CodeOf(err) != api.CodeCanceled {
-		t.Fatalf("canceled NewSession: %v (code %s), want canceled", err, api.CodeOf(err))
+	for name, answer := range map[string]func(ctx context.Context) error{
+		"outcome-unknown": func(context.Context) error {
+			return api.ToConnect(api.Errorf(api.CodeOutcomeUnknown, "context deadline exceeded"))
+		},
+		"deadline-exceeded": func(context.Context) error {
+			return api.ToConnect(api.Errorf(api.CodeDeadlineExceeded, "context deadline exceeded"))
+		},
+		"bare": func(ctx context.Context) error { return ctx.Err() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			nq := &noQuorum{atDeadline: answer}
+			_, h := leaseholdv1connect.NewLeaseholdServiceHandler(nq)
+			c := dial(t, serveHandler(t, h))
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := c.NewSession(ctx)
+			if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "no leader is known") {
+				t.Fatalf("NewSession against a node without quorum: %v (code %s), want unavailable naming the refusal", err, api.CodeOf(err))
+			}
+			if n := nq.calls.Load(); n < 2 {
+				t.Fatalf("%d attempts, want the refusal retried", n)
+			}
+			// A caller's cancel is still reported as canceled.
+			cctx, ccancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, ccancel)
+			nq.calls.Store(0)
+			if _, err := c.NewSession(cctx); api.CodeOf(err) != api.CodeCanceled {
+				t.Fatalf("canceled NewSession: %v (code %s), want canceled", err, api.CodeOf(err))
+			}
+		})
 	}
 }
