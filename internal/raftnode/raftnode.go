@@ -36,6 +36,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
@@ -214,7 +215,7 @@ func Open(cfg Config) (*Node, error) {
 			}
 		}
 	}()
-	logs, err := raft.NewLogCache(512, withMetrics(store, cfg.Metrics))
+	logs, err := raft.NewLogCache(512, withMetrics(withFailpoints(store), cfg.Metrics))
 	if err != nil {
 		return nil, err
 	}
@@ -353,6 +354,7 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 			continue // leadership is gone (a false notification follows) or closing
 		}
 		leader = isLeader
+		failpoint.Leading(leader)
 		n.cfg.Logger.Info("leadership changed", "node", n.cfg.NodeID, "leader", leader)
 		if n.cfg.OnLeadership != nil {
 			n.cfg.OnLeadership(leader)

@@ -25,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/clock"
+	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
@@ -336,6 +337,7 @@ func (s *Server) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 	if err != nil {
 		return res, err
 	}
+	failpoint.Inject(failpoint.CommitReply)
 	return res, res.Err
 }
 
