@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "leasehold")
-	args := []string{"build", "-tags", "leasehold_testhooks", "-o", binary}
+	args := []string{"build", "-tags", "leasehold_testhooks,leasehold_failpoints", "-o", binary}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
