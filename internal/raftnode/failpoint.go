@@ -23,11 +23,8 @@ func (s failpointLogStore) StoreLogs(logs []*raft.Log) error {
 	return err
 }
 
-// IsMonotonic passes on the store's answer, as timedLogStore does.
-func (s failpointLogStore) IsMonotonic() bool {
-	m, ok := s.LogStore.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
-}
+// IsMonotonic passes on the store's answer (see isMonotonic).
+func (s failpointLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
 
 // withFailpoints wraps store in a failpoint build; a normal build gets
 // store itself.

@@ -494,15 +494,20 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Serve serves Handler on ln (HTTP/1.1 and cleartext HTTP/2, as gRPC
-// needs) until ctx ends, then shuts down gracefully.
+// needs) until ctx ends, then shuts down gracefully. When the data dir
+// refuses a write (a full disk), it shuts down the same way and returns
+// an unavailable error that says so.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs, ln := s.limited(NewHTTPServer(s.Handler()), ln)
 	errc := make(chan error, 1)
 	go func() { errc <- s.serveOn(hs, ln) }()
+	var failed error
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	case <-s.node.Failed():
+		failed = api.Errorf(api.CodeUnavailable, "node %s stopped: %v", s.node.ID(), s.node.StorageErr())
 	}
 	s.startDrain()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -511,7 +516,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		_ = hs.Close()
 	}
 	<-errc
-	return nil
+	return failed
 }
 
 // NewHTTPServer returns an http.Server for h speaking HTTP/1.1 and cleartext
