@@ -152,9 +152,9 @@ func TestFailpoints(t *testing.T) {
 	victim := others(c, c.mustLeader(ctx))[0]
 	c.kill(victim)
 	for i, r := range fpRounds {
+		before := victim.reachedLines(r.point)
 		victim.env = []string{base, r.env()}
 		c.start(victim)
-		before := victim.reachedLines(r.point)
 		if r.role == "leader" {
 			c.waitReady(victim, 20*time.Second)
 			c.makeLeader(ctx, victim, 15*time.Second)
