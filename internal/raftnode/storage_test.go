@@ -4,6 +4,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -56,5 +59,34 @@ func TestStorageGuardLatchesAFailedAppend(t *testing.T) {
 	}
 	if !errors.Is(g.latched(), syscall.ENOSPC) {
 		t.Fatalf("latched %v, want the first failure", g.latched())
+	}
+}
+
+// fullStable is a stable store whose writes fail with ENOSPC.
+type fullStable struct{ *raft.InmemStore }
+
+func (fullStable) Set([]byte, []byte) error       { return syscall.ENOSPC }
+func (fullStable) SetUint64([]byte, uint64) error { return syscall.ENOSPC }
+
+// TestStableStoreRefusalExits: raft panics when it cannot persist its
+// term; the guarded stable store ends the process first, with status 1
+// and a line that names the data dir and the error.
+func TestStableStoreRefusalExits(t *testing.T) {
+	if os.Getenv("LEASEHOLD_RAFTNODE_STABLE_CHILD") != "" {
+		g := newStorageGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), "/data")
+		_ = guardedStableStore{fullStable{raft.NewInmemStore()}, g}.SetUint64([]byte("CurrentTerm"), 7)
+		os.Exit(0) // not reached when the store exits
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStableStoreRefusalExits$")
+	cmd.Env = append(os.Environ(), "LEASEHOLD_RAFTNODE_STABLE_CHILD=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("child ended with %v, want exit status 1; stderr %q", err, stderr.String())
+	}
+	if want := "leasehold: raftnode: the data dir refused a write /data: no space left on device"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q lacks %q", stderr.String(), want)
 	}
 }
