@@ -18,6 +18,8 @@ go test -count=1 -tags leasehold_sim -timeout 15m ./internal/sim -run 'TestSim$|
 (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
 # The TypeScript client against a real server (node's test runner).
 bash scripts/ts-test.sh
+# The crash failpoints of a leasehold_failpoints build (tier 2 arms them in the real binary).
+go test -race -count=1 -tags leasehold_failpoints ./internal/failpoint
 # Fault suite, tier 2: the real binary under kills, pauses, partitions, restart storms and
 # clock skew, about 3 minutes; -race builds the servers with the race detector too; needs root
 # (a network namespace per node). See docs/reliability.md.

@@ -259,11 +259,12 @@ func report(t *testing.T, h *history, cnt *counters, o *observer, want ...string
 	for _, d := range cnt.failover {
 		fo = append(fo, d.Round(time.Millisecond).String())
 	}
-	t.Logf("counters: leader changes %d, expiries %d, stale-token rejections %d, snapshot installs %d, early expiries %d; failover %s",
-		cnt.leaderChanges, cnt.expiries, cnt.staleRejections, cnt.snapshotInstalls, cnt.earlyExpiries, strings.Join(fo, " "))
+	t.Logf("counters: leader changes %d, expiries %d, stale-token rejections %d, snapshot installs %d, early expiries %d, failpoints reached %d; failover %s",
+		cnt.leaderChanges, cnt.expiries, cnt.staleRejections, cnt.snapshotInstalls, cnt.earlyExpiries, cnt.failpoints, strings.Join(fo, " "))
 	t.Logf("checked: %d grants, %d puts, %d releases, %d reads, %d committed events (%d watch gaps); errors by code %v",
 		ops["grant"], ops["put"], ops["release"], len(h.reads), len(h.events), h.gaps, codes)
 	fired := map[string]int{"leader-changes": cnt.leaderChanges, "expiries": cnt.expiries, "stale-token": cnt.staleRejections, "snapshot-installs": cnt.snapshotInstalls, "early-expiries": cnt.earlyExpiries}
+	fired["failpoints"] = cnt.failpoints
 	for _, w := range want {
 		if fired[w] == 0 {
 			t.Errorf("coverage: %s never fired: the schedule did not exercise what it is for", w)

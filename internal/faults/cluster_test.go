@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "leasehold")
-	args := []string{"build", "-tags", "leasehold_testhooks", "-o", binary}
+	args := []string{"build", "-tags", "leasehold_testhooks,leasehold_failpoints", "-o", binary}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
@@ -123,10 +123,19 @@ type node struct {
 
 func (n *node) apiAddr() string { return fmt.Sprintf("127.0.0.1:%d", n.api) }
 
+// netns returns a duplicate of n's namespace file, which the caller
+// closes (kill may close n's own at any time), or nil while n is down.
 func (n *node) netns() *os.File {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.ns
+	if n.ns == nil {
+		return nil
+	}
+	fd, err := syscall.Dup(int(n.ns.Fd()))
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), n.ns.Name())
 }
 
 func (n *node) pid() int {

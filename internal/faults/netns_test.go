@@ -83,7 +83,7 @@ const (
 type link struct {
 	from, to string // node ids ("host" for the test's own namespace)
 	ln       net.Listener
-	dst      func() *os.File // the destination's current namespace, nil while it is down
+	dst      func() *os.File // a duplicate of the destination's current namespace (closed after use), nil while it is down
 	port     int
 
 	mu     sync.Mutex // protects following
@@ -127,6 +127,7 @@ func (l *link) accept() {
 			out, err = net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", l.port))
 			return err
 		})
+		ns.Close()
 		if err != nil {
 			in.Close()
 			continue

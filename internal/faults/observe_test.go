@@ -16,6 +16,7 @@ import (
 type counters struct {
 	leaderChanges, expiries, staleRejections, snapshotInstalls, earlyExpiries int
 	failover                                                                  []time.Duration
+	failpoints                                                                int // crash failpoints reached
 }
 
 // observer watches the cluster from the test's namespace while a schedule

@@ -183,27 +183,8 @@ func TestPartitionLeader(t *testing.T) {
 // for d, returning what it did as records.
 func writeFor(ctx context.Context, t *testing.T, eps, name string, d time.Duration) []rec {
 	t.Helper()
-	cl, err := client.Dial(ctx, eps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	s, err := cl.NewSession(ctx, client.WithTTL(5*time.Second), client.WithOwner("majority"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Close(ctx) }()
-	sent := time.Now()
-	l, err := s.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := []rec{{K: "grant", Proc: "majority", Name: name, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()}}
-	r := &recorder{proc: "majority"}
-	for i, stop := 0, time.Now().Add(d); time.Now().Before(stop); i++ {
-		out = append(out, r.put(ctx, cl, name, fmt.Sprintf("majority-%d", i), l.Token()))
-	}
-	return out
+	stop := time.Now().Add(d)
+	return writeUntil(ctx, t, eps, name, "majority", 0, func() bool { return !time.Now().Before(stop) })
 }
 
 // Schedule 4: faults of client processes holding locks. A holder paused

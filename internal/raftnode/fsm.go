@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
@@ -38,11 +39,13 @@ func (f *raftFSM) Apply(l *raft.Log) any {
 		// skip it and stay equal to the others.
 		panic(fmt.Sprintf("raftnode: undecodable log entry %d: %v", l.Index, err))
 	}
+	failpoint.Inject(failpoint.FSMApplyBefore)
 	start := time.Now()
 	f.mu.Lock()
 	res := f.m.Apply(l.Index, &cmd)
 	f.applied = l.Index
 	f.mu.Unlock()
+	failpoint.Inject(failpoint.FSMApplyAfter)
 	if f.metrics != nil {
 		f.metrics.FSMApply(time.Since(start))
 	}
@@ -88,6 +91,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 type fsmSnapshot struct{ v *fsm.View }
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	failpoint.Inject(failpoint.SnapshotPersistBefore)
 	w := bufio.NewWriterSize(sink, 64<<10)
 	_, err := s.v.WriteTo(w)
 	if err == nil {
@@ -97,7 +101,11 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		_ = sink.Cancel()
 		return err
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	failpoint.Inject(failpoint.SnapshotPersistAfter)
+	return nil
 }
 
 func (fsmSnapshot) Release() {}

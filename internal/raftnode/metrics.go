@@ -46,11 +46,5 @@ func withMetrics(store raft.LogStore, m Metrics) raft.LogStore {
 	return timedLogStore{store, m}
 }
 
-// IsMonotonic passes on the store's answer: raft removes every log entry
-// after installing a snapshot only on a store that says it needs no gaps
-// (raft-wal), and would otherwise leave entries the next append cannot
-// follow.
-func (s timedLogStore) IsMonotonic() bool {
-	m, ok := s.LogStore.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
-}
+// IsMonotonic passes on the store's answer (see isMonotonic).
+func (s timedLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }

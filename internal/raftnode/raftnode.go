@@ -36,6 +36,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
@@ -175,6 +176,7 @@ type Node struct {
 	fsm       *raftFSM
 	clusterID string
 	health    peerHealth
+	storage   *storageGuard
 
 	// barrierTerm is the last term in which this node, as leader, applied
 	// its barrier: every entry of earlier terms is applied. ReadIndex waits
@@ -214,7 +216,8 @@ func Open(cfg Config) (*Node, error) {
 			}
 		}
 	}()
-	logs, err := raft.NewLogCache(512, withMetrics(store, cfg.Metrics))
+	n.storage = newStorageGuard(cfg.Logger, cfg.DataDir)
+	logs, err := raft.NewLogCache(512, withMetrics(withFailpoints(guardedLogStore{store, n.storage}), cfg.Metrics))
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +323,7 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, n.trans)
+	r, err := raft.NewRaft(rc, n.fsm, logs, guardedStableStore{store, n.storage}, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
@@ -353,6 +356,7 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 			continue // leadership is gone (a false notification follows) or closing
 		}
 		leader = isLeader
+		failpoint.Leading(leader)
 		n.cfg.Logger.Info("leadership changed", "node", n.cfg.NodeID, "leader", leader)
 		if n.cfg.OnLeadership != nil {
 			n.cfg.OnLeadership(leader)

@@ -25,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/clock"
+	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
@@ -336,6 +337,7 @@ func (s *Server) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 	if err != nil {
 		return res, err
 	}
+	failpoint.Inject(failpoint.CommitReply)
 	return res, res.Err
 }
 
@@ -492,15 +494,20 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Serve serves Handler on ln (HTTP/1.1 and cleartext HTTP/2, as gRPC
-// needs) until ctx ends, then shuts down gracefully.
+// needs) until ctx ends, then shuts down gracefully. When the data dir
+// refuses a write (a full disk), it shuts down the same way and returns
+// an unavailable error that says so.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs, ln := s.limited(NewHTTPServer(s.Handler()), ln)
 	errc := make(chan error, 1)
 	go func() { errc <- s.serveOn(hs, ln) }()
+	var failed error
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	case <-s.node.Failed():
+		failed = api.Errorf(api.CodeUnavailable, "node %s stopped: %v", s.node.ID(), s.node.StorageErr())
 	}
 	s.startDrain()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -509,7 +516,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		_ = hs.Close()
 	}
 	<-errc
-	return nil
+	return failed
 }
 
 // NewHTTPServer returns an http.Server for h speaking HTTP/1.1 and cleartext
