@@ -26,6 +26,7 @@ type key struct{ Workload, Name string }
 // results holds every round's figures per system.
 type results struct {
 	Command, Machine, Date, Commit string
+	LoadStart                      string // 1-minute load average when the run began
 	Rounds                         int
 	Cluster                        bool     // 3-node clusters: cluster.md, cluster-*.png
 	Systems                        []string // that ran, in order
@@ -37,7 +38,7 @@ type results struct {
 
 func newResults(o options) *results {
 	return &results{
-		Machine: machine(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Commit: commit(o.src),
+		Machine: machine(), LoadStart: loadavg(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Commit: commit(o.src),
 		Rounds: o.rounds, Cluster: o.cluster, Higher: map[key]bool{}, Values: map[key]map[string][]float64{},
 	}
 }
@@ -144,7 +145,7 @@ func (r *results) write(dir string) error {
 		fmt.Fprintf(&b, "# leasehold beside etcd and Redis\n\n")
 	}
 	fmt.Fprintf(&b, "- Command: `%s`\n", r.Command)
-	fmt.Fprintf(&b, "- Machine: %s; load average at the start %s\n- Date: %s\n- leasehold commit: %s\n", r.Machine, loadavg(), r.Date, r.Commit)
+	fmt.Fprintf(&b, "- Machine: %s; 1-minute load average %s at the start, %s at the end\n- Date: %s\n- leasehold commit: %s\n", r.Machine, r.LoadStart, loadavg(), r.Date, r.Commit)
 	fmt.Fprintf(&b, "- Rounds: %d, the systems in turn (%s) in every round; a cell is the median of the rounds (range in brackets). ↑: higher is better, ↓: lower is better.\n",
 		r.Rounds, strings.Join(r.Systems, ", "))
 	for _, s := range r.Skipped {
