@@ -151,21 +151,10 @@ func (r *results) write(dir string) error {
 	for _, s := range r.Skipped {
 		fmt.Fprintf(&b, "- Not run: %s\n", s)
 	}
-	b.WriteString(`- Every system durable: leasehold ` + "`serve`" + ` defaults (every raft append fsync'd before the answer);
-  etcd embedded (` + "`go.etcd.io/etcd/server/v3/embed`" + ` defaults, in a process of its own) locked with
-  ` + "`client/v3/concurrency`" + ` Session + Mutex; Redis with ` + "`--appendonly yes --appendfsync always`" + ` locked with
-  go-redsync (key with expiry, waiters poll with redsync's default delays; no sessions, so no
-  session rows).
-- Server CPU is read from /proc/PID/stat of the server process; client CPU is the harness's own
-  rusage; keepalive renewals are counted as sessions × window / (TTL/3). Client bytes/session is
-  the harness's live heap and stacks after GC, per session.
-- Server fsyncs/pair: fsync and fdatasync calls of the server process over the run, counted
-  with perf's syscall tracepoints (the row is left out where perf cannot attach).
-- Holder crash: the holder stops renewing right after its acquire; the figure is how long past
-  its TTL, counted from the crash, the queued waiter got the lock.
-`)
 	if r.Cluster {
 		b.WriteString(clusterNotes)
+	} else {
+		b.WriteString(singleNotes)
 	}
 	b.WriteString("\n")
 	b.WriteString(r.table())
@@ -182,13 +171,35 @@ func (r *results) write(dir string) error {
 	return r.cpuChart(filepath.Join(dir, png+"cpu.png"))
 }
 
+// singleNotes describe the single-node setup in results.md.
+const singleNotes = `- Every system durable: leasehold ` + "`serve`" + ` defaults (every raft append fsync'd before the answer);
+  etcd embedded (` + "`go.etcd.io/etcd/server/v3/embed`" + ` defaults, in a process of its own) locked with
+  ` + "`client/v3/concurrency`" + ` Session + Mutex; Redis with ` + "`--appendonly yes --appendfsync always`" + ` locked with
+  go-redsync (key with expiry, waiters poll with redsync's default delays; no sessions, so no
+  session rows).
+- Server CPU is read from /proc/PID/stat of the server process; client CPU is the harness's own
+  rusage; keepalive renewals are counted as sessions × window / (TTL/3). Client bytes/session is
+  the harness's live heap and stacks after GC, per session.
+- Server fsyncs/pair: fsync and fdatasync calls of the server process over the run, counted
+  with perf's syscall tracepoints (the row is left out where perf cannot attach).
+- Holder crash: the holder stops renewing right after its acquire; the figure is how long past
+  its TTL, counted from the crash, the queued waiter got the lock.
+`
+
 // clusterNotes describe the 3-node setup in cluster.md.
-const clusterNotes = `- 3-node clusters on 127.0.0.1, every node a process of its own with its own data dir, on
+const clusterNotes = `- Every system durable: leasehold ` + "`serve`" + ` defaults (every raft append fsync'd before the
+  answer); etcd embedded (` + "`go.etcd.io/etcd/server/v3/embed`" + ` defaults) locked with
+  ` + "`client/v3/concurrency`" + ` Session + Mutex.
+- 3-node clusters on 127.0.0.1, every node a process of its own with its own data dir, on
   the same 2 cores as the clients: three ` + "`leasehold serve --node-id nI --raft-addr … --bootstrap …`" + `
   (durable defaults; heartbeat and election timeouts 500 ms) and three embedded etcd members
-  (` + "`embed`" + ` defaults: heartbeat 100 ms, election timeout 1 s), each harness process re-executed
-  as one member. The clients get every node's endpoint (leasehold's client fails over between
-  them; etcd's balances over them). Server CPU, RSS and fsyncs are the three processes' sum.
+  (` + "`embed`" + ` defaults: heartbeat 100 ms, election timeout 1 s), each member the harness's
+  binary started again as a process of its own. The clients get every node's endpoint
+  (leasehold's client fails over between them; etcd's balances over them).
+- Server CPU is read from /proc/PID/stat of the three server processes, summed; client CPU is
+  the harness's own rusage. Server fsyncs/pair: fsync and fdatasync calls of the three server
+  processes over the run, counted with perf's syscall tracepoints (the row is left out where
+  perf cannot attach).
 - Leader kill: a client holds a session (TTL 10 s) and has acquired once; the leader's process
   (leasehold: the node ` + "`cluster members`" + ` names leader; etcd: the member whose status names
   itself leader) is killed with SIGKILL, and the client at once tries to acquire a free name,
