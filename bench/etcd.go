@@ -20,13 +20,15 @@ import (
 // etcdChildEnv, when set to "DIR,CLIENTPORT,PEERPORT", makes this binary
 // (the harness or its test binary) run an embedded etcd instead: a process
 // of its own, so its CPU time and RSS are measured apart from the clients.
+// "DIR,CLIENTPORT,PEERPORT,NAME,INITIALCLUSTER" runs member NAME of the
+// cluster INITIALCLUSTER ("e1=http://127.0.0.1:PORT,e2=…").
 const etcdChildEnv = "LEASEHOLD_BENCH_ETCD"
 
 // runEtcdChild runs the embedded etcd named by etcdChildEnv until SIGTERM.
 func runEtcdChild(spec string) error {
-	parts := strings.Split(spec, ",")
-	if len(parts) != 3 {
-		return fmt.Errorf("%s=%q: want DIR,CLIENTPORT,PEERPORT", etcdChildEnv, spec)
+	parts := strings.SplitN(spec, ",", 5)
+	if len(parts) != 3 && len(parts) != 5 {
+		return fmt.Errorf("%s=%q: want DIR,CLIENTPORT,PEERPORT[,NAME,INITIALCLUSTER]", etcdChildEnv, spec)
 	}
 	cu, err := url.Parse("http://127.0.0.1:" + parts[1])
 	if err != nil {
@@ -41,6 +43,10 @@ func runEtcdChild(spec string) error {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if len(parts) == 5 {
+		// A restart with the member's data keeps its WAL and ignores this.
+		cfg.Name, cfg.InitialCluster = parts[3], parts[4]
+	}
 	cfg.LogLevel = "error"
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -67,57 +73,86 @@ func runEtcdChild(spec string) error {
 	return nil
 }
 
-// etcd runs an embedded etcd (a child process) and locks with
-// client/v3/concurrency: a Session (a lease kept alive) and a Mutex.
+// etcd runs an embedded etcd (a child process per member: one, or a
+// cluster of nodes) and locks with client/v3/concurrency: a Session (a
+// lease kept alive) and a Mutex.
 type etcd struct {
-	endpoint string
-	proc     *process
+	nodes     int      // 1: a single member
+	endpoints []string // every member's client address
+	specs     []string // every member's etcdChildEnv, to restart it
+	procs     []*process
 }
 
 func (e *etcd) Name() string   { return "etcd" }
 func (e *etcd) Sessions() bool { return true }
-func (e *etcd) PID() int       { return e.proc.pid() }
-func (e *etcd) Stop() error    { return e.proc.stop() }
+func (e *etcd) PIDs() []int    { return pids(e.procs) }
+func (e *etcd) Stop() error    { return stopAll(e.procs) }
 
 func (e *etcd) Start(ctx context.Context, dir string) error {
-	cport, err := freePort()
+	n := max(1, e.nodes)
+	ports, err := freePorts(2 * n)
 	if err != nil {
 		return err
 	}
-	pport, err := freePort()
-	if err != nil {
-		return err
+	var initial []string
+	for i := range n {
+		initial = append(initial, fmt.Sprintf("e%d=http://127.0.0.1:%d", i+1, ports[n+i]))
 	}
+	e.endpoints, e.specs, e.procs = make([]string, n), make([]string, n), make([]*process, n)
+	for i := range n {
+		e.endpoints[i] = "127.0.0.1:" + strconv.Itoa(ports[i])
+		e.specs[i] = fmt.Sprintf("%s/etcd%d,%d,%d", dir, i+1, ports[i], ports[n+i])
+		if n > 1 {
+			e.specs[i] += fmt.Sprintf(",e%d,%s", i+1, strings.Join(initial, ","))
+		}
+		if err := e.startMember(i); err != nil {
+			_ = stopAll(e.procs)
+			return err
+		}
+	}
+	for i := range n {
+		if err := e.waitMember(ctx, i); err != nil {
+			_ = stopAll(e.procs)
+			return err
+		}
+	}
+	return nil
+}
+
+// startMember starts member i's process.
+func (e *etcd) startMember(i int) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	e.endpoint = "127.0.0.1:" + strconv.Itoa(cport)
-	spec := fmt.Sprintf("%s/etcd,%d,%d", dir, cport, pport)
-	if e.proc, err = startProcess(self, nil, []string{etcdChildEnv + "=" + spec}); err != nil {
-		return err
-	}
-	err = e.proc.waitReady(ctx, func(ctx context.Context) error {
-		c, err := e.Dial(ctx)
+	e.procs[i], err = startProcess(self, nil, []string{etcdChildEnv + "=" + e.specs[i]})
+	return err
+}
+
+// waitMember waits until member i serves a linearizable read: it has a
+// leader and has applied what the leader committed.
+func (e *etcd) waitMember(ctx context.Context, i int) error {
+	return e.procs[i].waitReady(ctx, func(ctx context.Context) error {
+		c, err := e.dial(ctx, e.endpoints[i:i+1])
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		_, err = c.(*etcdConn).c.Get(ctx, "ready")
+		_, err = c.Get(ctx, "ready")
 		return err
 	})
-	if err != nil {
-		_ = e.proc.stop()
-	}
-	return err
 }
 
 func (e *etcd) Dial(ctx context.Context) (conn, error) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: context.WithoutCancel(ctx)})
+	c, err := e.dial(ctx, e.endpoints)
 	if err != nil {
 		return nil, err
 	}
 	return &etcdConn{c: c}, nil
+}
+
+func (e *etcd) dial(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), Context: context.WithoutCancel(ctx)})
 }
 
 type etcdConn struct{ c *clientv3.Client }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,7 +21,9 @@ import (
 	"github.com/leasehold/leasehold/client"
 )
 
-// leasehold runs `leasehold serve` with its durable defaults.
+// leasehold runs `leasehold serve` with its durable defaults: one node,
+// or a cluster of nodes (each its own process and data dir, bootstrapped
+// together as README's "Running a cluster" does).
 type leasehold struct {
 	name  string // "leasehold", or "leasehold@REV" for a build of REV
 	bin   string // the built leasehold binary
@@ -29,8 +32,11 @@ type leasehold struct {
 	// sessions-per-principal (every harness session is one principal) the
 	// limit is raised to it
 	sessions int
-	addr     string
-	proc     *process
+	nodes    int      // 1: a single node without a Raft port
+	addr     string   // node 0's API address
+	addrs    []string // every node's API address
+	args     [][]string
+	procs    []*process
 }
 
 const (
@@ -72,27 +78,58 @@ func buildLeaseholdAt(ctx context.Context, src, rev, dir string) (string, error)
 }
 
 func (l *leasehold) Sessions() bool { return true }
-func (l *leasehold) PID() int       { return l.proc.pid() }
-func (l *leasehold) Stop() error    { return l.proc.stop() }
+func (l *leasehold) PIDs() []int    { return pids(l.procs) }
+func (l *leasehold) Stop() error    { return stopAll(l.procs) }
 
 func (l *leasehold) Start(ctx context.Context, dir string) error {
-	port, err := freePort()
+	n := max(1, l.nodes)
+	ports, err := freePorts(2 * n)
 	if err != nil {
 		return err
 	}
-	l.addr = "127.0.0.1:" + strconv.Itoa(port)
-	args := []string{"serve", "--data", filepath.Join(dir, "data"), "--listen", l.addr, "--log-level", "warn"}
-	if l.pprof {
-		args = append(args, "--pprof")
+	l.addrs, l.args, l.procs = make([]string, n), make([][]string, n), make([]*process, n)
+	var boot []string
+	for i := range n {
+		l.addrs[i] = "127.0.0.1:" + strconv.Itoa(ports[i])
+		boot = append(boot, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[n+i]))
 	}
-	if l.sessions > defaultSessionsPerPrincipal {
-		args = append(args, "--limit", "sessions-per-principal="+strconv.Itoa(l.sessions+churnSessionsMargin))
+	l.addr = l.addrs[0]
+	for i := range n {
+		args := []string{"serve", "--data", filepath.Join(dir, fmt.Sprintf("data%d", i+1)), "--listen", l.addrs[i], "--log-level", "warn"}
+		if n > 1 {
+			args = append(args, "--node-id", fmt.Sprintf("n%d", i+1), "--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[n+i]), "--bootstrap", strings.Join(boot, ","))
+		}
+		if l.pprof {
+			args = append(args, "--pprof")
+		}
+		if l.sessions > defaultSessionsPerPrincipal {
+			args = append(args, "--limit", "sessions-per-principal="+strconv.Itoa(l.sessions+churnSessionsMargin))
+		}
+		l.args[i] = args
+		if l.procs[i], err = startProcess(l.bin, args, nil); err != nil {
+			_ = stopAll(l.procs)
+			return err
+		}
 	}
-	if l.proc, err = startProcess(l.bin, args, nil); err != nil {
-		return err
+	for i := range n {
+		if err := l.waitNode(ctx, i); err != nil {
+			_ = stopAll(l.procs)
+			return err
+		}
 	}
-	err = l.proc.waitReady(ctx, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.addr+"/healthz", nil)
+	if n > 1 {
+		if err := l.waitCluster(ctx); err != nil {
+			_ = stopAll(l.procs)
+			return err
+		}
+	}
+	return nil
+}
+
+// waitNode waits until node i answers /healthz.
+func (l *leasehold) waitNode(ctx context.Context, i int) error {
+	return l.procs[i].waitReady(ctx, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.addrs[i]+"/healthz", nil)
 		if err != nil {
 			return err
 		}
@@ -106,10 +143,6 @@ func (l *leasehold) Start(ctx context.Context, dir string) error {
 		}
 		return nil
 	})
-	if err != nil {
-		_ = l.proc.stop()
-	}
-	return err
 }
 
 // profile fetches a CPU profile and an allocation profile of the server
@@ -151,7 +184,7 @@ func fetchTo(ctx context.Context, url, file string) error {
 }
 
 func (l *leasehold) Dial(ctx context.Context) (conn, error) {
-	c, err := client.Dial(ctx, l.addr)
+	c, err := client.Dial(ctx, strings.Join(l.addrs, ","))
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,13 @@
 // repeats the rounds in the same order (A B C A B C); each figure is the
 // median of the rounds. Redis runs only when redis-server is on PATH.
 // -smoke runs tiny counts in one round (CI checks that every system ran).
+//
+// -cluster runs 3-node clusters instead: three `leasehold serve` processes
+// bootstrapped together and three embedded etcd members (each a process of
+// its own), all on 127.0.0.1, the client given every node's endpoint; the
+// uncontended, contended and leader-kill workloads; cluster.md and
+// cluster-*.png. Redis has no 3-node form with the same guarantee here and
+// does not run.
 package main
 
 import (
@@ -20,6 +27,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +36,7 @@ import (
 type options struct {
 	out     string // output dir for results.md and charts; empty writes nothing
 	smoke   bool
+	cluster bool // 3-node clusters (clusterNodes)
 	rounds  int
 	systems []string
 	src     string // leasehold source tree
@@ -43,7 +52,7 @@ func main() {
 		return
 	}
 	var o options
-	var systems string
+	var systems, only, unc, con string
 	var sessions int
 	flag.StringVar(&o.out, "o", "../docs/bench", "write results.md and the PNG charts into this dir")
 	flag.BoolVar(&o.smoke, "smoke", false, "tiny counts, one round: checks that everything runs")
@@ -52,14 +61,37 @@ func main() {
 	flag.StringVar(&o.src, "src", "..", "leasehold source tree to build cmd/leasehold from")
 	flag.StringVar(&o.pprof, "pprof", "", "write CPU and allocation profiles of leasehold's server and Go client (uncontended, contended and keepalive phases) into this dir")
 	flag.IntVar(&sessions, "sessions", 0, "sessions each holding a lock (default 10000; smoke 20)")
+	flag.BoolVar(&o.cluster, "cluster", false, "3-node clusters of leasehold and etcd on 127.0.0.1: uncontended, contended and leader-kill rows into cluster.md")
+	flag.StringVar(&only, "workloads", "", "run only these workloads (comma-separated: uncontended, contended, sessions, churn, crash, leaderkill); default all")
+	flag.StringVar(&unc, "uncontended", "", "uncontended concurrencies, comma-separated (default 1,16,64)")
+	flag.StringVar(&con, "contended", "", "contended concurrencies, comma-separated (default 2,16,64; cluster 16,64)")
 	flag.Parse()
 	o.systems = strings.Split(systems, ",")
-	o.p = fullParams()
-	if o.smoke {
+	switch {
+	case o.smoke && o.cluster:
+		o.p, o.rounds = smokeClusterParams(), 1
+	case o.smoke:
 		o.p, o.rounds = smokeParams(), 1
+	case o.cluster:
+		o.p = clusterParams()
+	default:
+		o.p = fullParams()
 	}
 	if sessions > 0 {
 		o.p.Sessions = sessions
+	}
+	if only != "" {
+		o.p.Only = map[string]bool{}
+		for _, w := range strings.Split(only, ",") {
+			o.p.Only[w] = true
+		}
+	}
+	var err error
+	if o.p.Uncontended, err = intList(unc, o.p.Uncontended); err != nil {
+		log.Fatalf("-uncontended: %v", err)
+	}
+	if o.p.Contended, err = intList(con, o.p.Contended); err != nil {
+		log.Fatalf("-contended: %v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -76,6 +108,22 @@ func main() {
 	fmt.Print(res.table())
 }
 
+// intList parses "1,16,64"; empty s is def.
+func intList(s string, def []int) ([]int, error) {
+	if s == "" {
+		return def, nil
+	}
+	var v []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive count", f)
+		}
+		v = append(v, n)
+	}
+	return v, nil
+}
+
 // run runs every workload against every system, o.rounds times.
 func run(ctx context.Context, o options, logw *os.File) (*results, error) {
 	lg := log.New(logw, "bench: ", log.Ltime)
@@ -85,6 +133,10 @@ func run(ctx context.Context, o options, logw *os.File) (*results, error) {
 	}
 	defer os.RemoveAll(tmp)
 	res := newResults(o)
+	nodes := 1
+	if o.cluster {
+		nodes = clusterNodes
+	}
 	var systems []system
 	for _, name := range o.systems {
 		switch {
@@ -94,7 +146,7 @@ func run(ctx context.Context, o options, logw *os.File) (*results, error) {
 			if err != nil {
 				return nil, err
 			}
-			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != "", sessions: o.p.Sessions})
+			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != "", sessions: o.p.Sessions, nodes: nodes})
 		case strings.HasPrefix(name, "leasehold@"):
 			rev := strings.TrimPrefix(name, "leasehold@")
 			lg.Printf("building cmd/leasehold at %s", rev)
@@ -102,9 +154,11 @@ func run(ctx context.Context, o options, logw *os.File) (*results, error) {
 			if err != nil {
 				return nil, err
 			}
-			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != "", sessions: o.p.Sessions})
+			systems = append(systems, &leasehold{name: name, bin: bin, pprof: o.pprof != "", sessions: o.p.Sessions, nodes: nodes})
 		case name == "etcd":
-			systems = append(systems, &etcd{})
+			systems = append(systems, &etcd{nodes: nodes})
+		case name == "redis" && o.cluster:
+			res.Skipped = append(res.Skipped, "redis: no 3-node form with the same guarantee (redsync's Redlock over independent servers is another algorithm)")
 		case name == "redis":
 			bin, err := exec.LookPath("redis-server")
 			if err != nil {
@@ -167,13 +221,22 @@ func runSystem(ctx context.Context, sys system, dir string, p params, lg *log.Lo
 	for _, conc := range p.Contended {
 		wls = append(wls, workload{fmt.Sprintf("contended C=%d", conc), func() ([]metric, error) { return contended(ctx, sys, c, p, conc) }})
 	}
-	if sys.Sessions() {
-		wls = append(wls,
-			workload{"sessions", func() ([]metric, error) { return sessionsHeld(ctx, sys, c, p) }},
-			workload{"churn", func() ([]metric, error) { return churn(ctx, sys, c, p) }})
+	if sys.Sessions() && p.Sessions > 0 {
+		wls = append(wls, workload{"sessions", func() ([]metric, error) { return sessionsHeld(ctx, sys, c, p) }})
 	}
-	wls = append(wls, workload{"crash", func() ([]metric, error) { return crash(ctx, sys, c, p) }})
+	if sys.Sessions() && p.ChurnC > 0 {
+		wls = append(wls, workload{"churn", func() ([]metric, error) { return churn(ctx, sys, c, p) }})
+	}
+	if p.Crashes > 0 {
+		wls = append(wls, workload{"crash", func() ([]metric, error) { return crash(ctx, sys, c, p) }})
+	}
+	if p.LeaderKills > 0 {
+		wls = append(wls, workload{"leaderkill", func() ([]metric, error) { return leaderKill(ctx, sys, c, p) }})
+	}
 	for _, wl := range wls {
+		if kind, _, _ := strings.Cut(wl.name, " "); !p.runs(kind) {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

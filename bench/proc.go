@@ -41,6 +41,25 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / clkTck, nil
 }
 
+// procsCPU is the CPU time of every process in pids together.
+func procsCPU(pids []int) (time.Duration, error) { return sumOver(pids, procCPU) }
+
+// procsRSS is the resident set size of every process in pids together.
+func procsRSS(pids []int) (int64, error) { return sumOver(pids, procRSS) }
+
+// sumOver is the sum of f over pids, or f's first error.
+func sumOver[T time.Duration | int64](pids []int, f func(int) (T, error)) (T, error) {
+	var sum T
+	for _, pid := range pids {
+		v, err := f(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
 // procRSS returns the resident set size of process pid in bytes.
 func procRSS(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -75,6 +94,51 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// freePorts returns n distinct ports on 127.0.0.1 that were free a moment
+// ago (all listened on at once, so none repeats).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// pids are the ids of the processes in ps.
+func pids(ps []*process) []int {
+	var ids []int
+	for _, p := range ps {
+		if p != nil {
+			ids = append(ids, p.pid())
+		}
+	}
+	return ids
+}
+
+// stopAll stops every process in ps that was started, all at once.
+func stopAll(ps []*process) error {
+	errc := make(chan error, len(ps))
+	for _, p := range ps {
+		go func() {
+			if p == nil {
+				errc <- nil
+				return
+			}
+			errc <- p.stop()
+		}()
+	}
+	var errs []error
+	for range ps {
+		errs = append(errs, <-errc)
+	}
+	return errors.Join(errs...)
+}
+
 // process is a server process started by the harness.
 type process struct {
 	cmd  *exec.Cmd
@@ -100,6 +164,13 @@ func startProcess(name string, args []string, env []string) (*process, error) {
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
+// kill sends SIGKILL (a crash: no shutdown, no final fsync) and waits
+// for the process to exit.
+func (p *process) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
 // stop sends SIGTERM and waits up to 10 s, then kills.
 func (p *process) stop() error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -116,20 +187,38 @@ func (p *process) stop() error {
 // waitReady polls ready every 20 ms until it succeeds, the process exits,
 // or 60 s pass.
 func (p *process) waitReady(ctx context.Context, ready func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err := pollUntil(ctx, time.Minute, 20*time.Millisecond, p.done, ready)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errGaveUp):
+		return fmt.Errorf("%s exited (%v): %s", p.cmd.Path, p.err, p.output())
+	default:
+		return fmt.Errorf("%s not ready: %w", p.cmd.Path, err)
+	}
+}
+
+// errGaveUp: pollUntil's stop channel closed.
+var errGaveUp = errors.New("gave up")
+
+// pollUntil calls f every interval until it returns nil, and returns f's
+// last error when ctx ends or d has passed, or errGaveUp when stop closes
+// (nil stop: never).
+func pollUntil(ctx context.Context, d, interval time.Duration, stop <-chan struct{}, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		err := ready(ctx)
+		err := f(ctx)
 		if err == nil {
 			return nil
 		}
 		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited (%v): %s", p.cmd.Path, p.err, p.output())
+		case <-stop:
+			return errGaveUp
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w", p.cmd.Path, err)
+			return fmt.Errorf("%w (%v)", err, ctx.Err())
 		case <-tick.C:
 		}
 	}

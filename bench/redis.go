@@ -22,7 +22,7 @@ type redisSystem struct {
 
 func (r *redisSystem) Name() string   { return "redis" }
 func (r *redisSystem) Sessions() bool { return false }
-func (r *redisSystem) PID() int       { return r.proc.pid() }
+func (r *redisSystem) PIDs() []int    { return []int{r.proc.pid()} }
 func (r *redisSystem) Stop() error    { return r.proc.stop() }
 
 func (r *redisSystem) Start(ctx context.Context, dir string) error {

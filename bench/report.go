@@ -26,7 +26,9 @@ type key struct{ Workload, Name string }
 // results holds every round's figures per system.
 type results struct {
 	Command, Machine, Date, Commit string
+	LoadStart                      string // 1-minute load average when the run began
 	Rounds                         int
+	Cluster                        bool     // 3-node clusters: cluster.md, cluster-*.png
 	Systems                        []string // that ran, in order
 	Skipped                        []string // why a system did not run
 	Keys                           []key    // in the order measured
@@ -36,8 +38,8 @@ type results struct {
 
 func newResults(o options) *results {
 	return &results{
-		Machine: machine(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Commit: commit(o.src),
-		Rounds: o.rounds, Higher: map[key]bool{}, Values: map[key]map[string][]float64{},
+		Machine: machine(), LoadStart: loadavg(), Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Commit: commit(o.src),
+		Rounds: o.rounds, Cluster: o.cluster, Higher: map[key]bool{}, Values: map[key]map[string][]float64{},
 	}
 }
 
@@ -128,21 +130,49 @@ func (r *results) table() string {
 	return b.String()
 }
 
-// write writes results.md and the charts into dir.
+// write writes results.md and the charts into dir (cluster.md and
+// cluster-*.png for 3-node clusters).
 func (r *results) write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	md, png := "results.md", ""
 	var b strings.Builder
-	fmt.Fprintf(&b, "# leasehold beside etcd and Redis\n\n")
+	if r.Cluster {
+		md, png = "cluster.md", "cluster-"
+		fmt.Fprintf(&b, "# leasehold beside etcd: 3-node clusters\n\n")
+	} else {
+		fmt.Fprintf(&b, "# leasehold beside etcd and Redis\n\n")
+	}
 	fmt.Fprintf(&b, "- Command: `%s`\n", r.Command)
-	fmt.Fprintf(&b, "- Machine: %s; load average at the start %s\n- Date: %s\n- leasehold commit: %s\n", r.Machine, loadavg(), r.Date, r.Commit)
+	fmt.Fprintf(&b, "- Machine: %s; 1-minute load average %s at the start, %s at the end\n- Date: %s\n- leasehold commit: %s\n", r.Machine, r.LoadStart, loadavg(), r.Date, r.Commit)
 	fmt.Fprintf(&b, "- Rounds: %d, the systems in turn (%s) in every round; a cell is the median of the rounds (range in brackets). ↑: higher is better, ↓: lower is better.\n",
 		r.Rounds, strings.Join(r.Systems, ", "))
 	for _, s := range r.Skipped {
 		fmt.Fprintf(&b, "- Not run: %s\n", s)
 	}
-	b.WriteString(`- Every system durable: leasehold ` + "`serve`" + ` defaults (every raft append fsync'd before the answer);
+	if r.Cluster {
+		b.WriteString(clusterNotes)
+	} else {
+		b.WriteString(singleNotes)
+	}
+	b.WriteString("\n")
+	b.WriteString(r.table())
+	fmt.Fprintf(&b, "\n![uncontended](%[1]suncontended.png) ![contended](%[1]scontended.png) ![cpu](%[1]scpu.png)\n", png)
+	if err := os.WriteFile(filepath.Join(dir, md), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	if err := r.lineChart(filepath.Join(dir, png+"uncontended.png"), "uncontended", "pairs/s", "acquire+release pairs/s, each worker its own name"); err != nil {
+		return err
+	}
+	if err := r.lineChart(filepath.Join(dir, png+"contended.png"), "contended", "handoffs/s", "handoffs/s, all workers on one name"); err != nil {
+		return err
+	}
+	return r.cpuChart(filepath.Join(dir, png+"cpu.png"))
+}
+
+// singleNotes describe the single-node setup in results.md.
+const singleNotes = `- Every system durable: leasehold ` + "`serve`" + ` defaults (every raft append fsync'd before the answer);
   etcd embedded (` + "`go.etcd.io/etcd/server/v3/embed`" + ` defaults, in a process of its own) locked with
   ` + "`client/v3/concurrency`" + ` Session + Mutex; Redis with ` + "`--appendonly yes --appendfsync always`" + ` locked with
   go-redsync (key with expiry, waiters poll with redsync's default delays; no sessions, so no
@@ -154,21 +184,32 @@ func (r *results) write(dir string) error {
   with perf's syscall tracepoints (the row is left out where perf cannot attach).
 - Holder crash: the holder stops renewing right after its acquire; the figure is how long past
   its TTL, counted from the crash, the queued waiter got the lock.
+`
 
-`)
-	b.WriteString(r.table())
-	b.WriteString("\n![uncontended](uncontended.png) ![contended](contended.png) ![cpu](cpu.png)\n")
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	if err := r.lineChart(filepath.Join(dir, "uncontended.png"), "uncontended", "pairs/s", "acquire+release pairs/s, each worker its own name"); err != nil {
-		return err
-	}
-	if err := r.lineChart(filepath.Join(dir, "contended.png"), "contended", "handoffs/s", "handoffs/s, all workers on one name"); err != nil {
-		return err
-	}
-	return r.cpuChart(filepath.Join(dir, "cpu.png"))
-}
+// clusterNotes describe the 3-node setup in cluster.md.
+const clusterNotes = `- Every system durable: leasehold ` + "`serve`" + ` defaults (every raft append fsync'd before the
+  answer); etcd embedded (` + "`go.etcd.io/etcd/server/v3/embed`" + ` defaults) locked with
+  ` + "`client/v3/concurrency`" + ` Session + Mutex.
+- 3-node clusters on 127.0.0.1, every node a process of its own with its own data dir, on
+  the same 2 cores as the clients: three ` + "`leasehold serve --node-id nI --raft-addr … --bootstrap …`" + `
+  (durable defaults; heartbeat and election timeouts 500 ms) and three embedded etcd members
+  (` + "`embed`" + ` defaults: heartbeat 100 ms, election timeout 1 s), each member the harness's
+  binary started again as a process of its own. The clients get every node's endpoint
+  (leasehold's client fails over between them; etcd's balances over them).
+- Server CPU is read from /proc/PID/stat of the three server processes, summed; client CPU is
+  the harness's own rusage. Server fsyncs/pair: fsync and fdatasync calls of the three server
+  processes over the run, counted with perf's syscall tracepoints (the row is left out where
+  perf cannot attach).
+- Leader kill: a client holds a session (TTL 10 s) and has acquired once; the leader's process
+  (leasehold: the node ` + "`cluster members`" + ` names leader; etcd: the member whose status names
+  itself leader) is killed with SIGKILL, and the client at once tries to acquire a free name,
+  each attempt bounded by 1 s (etcd's election timeout), until one succeeds (a new session if
+  its own was lost). With a 5 s bound, etcd's first attempt after the kill ran out the whole
+  5 s (its ` + "`Mutex.Lock`" + ` got no answer while the members elected), so the figure was the bound. The
+  figure is the time from the kill to that acquire's answer; the killed node is started again
+  with its data and the cluster waited for before the next trial. Median and max of the
+  trials of a round; the cell is the median (range) of the rounds.
+`
 
 // lineChart plots figure name of the workloads "<prefix> C=N" against N,
 // one line per system.

@@ -16,13 +16,13 @@ type fsyncCount struct {
 	out bytes.Buffer
 }
 
-func startFsyncCount(pid int) *fsyncCount {
+func startFsyncCount(pids []int) *fsyncCount {
 	f := &fsyncCount{}
 	perf, err := exec.LookPath("perf")
 	if err != nil {
 		return f
 	}
-	f.cmd = exec.Command(perf, "stat", "-x,", "-e", "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync", "-p", strconv.Itoa(pid))
+	f.cmd = exec.Command(perf, "stat", "-x,", "-e", "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync", "-p", joinInts(pids))
 	f.cmd.Stderr = &f.out
 	if err := f.cmd.Start(); err != nil {
 		f.cmd = nil
@@ -57,4 +57,13 @@ func (f *fsyncCount) stop() int64 {
 		return -1
 	}
 	return n
+}
+
+// joinInts is "1,2,3", as perf's -p takes a list of processes.
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }

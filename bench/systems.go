@@ -12,8 +12,9 @@ type system interface {
 	Name() string
 	// Start starts the server with its data in dir.
 	Start(ctx context.Context, dir string) error
-	// PID is the server process, for its CPU time and RSS.
-	PID() int
+	// PIDs are the server processes (one per node), for their CPU time,
+	// RSS and fsyncs.
+	PIDs() []int
 	// Stop stops the server.
 	Stop() error
 	// Dial returns a client connection; many sessions share one.
@@ -39,6 +40,18 @@ type session interface {
 	// Crash stops renewing without ending the lease, as a killed holder.
 	Crash()
 	Close(ctx context.Context) error
+}
+
+// A cluster is a system of several nodes whose leader can be killed.
+type cluster interface {
+	system
+	// KillLeader finds the leader, kills its process with SIGKILL and
+	// waits for it to exit. It returns the node's index for Restart and
+	// the time of the kill.
+	KillLeader(ctx context.Context) (int, time.Time, error)
+	// Restart starts node i again with its data and waits until every
+	// node is a member in good standing under one leader.
+	Restart(ctx context.Context, i int) error
 }
 
 var errNoSessions = errors.New("no sessions")

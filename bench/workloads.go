@@ -29,6 +29,10 @@ type params struct {
 	CrashTTL    time.Duration // the crashed holder's TTL
 	MaxOps      int64         // per worker and measurement
 	ProfDir     string        // when set, leasehold's server is profiled into it
+	LeaderKills int           // leader-kill trials (clusters only)
+	// Only, when not nil, runs just these kinds of workload: uncontended,
+	// contended, sessions, churn, crash, leaderkill.
+	Only map[string]bool
 }
 
 // profile starts CPU and allocation profiles of a leasehold server over
@@ -95,6 +99,25 @@ func smokeParams() params {
 	}
 }
 
+// clusterParams are the 3-node rows: throughput, contention and leader
+// kills (the session-scale, churn and holder-crash rows are single-node).
+func clusterParams() params {
+	return params{
+		Dur: 5 * time.Second, Uncontended: []int{1, 16, 64}, Contended: []int{16, 64},
+		LeaderKills: 5, MaxOps: 1 << 20,
+	}
+}
+
+func smokeClusterParams() params {
+	return params{
+		Dur: 300 * time.Millisecond, Uncontended: []int{1, 4}, Contended: []int{2},
+		LeaderKills: 1, MaxOps: 10000,
+	}
+}
+
+// runs reports whether the workload kind runs under p.
+func (p params) runs(kind string) bool { return p.Only == nil || p.Only[kind] }
+
 // metric is one measured figure of one system in one round.
 type metric struct {
 	Workload string  // "uncontended C=16"
@@ -106,20 +129,20 @@ type metric struct {
 // cpuMeter measures the server's CPU (from /proc) and this process's (the
 // clients') over an interval.
 type cpuMeter struct {
-	pid                int
+	pids               []int
 	server0, client0   time.Duration
 	start              time.Time
 	serverCPU, clientC time.Duration
 }
 
-func startCPU(pid int) *cpuMeter {
-	m := &cpuMeter{pid: pid, client0: selfCPU(), start: time.Now()}
-	m.server0, _ = procCPU(pid)
+func startCPU(pids []int) *cpuMeter {
+	m := &cpuMeter{pids: pids, client0: selfCPU(), start: time.Now()}
+	m.server0, _ = procsCPU(pids)
 	return m
 }
 
 func (m *cpuMeter) stop() time.Duration {
-	s, _ := procCPU(m.pid)
+	s, _ := procsCPU(m.pids)
 	m.serverCPU, m.clientC = s-m.server0, selfCPU()-m.client0
 	return time.Since(m.start)
 }
@@ -206,8 +229,8 @@ func uncontended(ctx context.Context, sys system, c conn, p params, conc int) ([
 		return nil, err
 	}
 	prof := p.profile(ctx, sys, fmt.Sprintf("uncontended-c%d", conc), p.Dur)
-	fsyncs := startFsyncCount(sys.PID())
-	m := startCPU(sys.PID())
+	fsyncs := startFsyncCount(sys.PIDs())
+	m := startCPU(sys.PIDs())
 	end := time.Now().Add(p.Dur)
 	err = parallel(conc, conc, func(i int) error {
 		name := fmt.Sprintf("u/%d", i)
@@ -268,7 +291,7 @@ func contended(ctx context.Context, sys system, c conn, p params, conc int) ([]m
 	counts := make([]int64, conc)
 	waits := make([][]time.Duration, conc)
 	prof := p.profile(ctx, sys, fmt.Sprintf("contended-c%d", conc), p.Dur)
-	m := startCPU(sys.PID())
+	m := startCPU(sys.PIDs())
 	end := time.Now().Add(p.Dur)
 	// Waiters still queued at the end give up then.
 	wctx, cancel := context.WithDeadline(ctx, end)
@@ -343,7 +366,7 @@ func sessionsHeld(ctx context.Context, sys system, c conn, p params) ([]metric, 
 		return nil, fmt.Errorf("%s: every lock failed", wl)
 	}
 	clientBytes := float64(heapInUse()-mem0) / float64(p.Sessions)
-	rss, _ := procRSS(sys.PID())
+	rss, _ := procsRSS(sys.PIDs())
 	// Let the first renewals after setup pass, then measure a window.
 	select {
 	case <-ctx.Done():
@@ -351,7 +374,7 @@ func sessionsHeld(ctx context.Context, sys system, c conn, p params) ([]metric, 
 	case <-time.After(p.SessionTTL / 3):
 	}
 	prof := p.profile(ctx, sys, "keepalive", p.Window)
-	m := startCPU(sys.PID())
+	m := startCPU(sys.PIDs())
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -389,7 +412,7 @@ func heapInUse() int64 {
 func churn(ctx context.Context, sys system, c conn, p params) ([]metric, error) {
 	wl := fmt.Sprintf("lease churn C=%d", p.ChurnC)
 	var n atomic.Int64
-	m := startCPU(sys.PID())
+	m := startCPU(sys.PIDs())
 	end := time.Now().Add(p.Dur)
 	err := parallel(p.ChurnC, p.ChurnC, func(int) error {
 		for k := int64(0); k < p.MaxOps && time.Now().Before(end); k++ {
