@@ -1,6 +1,4 @@
-//go:build leasehold_sim
-
-package sim
+package linz
 
 import (
 	"fmt"
@@ -12,32 +10,32 @@ import (
 
 // Operation kinds of the lock-table history.
 const (
-	opAcquire = "acquire"
-	opRelease = "release"
-	opStatus  = "status"
-	opPut     = "put"
+	OpAcquire = "acquire"
+	OpRelease = "release"
+	OpStatus  = "status"
+	OpPut     = "put"
 )
 
 // Outcomes a client saw.
 const (
-	outOK       = "ok"
-	outUnknown  = "unknown"     // may or may not have been applied
-	outLocked   = "locked"      // TryAcquire: held by another session
-	outNoHolder = "not-holder"  // release refused
-	outExpired  = "lease-gone"  // the session no longer exists
-	outStale    = "stale-token" // fenced put refused
+	OutOK       = "ok"
+	OutUnknown  = "unknown"     // may or may not have been applied
+	OutLocked   = "locked"      // TryAcquire: held by another session
+	OutNoHolder = "not-holder"  // release refused
+	OutExpired  = "lease-gone"  // the session no longer exists
+	OutStale    = "stale-token" // fenced put refused
 )
 
-// lockInput is one call on the lock table (name partitions the history).
-type lockInput struct {
+// Input is one call on the lock table (name partitions the history).
+type Input struct {
 	Op    string
 	Name  string
 	Lease string
 	Token uint64 // release and put: the holding's token
 }
 
-// lockOutput is what the call returned.
-type lockOutput struct {
+// Output is what the call returned.
+type Output struct {
 	Out   string
 	Token uint64 // acquire: the grant; status: the holder's token
 	Lease string // status: the holder ("" when free)
@@ -84,11 +82,11 @@ func (s lockState) expireHolder() []any {
 // stepLock is the model of a mutex whose holder may expire on its own,
 // with tokens that only grow (P1, P2 per name, P3).
 func stepLock(st, in, out any) []any {
-	s, i, o := st.(lockState), in.(lockInput), out.(lockOutput)
+	s, i, o := st.(lockState), in.(Input), out.(Output)
 	switch i.Op {
-	case opAcquire:
+	case OpAcquire:
 		switch o.Out {
-		case outUnknown:
+		case OutUnknown:
 			next := []any{s}
 			if s.dead(i.Lease) {
 				return next
@@ -102,7 +100,7 @@ func stepLock(st, in, out any) []any {
 				next = append(next, lockState{Holder: i.Lease, MaxTok: k.MaxTok, Dead: k.Dead})
 			}
 			return next
-		case outOK:
+		case OutOK:
 			if s.dead(i.Lease) {
 				return nil
 			}
@@ -124,36 +122,36 @@ func stepLock(st, in, out any) []any {
 			}
 			s.Holder, s.Token, s.MaxTok = i.Lease, o.Token, o.Token
 			return []any{s}
-		case outLocked:
+		case OutLocked:
 			if s.Holder != "" && s.Holder != i.Lease {
 				return []any{s}
 			}
 			return nil
-		case outExpired:
+		case OutExpired:
 			return []any{s.kill(i.Lease)}
 		}
-	case opRelease:
+	case OpRelease:
 		mine := s.Holder == i.Lease && (s.Token == i.Token || s.Token == 0 && i.Token > s.MaxTok)
 		switch o.Out {
-		case outUnknown:
+		case OutUnknown:
 			if mine {
 				return []any{s, lockState{MaxTok: max(s.MaxTok, i.Token), Dead: s.Dead}}
 			}
 			return []any{s}
-		case outOK:
+		case OutOK:
 			if !mine || s.dead(i.Lease) {
 				return nil
 			}
 			return []any{lockState{MaxTok: max(s.MaxTok, i.Token), Dead: s.Dead}}
-		case outNoHolder, outExpired:
+		case OutNoHolder, OutExpired:
 			if mine {
 				return []any{s.kill(i.Lease)} // only if it expired first
 			}
 			return []any{s}
 		}
-	case opStatus:
+	case OpStatus:
 		switch {
-		case o.Out != outOK:
+		case o.Out != OutOK:
 			return []any{s}
 		case o.Lease == "":
 			if s.Holder == "" {
@@ -166,16 +164,16 @@ func stepLock(st, in, out any) []any {
 		}
 		return nil
 	}
-	panic(fmt.Sprintf("sim: no model for %+v → %+v", i, o))
+	panic(fmt.Sprintf("linz: no model for %+v → %+v", i, o))
 }
 
-// lockModel checks the lock table per name.
-var lockModel = porcupine.NondeterministicModel{
+// LockModel checks the lock table per name.
+var LockModel = porcupine.NondeterministicModel{
 	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 		by := map[string][]porcupine.Operation{}
 		var names []string
 		for _, op := range h {
-			n := op.Input.(lockInput).Name
+			n := op.Input.(Input).Name
 			if _, ok := by[n]; !ok {
 				names = append(names, n)
 			}
@@ -192,11 +190,11 @@ var lockModel = porcupine.NondeterministicModel{
 	Step:  stepLock,
 	Equal: func(a, b any) bool { return a.(lockState) == b.(lockState) },
 	DescribeOperation: func(in, out any) string {
-		i, o := in.(lockInput), out.(lockOutput)
+		i, o := in.(Input), out.(Output)
 		switch i.Op {
-		case opAcquire:
+		case OpAcquire:
 			return fmt.Sprintf("acquire(%s) by %s → %s %d", i.Name, i.Lease, o.Out, o.Token)
-		case opStatus:
+		case OpStatus:
 			return fmt.Sprintf("status(%s) → %s %s %d", i.Name, o.Out, o.Lease, o.Token)
 		}
 		return fmt.Sprintf("%s(%s, %s, %d) → %s", i.Op, i.Name, i.Lease, i.Token, o.Out)
@@ -213,18 +211,18 @@ type registerState struct{ Last uint64 }
 // stepRegister is the fenced-register model of the built-in KV: a put with
 // token t is accepted iff t ≥ last (P4 at the grantor's KV).
 func stepRegister(st, in, out any) []any {
-	s, i, o := st.(registerState), in.(lockInput), out.(lockOutput)
+	s, i, o := st.(registerState), in.(Input), out.(Output)
 	switch o.Out {
-	case outUnknown:
+	case OutUnknown:
 		if i.Token >= s.Last {
 			return []any{s, registerState{Last: i.Token}}
 		}
 		return []any{s}
-	case outOK:
+	case OutOK:
 		if i.Token >= s.Last {
 			return []any{registerState{Last: i.Token}}
 		}
-	case outStale:
+	case OutStale:
 		if i.Token < s.Last {
 			return []any{s}
 		}
@@ -232,13 +230,13 @@ func stepRegister(st, in, out any) []any {
 	return nil
 }
 
-var registerModel = porcupine.NondeterministicModel{
-	Partition: lockModel.Partition,
+var RegisterModel = porcupine.NondeterministicModel{
+	Partition: LockModel.Partition,
 	Init:      func() []any { return []any{registerState{}} },
 	Step:      stepRegister,
 	Equal:     func(a, b any) bool { return a.(registerState) == b.(registerState) },
 	DescribeOperation: func(in, out any) string {
-		i, o := in.(lockInput), out.(lockOutput)
+		i, o := in.(Input), out.(Output)
 		return fmt.Sprintf("put(%s, token %d) → %s", i.Name, i.Token, o.Out)
 	},
 	DescribeState: func(st any) string { return fmt.Sprintf("last=%d", st.(registerState).Last) },
