@@ -187,9 +187,9 @@ func acquire(ctx context.Context, s *client.Session, r *recorder, name string) (
 	sent := time.Now()
 	l, err := s.Acquire(actx, name)
 	if err != nil {
-		if ctx.Err() == nil {
-			r.add(rec{K: "error", Op: "acquire", Name: name, Lease: s.ID(), Code: codeOf(err), Msg: err.Error(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
-		}
+		// Recorded also when the process's end cut it: the grant may have
+		// been made (and withdrawn) while it was in flight.
+		r.add(rec{K: "error", Op: "acquire", Name: name, Lease: s.ID(), Code: codeOf(err), Msg: err.Error(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
 		return nil, false
 	}
 	r.add(rec{K: "grant", Name: name, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})

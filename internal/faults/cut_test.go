@@ -94,7 +94,7 @@ func (p *cutProxy) close() {
 	p.tr.CloseIdleConnections()
 }
 
-// Schedule 9: replies cut after their headers. Client processes reach the
+// TestCutReplies: replies cut after their headers. Client processes reach the
 // nodes only through cutProxies, which cut one in cutEvery unary replies
 // after the request ran on the node. Every failure that may have applied
 // must say outcome-unknown, never internal (P11); no token goes back

@@ -15,7 +15,7 @@ import (
 	"github.com/leasehold/leasehold/client"
 )
 
-// Schedule 8: a node's disk is lost under load. A follower is SIGKILLed,
+// TestWipedDataDir: a node's disk is lost under load. A follower is SIGKILLed,
 // its data dir deleted, and it is brought back with the procedure README
 // documents ("A node's disk is lost"): `cluster remove ID`, then `serve …
 // --join ADDR` on the empty dir. Then the same for the leader, with the

@@ -3,6 +3,7 @@ package linz
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -14,6 +15,13 @@ const (
 	OpRelease = "release"
 	OpStatus  = "status"
 	OpPut     = "put"
+	// OpWithdraw is a client giving up an acquire whose answer it did not
+	// get (Input.Attempt names it; 0: an attempt no later operation
+	// names): it cancels that wait and releases its grant if it was made.
+	// Its session never asks for a name it may already hold, so the
+	// withdrawal releases the session's holding of the name, if any, and
+	// the attempt can take effect no more.
+	OpWithdraw = "withdraw"
 )
 
 // Outcomes a client saw.
@@ -32,6 +40,9 @@ type Input struct {
 	Name  string
 	Lease string
 	Token uint64 // release and put: the holding's token
+	// Attempt names an acquire a client withdrew (OpWithdraw with the same
+	// Attempt); 0 for one it did not.
+	Attempt uint64
 }
 
 // Output is what the call returned.
@@ -49,6 +60,7 @@ type lockState struct {
 	Token  uint64 // 0: granted, but its token is not yet observed
 	MaxTok uint64 // newest token observed for this name
 	Dead   string // sorted, comma-separated leases known to have expired
+	Barred string // comma-separated attempts withdrawn: they take effect no more
 }
 
 func (s lockState) dead(lease string) bool {
@@ -71,6 +83,10 @@ func (s lockState) kill(lease string) lockState {
 	return s
 }
 
+func (s lockState) barred(attempt uint64) bool {
+	return attempt != 0 && slices.Contains(strings.Split(s.Barred, ","), strconv.FormatUint(attempt, 10))
+}
+
 // expireHolder is s after its holder expired, or nothing when it is free.
 func (s lockState) expireHolder() []any {
 	if s.Holder == "" {
@@ -88,16 +104,16 @@ func stepLock(st, in, out any) []any {
 		switch o.Out {
 		case OutUnknown:
 			next := []any{s}
-			if s.dead(i.Lease) {
+			if s.dead(i.Lease) || s.barred(i.Attempt) {
 				return next
 			}
 			switch s.Holder {
 			case i.Lease:
 			case "":
-				next = append(next, lockState{Holder: i.Lease, MaxTok: s.MaxTok, Dead: s.Dead})
+				next = append(next, lockState{Holder: i.Lease, MaxTok: s.MaxTok, Dead: s.Dead, Barred: s.Barred})
 			default:
 				k := s.kill(s.Holder)
-				next = append(next, lockState{Holder: i.Lease, MaxTok: k.MaxTok, Dead: k.Dead})
+				next = append(next, lockState{Holder: i.Lease, MaxTok: k.MaxTok, Dead: k.Dead, Barred: k.Barred})
 			}
 			return next
 		case OutOK:
@@ -135,19 +151,33 @@ func stepLock(st, in, out any) []any {
 		switch o.Out {
 		case OutUnknown:
 			if mine {
-				return []any{s, lockState{MaxTok: max(s.MaxTok, i.Token), Dead: s.Dead}}
+				return []any{s, lockState{MaxTok: max(s.MaxTok, i.Token), Dead: s.Dead, Barred: s.Barred}}
 			}
 			return []any{s}
 		case OutOK:
 			if !mine || s.dead(i.Lease) {
 				return nil
 			}
-			return []any{lockState{MaxTok: max(s.MaxTok, i.Token), Dead: s.Dead}}
+			return []any{lockState{MaxTok: max(s.MaxTok, i.Token), Dead: s.Dead, Barred: s.Barred}}
 		case OutNoHolder, OutExpired:
 			if mine {
 				return []any{s.kill(i.Lease)} // only if it expired first
 			}
 			return []any{s}
+		}
+	case OpWithdraw:
+		done := s
+		if i.Attempt != 0 {
+			done.Barred = strings.TrimPrefix(s.Barred+","+strconv.FormatUint(i.Attempt, 10), ",")
+		}
+		if s.Holder == i.Lease {
+			done.Holder, done.Token = "", 0
+		}
+		switch o.Out {
+		case OutOK:
+			return []any{done}
+		case OutUnknown:
+			return []any{s, done}
 		}
 	case OpStatus:
 		switch {
@@ -193,15 +223,20 @@ var LockModel = porcupine.NondeterministicModel{
 		i, o := in.(Input), out.(Output)
 		switch i.Op {
 		case OpAcquire:
+			if i.Attempt != 0 {
+				return fmt.Sprintf("acquire(%s) by %s, attempt %d → %s %d", i.Name, i.Lease, i.Attempt, o.Out, o.Token)
+			}
 			return fmt.Sprintf("acquire(%s) by %s → %s %d", i.Name, i.Lease, o.Out, o.Token)
 		case OpStatus:
 			return fmt.Sprintf("status(%s) → %s %s %d", i.Name, o.Out, o.Lease, o.Token)
+		case OpWithdraw:
+			return fmt.Sprintf("withdraw(%s) by %s of attempt %d → %s", i.Name, i.Lease, i.Attempt, o.Out)
 		}
 		return fmt.Sprintf("%s(%s, %s, %d) → %s", i.Op, i.Name, i.Lease, i.Token, o.Out)
 	},
 	DescribeState: func(st any) string {
 		s := st.(lockState)
-		return fmt.Sprintf("holder=%s token=%d max=%d dead=[%s]", s.Holder, s.Token, s.MaxTok, s.Dead)
+		return fmt.Sprintf("holder=%s token=%d max=%d dead=[%s] withdrawn=[%s]", s.Holder, s.Token, s.MaxTok, s.Dead, s.Barred)
 	},
 }
 

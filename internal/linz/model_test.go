@@ -52,6 +52,18 @@ func TestLockModel(t *testing.T) {
 			op(1, 5, 6, acq("l1"), Output{Out: OutOK, Token: 2}),
 			op(1, 7, 8, Input{Op: OpRelease, Name: "a", Lease: "l1", Token: 1}, Output{Out: OutOK}),
 		}, porcupine.Illegal},
+		{"an unclear acquire withdrawn, seen held in between", []porcupine.Operation{
+			op(1, 1, 6, Input{Op: OpAcquire, Name: "a", Lease: "l1", Attempt: 1}, Output{Out: OutUnknown}),
+			op(1, 1, 6, Input{Op: OpWithdraw, Name: "a", Lease: "l1", Attempt: 1}, Output{Out: OutOK}),
+			op(2, 2, 3, Input{Op: OpStatus, Name: "a"}, Output{Out: OutOK, Lease: "l1", Token: 1}),
+			op(2, 7, 8, Input{Op: OpStatus, Name: "a"}, Output{Out: OutOK}),
+			op(1, 9, 10, acq("l1"), Output{Out: OutOK, Token: 2}),
+		}, porcupine.Ok},
+		{"a withdrawn grant still held", []porcupine.Operation{
+			op(1, 1, 2, Input{Op: OpAcquire, Name: "a", Lease: "l1", Attempt: 1}, Output{Out: OutUnknown}),
+			op(1, 1, 2, Input{Op: OpWithdraw, Name: "a", Lease: "l1", Attempt: 1}, Output{Out: OutOK}),
+			op(2, 3, 4, Input{Op: OpStatus, Name: "a"}, Output{Out: OutOK, Lease: "l1", Token: 1}),
+		}, porcupine.Illegal},
 	} {
 		r := Check("P1: "+tc.name, LockModel, tc.ops, 10*time.Second)
 		if r.Verdict != tc.want {
