@@ -36,21 +36,22 @@ var definite = map[string]bool{
 }
 
 // hiddenAttempt: one Acquire call of the Go client may send several
-// attempts with one wait id (client.call retries a lost reply on another
-// node). When a node that received an earlier attempt gives up on it — a
-// paused leader resuming after the caller moved on — it withdraws that
-// wait (server.cancelWait), which releases a grant the later attempt was
-// waiting for and makes that attempt queue again: the session holds the
-// name for a while with a token nobody learns, then the call returns a
-// newer one. TestPauseLeader saw this. No client can use such a grant, so
-// it is safe; it is modelled as an unknown acquire and a withdrawal inside
-// a successful acquire that took hiddenAfter or longer: the server gives
-// up on an attempt only after the caller did, and the caller gives up on
-// a silent node only after a timeout (a reply cut or refused at once is
-// retried while the first attempt's handler is done, and a killed node
-// withdraws nothing). Modelling it inside every acquire would leave
-// porcupine too many orders to try on histories with many concurrent
-// waits.
+// attempts with one wait id (client.call retries outcome-unknown). A
+// leader paused while it proposed an acquire: its successor commits the
+// entry and later grants the wait; the old leader resumes, its proposal's
+// outcome is unknown, so it withdraws the wait (server.Server.acquire),
+// which releases that grant, before it answers outcome-unknown; the client
+// then sends the same wait id again, which queues anew. The session held
+// the name for a while with a token nobody learned, and the call returns
+// a newer one. TestPauseLeader saw this. The withdrawal ends before the
+// answer that makes the client retry, so no client learns such a grant;
+// it is modelled as an unknown acquire and a withdrawal inside a
+// successful acquire that took hiddenAfter or longer: the caller waits
+// for a silent node until it answers or a timeout passes (a reply cut or
+// refused at once is retried after the first attempt's handler is done,
+// and a killed node withdraws nothing). Modelling it inside every acquire
+// would leave porcupine too many orders to try on histories with many
+// concurrent waits.
 const hiddenAfter = time.Second
 
 // linzOps turns what the clients and the observer saw into porcupine
