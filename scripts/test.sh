@@ -18,8 +18,9 @@ go test -count=1 -tags leasehold_sim -timeout 15m ./internal/sim -run 'TestSim$|
 (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
 # The TypeScript client against a real server (node's test runner).
 bash scripts/ts-test.sh
-# Fault suite, tier 2: the real binary under kills, pauses, partitions, restart storms and
-# clock skew, about 3 minutes; -race builds the servers with the race detector too; needs root
+# Fault suite, tier 2: the real binary under kills, pauses, partitions, restart storms, clock
+# skew, wiped data dirs and replies cut after their headers, histories checked with porcupine,
+# about 3 minutes; -race builds the servers with the race detector too; needs root
 # (a network namespace per node). See docs/reliability.md.
 go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/faults
 # Fault suite, tier 3: every fuzz target for 15 s (docs/reliability.md).
