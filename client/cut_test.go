@@ -15,6 +15,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/cutreply"
 	"github.com/leasehold/leasehold/internal/server"
 )
 
@@ -32,37 +33,8 @@ func (c *cutHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.h.ServeHTTP(w, r)
 		return
 	}
-	c.h.ServeHTTP(&headersOnly{ResponseWriter: w}, r)
-	panic(http.ErrAbortHandler) // reset the stream: the body never arrives
+	cutreply.Serve(c.h, w, r)
 }
-
-// headersOnly sends the response headers at once, then the first 3 bytes
-// of the body (an incomplete gRPC envelope), and swallows the rest.
-type headersOnly struct {
-	http.ResponseWriter
-	sent    bool
-	partial bool
-}
-
-func (w *headersOnly) WriteHeader(code int) {
-	if !w.sent {
-		w.sent = true
-		w.ResponseWriter.WriteHeader(code)
-		w.ResponseWriter.(http.Flusher).Flush()
-	}
-}
-
-func (w *headersOnly) Write(b []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	if !w.partial && len(b) >= 3 {
-		w.partial = true
-		_, _ = w.ResponseWriter.Write(b[:3])
-		w.ResponseWriter.(http.Flusher).Flush()
-	}
-	return len(b), nil
-}
-
-func (w *headersOnly) Flush() {}
 
 // serveCut serves ts's API through a cutHandler on a new 127.0.0.1 port.
 func serveCut(t *testing.T, ts *testServer) (string, *cutHandler) {

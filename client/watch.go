@@ -91,7 +91,11 @@ func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) 
 		cur.states = nil
 	}
 	return func(yield func(*Event, error) bool) {
-		defer func() { stream.Close() }()
+		defer func() {
+			if stream != nil { // nil when a resumption failed
+				stream.Close()
+			}
+		}()
 		states()
 		progress()
 		for {

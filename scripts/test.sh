@@ -20,8 +20,10 @@ go test -count=1 -tags leasehold_sim -timeout 15m ./internal/sim -run 'TestSim$|
 bash scripts/ts-test.sh
 # The crash failpoints of a leasehold_failpoints build (tier 2 arms them in the real binary).
 go test -race -count=1 -tags leasehold_failpoints ./internal/failpoint
-# Fault suite, tier 2: the real binary under kills, pauses, partitions, restart storms and
-# clock skew, about 3 minutes; -race builds the servers with the race detector too; needs root
+# Fault suite, tier 2: the real binary under kills, pauses, partitions, restart storms, clock
+# skew, crash failpoints, a full disk, wiped data dirs and replies cut after their headers,
+# histories checked with porcupine, about 5 minutes; -race builds the servers with the race
+# detector too; needs root
 # (a network namespace per node). See docs/reliability.md.
 go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/faults
 # Fault suite, tier 3: every fuzz target for 15 s (docs/reliability.md).

@@ -19,6 +19,7 @@ import (
 type history struct {
 	recs   []rec       // client operations (grants, puts, releases, errors)
 	reads  []rec       // the observer's linearizable reads
+	status []rec       // the observer's linearizable status reads
 	events []*pb.Event // lock events in commit order
 	gaps   int
 	final  map[string]rec // each key's value and token after the run
@@ -67,6 +68,7 @@ func collect(t *testing.T, o *observer, eps string, keys []string, procs []*proc
 		h.recs = append(h.recs, p.records(t)...)
 	}
 	h.events, h.reads, h.gaps = o.events, o.reads, o.gaps
+	h.status = o.statuses
 	for _, v := range o.violations {
 		t.Error(v)
 	}
@@ -246,6 +248,7 @@ func report(t *testing.T, h *history, cnt *counters, o *observer, want ...string
 	for _, v := range h.check(cnt) {
 		t.Error(v)
 	}
+	h.linearizable(t)
 	cnt.leaderChanges = max(0, len(o.leaders)-1)
 	ops := map[string]int{}
 	codes := map[string]int{}

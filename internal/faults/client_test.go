@@ -92,7 +92,9 @@ func clientMain(mode string) int {
 	defer c.Close()
 	switch mode {
 	case "worker":
-		runWorker(ctx, c, r, strings.Split(env("NAMES"), ","), ttl)
+		runWorker(ctx, c, r, strings.Split(env("NAMES"), ","), ttl, false)
+	case "keeper":
+		runWorker(ctx, c, r, strings.Split(env("NAMES"), ","), ttl, true)
 	case "holder":
 		runHolder(ctx, c, r, env("NAMES"), ttl)
 	default:
@@ -103,14 +105,24 @@ func clientMain(mode string) int {
 }
 
 // runWorker loops acquire → fenced write of the name's KV key with the
-// token → release over names until ctx ends.
-func runWorker(ctx context.Context, c *client.Client, r *recorder, names []string, ttl time.Duration) {
+// token → release over names until ctx ends. A session whose release
+// failed may still hold the name: the worker leaves it (closes it, or with
+// keep orphans it) and starts another, so that it never asks for a name
+// its session may hold. With keep its last session outlives the process.
+func runWorker(ctx context.Context, c *client.Client, r *recorder, names []string, ttl time.Duration, keep bool) {
 	var s *client.Session
+	leave := func() {
+		if keep {
+			s.Orphan()
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.Close(cctx)
+		cancel()
+	}
 	defer func() {
 		if s != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = s.Close(cctx)
-			cancel()
+			leave()
 		}
 	}()
 	for i := 0; ctx.Err() == nil; i++ {
@@ -136,7 +148,9 @@ func runWorker(ctx context.Context, c *client.Client, r *recorder, names []strin
 		err := l.Release(rctx)
 		cancel()
 		if err != nil {
-			r.fail("release", name, sent, err)
+			r.add(rec{K: "error", Op: "release", Name: name, Lease: l.LeaseID(), Token: l.Token(), Code: codeOf(err), Msg: err.Error(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
+			leave()
+			s = nil
 		} else {
 			r.add(rec{K: "release", Name: name, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
 		}
@@ -173,9 +187,9 @@ func acquire(ctx context.Context, s *client.Session, r *recorder, name string) (
 	sent := time.Now()
 	l, err := s.Acquire(actx, name)
 	if err != nil {
-		if ctx.Err() == nil {
-			r.add(rec{K: "error", Op: "acquire", Name: name, Lease: s.ID(), Code: codeOf(err), Msg: err.Error(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
-		}
+		// Recorded also when the process's end cut it: the grant may have
+		// been made (and withdrawn) while it was in flight.
+		r.add(rec{K: "error", Op: "acquire", Name: name, Lease: s.ID(), Code: codeOf(err), Msg: err.Error(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
 		return nil, false
 	}
 	r.add(rec{K: "grant", Name: name, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})

@@ -115,6 +115,7 @@ type node struct {
 	dir       string
 	logPath   string
 	env       []string // test hooks
+	join      string   // when set, started with --join this API address instead of --bootstrap
 
 	mu  sync.Mutex // protects following
 	cmd *exec.Cmd
@@ -214,6 +215,9 @@ func startCluster(t *testing.T, env ...string) *cluster {
 func (c *cluster) start(n *node) {
 	c.t.Helper()
 	args := []string{"serve", "--node-id", n.id, "--listen", n.apiAddr(), "--raft-addr", fmt.Sprintf("127.0.0.1:%d", n.raft), "--data", n.dir, "--bootstrap", c.boot}
+	if n.join != "" {
+		args = append(args[:len(args)-2], "--join", n.join)
+	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "LEASEHOLD_FAULTS_EXEC="+binary), n.env...)
 	// Pdeathsig: a node dies with the test process, even one killed by

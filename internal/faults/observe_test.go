@@ -27,6 +27,7 @@ type observer struct {
 	events     []*pb.Event
 	gaps       int // watch resumptions that could not continue without a gap
 	reads      []rec
+	statuses   []rec    // linearizable status reads of the keys as lock names
 	leaders    []string // every change of the leader a node named
 	violations []string
 
@@ -107,6 +108,7 @@ func (o *observer) read(ctx context.Context, eps string, keys []string) {
 	defer c.Close()
 	for i := 0; ctx.Err() == nil; i++ {
 		key := keys[i%len(keys)]
+		o.status(ctx, c, key)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		sent := time.Now()
 		v, tok, err := c.KVGet(rctx, key)

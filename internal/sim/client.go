@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
+	"github.com/leasehold/leasehold/internal/linz"
 )
 
 // opTimeout bounds one attempt of a client call; an attempt that times out
@@ -153,21 +154,21 @@ func (cl *client) acquire(name, lease string) (uint64, string) {
 // in the history (-1 when it was not recorded).
 func (cl *client) acquireOrWait(name, lease string, try bool) (token uint64, out string, op int) {
 	call := cl.c.now()
-	in := lockInput{Op: opAcquire, Name: name, Lease: lease}
+	in := linz.Input{Op: linz.OpAcquire, Name: name, Lease: lease}
 	cl.waits++
 	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: name, LeaseId: lease, Try: try, WaitId: uint64(cl.waits)}}})
-	o := lockOutput{}
+	o := linz.Output{}
 	switch {
 	case errors.Is(err, errNotLeader):
 		return 0, "", -1 // never proposed
 	case err != nil, res.Err == nil && res.Queued:
-		o.Out = outUnknown
+		o.Out = linz.OutUnknown
 	case res.Err == nil && res.Holding != nil:
-		o.Out, o.Token = outOK, res.Holding.GetToken()
+		o.Out, o.Token = linz.OutOK, res.Holding.GetToken()
 	case errors.Is(res.Err, fsm.ErrLocked), errors.Is(res.Err, fsm.ErrLockDelay):
-		o.Out = outLocked
+		o.Out = linz.OutLocked
 	case errors.Is(res.Err, fsm.ErrSessionNotFound):
-		o.Out = outExpired
+		o.Out = linz.OutExpired
 	default:
 		return 0, "", -1 // a limit: nothing changed
 	}
@@ -177,18 +178,18 @@ func (cl *client) acquireOrWait(name, lease string, try bool) (token uint64, out
 
 func (cl *client) release(name, lease string, token uint64) string {
 	call := cl.c.now()
-	in := lockInput{Op: opRelease, Name: name, Lease: lease, Token: token}
+	in := linz.Input{Op: linz.OpRelease, Name: name, Lease: lease, Token: token}
 	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_Release{Release: &fsmpb.Release{Name: name, LeaseId: lease, Token: token}}})
-	out := lockOutput{}
+	out := linz.Output{}
 	switch {
 	case errors.Is(err, errNotLeader):
 		return ""
 	case err != nil:
-		out.Out = outUnknown
+		out.Out = linz.OutUnknown
 	case res.Err == nil:
-		out.Out = outOK
+		out.Out = linz.OutOK
 	case errors.Is(res.Err, fsm.ErrNotHolder):
-		out.Out = outNoHolder
+		out.Out = linz.OutNoHolder
 	default:
 		return ""
 	}
@@ -199,18 +200,18 @@ func (cl *client) release(name, lease string, token uint64) string {
 // put writes the built-in fenced KV under key with token.
 func (cl *client) put(key string, token uint64, value []byte) string {
 	call := cl.c.now()
-	in := lockInput{Op: opPut, Name: key, Token: token}
+	in := linz.Input{Op: linz.OpPut, Name: key, Token: token}
 	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_KvPut{KvPut: &fsmpb.KVPut{Key: key, Value: value, Token: token}}})
-	out := lockOutput{}
+	out := linz.Output{}
 	switch {
 	case errors.Is(err, errNotLeader):
 		return ""
 	case err != nil:
-		out.Out = outUnknown
+		out.Out = linz.OutUnknown
 	case res.Err == nil:
-		out.Out = outOK
+		out.Out = linz.OutOK
 	case errors.Is(res.Err, fsm.ErrStaleToken):
-		out.Out = outStale
+		out.Out = linz.OutStale
 	default:
 		cl.c.violate("P4", "put(%s, %d) refused with %v", key, token, res.Err)
 		return ""
@@ -228,14 +229,14 @@ func (cl *client) status(name string) {
 	if n == nil {
 		return
 	}
-	var out lockOutput
+	var out linz.Output
 	if err := n.read(ctx, func(m *fsm.Machine) {
-		out.Out = outOK
+		out.Out = linz.OutOK
 		if h := m.Lock(name).Holder; h != nil {
 			out.Lease, out.Token = h.GetLeaseId(), h.GetToken()
 		}
 	}); err != nil {
 		return
 	}
-	cl.c.record(false, cl.id, call, lockInput{Op: opStatus, Name: name}, out)
+	cl.c.record(false, cl.id, call, linz.Input{Op: linz.OpStatus, Name: name}, out)
 }

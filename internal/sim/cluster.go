@@ -17,6 +17,7 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/linz"
 )
 
 // Config is one simulation run.
@@ -119,9 +120,7 @@ type Report struct {
 	Counters   Counters
 	// History and the porcupine check, kept for a failing seed's files.
 	lockOps, putOps []porcupine.Operation
-	lockInfo        porcupine.LinearizationInfo
-	putInfo         porcupine.LinearizationInfo
-	lockBad, putBad bool
+	lockRes, putRes linz.Result
 	Undecided       []string // histories porcupine could not decide in time
 	Log             []string // fault schedule, as applied
 }
@@ -318,16 +317,16 @@ func (c *Cluster) sessionLost(lease, how string) {
 
 // record adds one client operation to the history and returns its index
 // in it.
-func (c *Cluster) record(put bool, client int, call int64, in lockInput, out lockOutput) int {
+func (c *Cluster) record(put bool, client int, call int64, in linz.Input, out linz.Output) int {
 	ret := c.now()
-	if out.Out == outUnknown {
+	if out.Out == linz.OutUnknown {
 		ret = 1 << 62 // may take effect at any later time
 	}
 	op := porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.counters.Operations++
-	if out.Out == outStale {
+	if out.Out == linz.OutStale {
 		c.counters.StaleRejections++
 	}
 	if put {

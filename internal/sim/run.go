@@ -3,13 +3,12 @@
 package sim
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/anishathalye/porcupine"
+	"github.com/leasehold/leasehold/internal/linz"
 )
 
 // Workload shapes.
@@ -82,25 +81,22 @@ func (rep *Report) Check() {
 	if len(rep.Violations) > 0 {
 		limit = failedCheckTimeout // the seed fails anyway; the check only adds detail
 	}
-	var res porcupine.CheckResult
-	res, rep.lockInfo = porcupine.CheckOperationsVerbose(lockModel.ToModel(), rep.lockOps, limit)
-	rep.lockBad = res != porcupine.Ok
-	rep.judge(res, "P1: lock history", len(rep.lockOps))
-	res, rep.putInfo = porcupine.CheckOperationsVerbose(registerModel.ToModel(), rep.putOps, limit)
-	rep.putBad = res != porcupine.Ok
-	rep.judge(res, "P4: fenced KV history", len(rep.putOps))
+	rep.lockRes = linz.Check("P1: lock history", linz.LockModel, rep.lockOps, limit)
+	rep.judge(rep.lockRes)
+	rep.putRes = linz.Check("P4: fenced KV history", linz.RegisterModel, rep.putOps, limit)
+	rep.judge(rep.putRes)
 }
 
 // judge records what porcupine found: Illegal is a violation; Unknown (the
 // time limit passed before the search decided) verified nothing and found
 // nothing, and is counted and reported as undecided.
-func (rep *Report) judge(res porcupine.CheckResult, what string, ops int) {
-	switch res {
-	case porcupine.Illegal:
-		rep.Violations = append(rep.Violations, fmt.Sprintf("%s is not linearizable (%d operations)", what, ops))
-	case porcupine.Unknown:
+func (rep *Report) judge(r linz.Result) {
+	if v := r.Violation(); v != "" {
+		rep.Violations = append(rep.Violations, v)
+	}
+	if u := r.Undecided(); u != "" {
 		rep.Counters.Undecided++
-		rep.Undecided = append(rep.Undecided, fmt.Sprintf("%s undecided after %v (%d operations)", what, checkTimeout, ops))
+		rep.Undecided = append(rep.Undecided, u)
 	}
 }
 
@@ -150,9 +146,9 @@ func (cl *client) lockTable(stop <-chan struct{}) {
 		name := w1Names[cl.rng.IntN(len(w1Names))]
 		switch p := cl.rng.IntN(10); {
 		case p < 3:
-			if t, out := cl.acquire(name, lease); out == outOK {
+			if t, out := cl.acquire(name, lease); out == linz.OutOK {
 				held[name] = t
-			} else if out == outExpired {
+			} else if out == linz.OutExpired {
 				cl.c.sessionLost(lease, "an acquire found it gone")
 				lease = ""
 			}
@@ -198,15 +194,15 @@ func (cl *client) fencedWrites(stop <-chan struct{}, fenced, unfenced *resource)
 		if cl.rng.IntN(10) == 0 {
 			// Wait in the queue, then give up: the session is closed while
 			// it may still be queued, and must never be granted after that.
-			if _, out, op := cl.acquireOrWait(name, lease, false); out == outUnknown {
+			if _, out, op := cl.acquireOrWait(name, lease, false); out == linz.OutUnknown {
 				cl.closeSession(lease, op)
 				lease = ""
 				continue
 			}
 		}
 		t, out := cl.acquire(name, lease)
-		if out != outOK {
-			if out == outExpired {
+		if out != linz.OutOK {
+			if out == linz.OutExpired {
 				lease = ""
 			}
 			continue
@@ -361,7 +357,7 @@ func (c *Cluster) liveness() {
 			if lease == "" {
 				lease = cl.createSession(time.Minute)
 			}
-			if _, out := cl.acquire(name, lease); out == outOK {
+			if _, out := cl.acquire(name, lease); out == linz.OutOK {
 				break
 			}
 			if time.Since(led) > bound+3*opTimeout {

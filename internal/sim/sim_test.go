@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehold/leasehold/internal/linz"
 )
 
 var (
@@ -175,18 +177,18 @@ func saveFailure(t *testing.T, rep Report) string {
 	}
 	fmt.Fprintln(&b, "\nlock history (call, return — the history's event counter —, client, op):")
 	for _, op := range rep.lockOps {
-		fmt.Fprintf(&b, "  %d %d c%d %s\n", op.Call, op.Return, op.ClientId, lockModel.DescribeOperation(op.Input, op.Output))
+		fmt.Fprintf(&b, "  %d %d c%d %s\n", op.Call, op.Return, op.ClientId, linz.LockModel.DescribeOperation(op.Input, op.Output))
 	}
 	fmt.Fprintln(&b, "\nput history:")
 	for _, op := range rep.putOps {
-		fmt.Fprintf(&b, "  %d %d c%d %s\n", op.Call, op.Return, op.ClientId, registerModel.DescribeOperation(op.Input, op.Output))
+		fmt.Fprintf(&b, "  %d %d c%d %s\n", op.Call, op.Return, op.ClientId, linz.RegisterModel.DescribeOperation(op.Input, op.Output))
 	}
 	_ = os.WriteFile(filepath.Join(dir, "history.txt"), []byte(b.String()), 0o644)
-	if rep.lockBad {
-		_ = porcupine.VisualizePath(lockModel.ToModel(), rep.lockInfo, filepath.Join(dir, "locks.html"))
+	if v := rep.lockRes.Verdict; v == porcupine.Illegal || v == porcupine.Unknown {
+		_ = rep.lockRes.Visualize(filepath.Join(dir, "locks.html"))
 	}
-	if rep.putBad {
-		_ = porcupine.VisualizePath(registerModel.ToModel(), rep.putInfo, filepath.Join(dir, "kv.html"))
+	if v := rep.putRes.Verdict; v == porcupine.Illegal || v == porcupine.Unknown {
+		_ = rep.putRes.Visualize(filepath.Join(dir, "kv.html"))
 	}
 	return dir
 }
