@@ -25,6 +25,14 @@ import (
 //     compacted;
 //   - a stream ended with compacted first sends the prefix's state at an
 //     index (watchstate.go), from which the caller resumes;
+//   - a watcher is woken only by an event it will be sent (its prefix, at
+//     or after its start); events of other prefixes that arrive while it
+//     has taken everything move its cursor past them in publish, without
+//     waking it, so a lock event costs the watchers of other names no
+//     goroutine wake-up and no scan. Such a watcher is still woken once
+//     the log has moved progressEvery entries past its last wake-up, so
+//     the applied index its stream reports (progress notifications) stays
+//     that close to the node's;
 //   - a waiter is not sent events: it gets a coalescing wake-up whenever
 //     an event concerns its (name, lease) — its own grant or withdrawal, or
 //     another request of the same session that replaced it in the queue —
@@ -55,10 +63,16 @@ type watcher struct {
 	// guarded by hub.mu
 	next uint64 // seq of the next history event to look at
 	base uint64 // history head when it registered: a replay before it is no lag
+	told uint64 // index of the entry at whose publish it was last woken (or registered)
 	err  error  // written once before ended is closed
 }
 
 type waitKey struct{ name, leaseID string }
+
+// progressEvery is how many log entries may pass, with events none of
+// which a watcher is sent, before it is woken anyway to take the applied
+// index it has covered.
+const progressEvery = 64
 
 // waiter is woken when the outcome of one queued Acquire may be known.
 type waiter struct {
@@ -97,6 +111,7 @@ func (h *hub) watch(prefix string, from uint64) (*watcher, uint64, error) {
 		w.next = h.hist.seek(from)
 	}
 	h.watchers[w] = struct{}{}
+	w.told = h.applied
 	if from != 0 {
 		return w, from - 1, nil // nothing sent yet
 	}
@@ -149,7 +164,7 @@ func (h *hub) next(w *watcher, limit int) (evs []fsm.Event, covered uint64) {
 	}
 	for ; w.next < h.hist.head && len(evs) < limit; w.next++ {
 		ev := h.hist.at(w.next)
-		if ev.Index >= w.from && strings.HasPrefix(ev.Name, w.prefix) {
+		if w.sends(ev) {
 			evs = append(evs, ev)
 		}
 	}
@@ -206,6 +221,7 @@ func (h *hub) publish(index uint64, events []fsm.Event) {
 	if len(events) == 0 {
 		return
 	}
+	before := h.hist.head
 	for _, ev := range events {
 		h.hist.add(ev)
 		for w := range h.waiters[waitKey{ev.Name, ev.LeaseID}] {
@@ -216,12 +232,34 @@ func (h *hub) publish(index uint64, events []fsm.Event) {
 		switch {
 		case w.next < h.hist.oldest():
 			h.endLocked(w, api.Errorf(api.CodeCompacted, "the events this watch was replaying are no longer in the history: read the state and watch again"))
+		case w.next == before && !w.wants(events) && index-w.told < progressEvery:
+			// It had taken every event and is sent none of these: what
+			// next would do, without waking its stream.
+			w.next = h.hist.head
 		case h.hist.head-max(w.next, w.base) > h.maxLag:
 			h.endLocked(w, api.Errorf(api.CodeResourceExhausted, "watcher fell more than %d events behind; resume from the index after the last event received", h.maxLag))
 		default:
+			w.told = index
 			signal(w.wake)
 		}
 	}
+}
+
+// sends reports whether ev is for w's stream (guarded by hub.mu: reads
+// w.from).
+func (w *watcher) sends(ev fsm.Event) bool {
+	return ev.Index >= w.from && strings.HasPrefix(ev.Name, w.prefix)
+}
+
+// wants reports whether w's stream is sent any of events (guarded by
+// hub.mu).
+func (w *watcher) wants(events []fsm.Event) bool {
+	for _, ev := range events {
+		if w.sends(ev) {
+			return true
+		}
+	}
+	return false
 }
 
 // restored runs after the node replaced its state with a snapshot at log
