@@ -949,7 +949,8 @@ func (x *KeepAliveStreamResponse) GetResults() []*KeepAliveResult {
 type LockStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the request in its answer; unique among the stream's requests
-	// in flight (a client counts them up from 1). 0 is refused.
+	// in flight (a client counts them up from 1). 0 is refused; an id in
+	// flight sent again ends the stream with invalid-argument.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// timeout_ms bounds the request on the server (0: none): it ends as the
 	// unary RPC ends at its deadline (an Acquire's wait is withdrawn).

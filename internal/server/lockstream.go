@@ -158,12 +158,15 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 				}
 				continue
 			}
+			if inflight[id] != nil {
+				// Its answer could not be told from the first one's.
+				ended = api.ToConnect(api.Errorf(api.CodeInvalidArgument, "request id %d is already in flight on this stream", id))
+				return finish()
+			}
 			var refusal error
 			switch {
 			case id == 0:
 				refusal = api.Errorf(api.CodeInvalidArgument, "a lock stream request needs an id > 0")
-			case inflight[id] != nil:
-				refusal = api.Errorf(api.CodeInvalidArgument, "request id %d is already in flight on this stream", id)
 			case m.GetTimeoutMs() < 0:
 				refusal = api.Errorf(api.CodeInvalidArgument, "timeout_ms must be ≥ 0, got %d", m.GetTimeoutMs())
 			case ending:

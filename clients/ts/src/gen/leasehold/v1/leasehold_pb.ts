@@ -422,7 +422,8 @@ export const KeepAliveStreamResponseSchema: GenMessage<KeepAliveStreamResponse> 
 export type LockStreamRequest = Message<"leasehold.v1.LockStreamRequest"> & {
   /**
    * id names the request in its answer; unique among the stream's requests
-   * in flight (a client counts them up from 1). 0 is refused.
+   * in flight (a client counts them up from 1). 0 is refused; an id in
+   * flight sent again ends the stream with invalid-argument.
    *
    * @generated from field: uint64 id = 1;
    */
