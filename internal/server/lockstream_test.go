@@ -222,7 +222,7 @@ func TestLockStreamRatePerMessage(t *testing.T) {
 	t.Cleanup(rt.CloseIdleConnections)
 	a := as(c, rt, "a")
 	lease := newSession(t, a, 60_000, "a").GetLeaseId() // 1 token
-	ls := openLockStream(t, a)                           // 1 token
+	ls := openLockStream(t, a)                          // 1 token
 	for id := uint64(1); id <= 6; id++ {
 		lsSend(t, ls, lsTry(id, "rate:"+string(rune('a'+id)), lease))
 		m := lsRecv(t, ls, id)[id]
