@@ -85,19 +85,112 @@ type lockStreamConn struct {
 	peer   string
 	proto  string
 
-	sendMu sync.Mutex // protects stream.Send
+	gate *flushGate // nil: every Send flushes on its own
+
+	qmu     sync.Mutex // protects following
+	queue   []*pb.LockStreamResponse
+	sending bool // a caller of send is writing the queue
 }
 
 // send answers one request; a failure means the stream is broken (the
-// receive loop learns it too).
+// receive loop learns it too). Answers that become ready while another
+// is being written are written together by that writer and flushed once
+// (one HTTP/2 frame and one trip through the connection's serve loop for
+// many answers, instead of one each); send returns once resp is written
+// or handed to the caller that is writing.
 func (c *lockStreamConn) send(resp *pb.LockStreamResponse) {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	_ = c.stream.Send(resp)
+	c.qmu.Lock()
+	c.queue = append(c.queue, resp)
+	if c.sending {
+		c.qmu.Unlock()
+		return
+	}
+	c.sending = true
+	for len(c.queue) > 0 {
+		batch := c.queue
+		c.queue = nil
+		c.qmu.Unlock()
+		c.gate.hold()
+		for _, m := range batch {
+			_ = c.stream.Send(m)
+		}
+		c.gate.release()
+		c.qmu.Lock()
+	}
+	c.sending = false
+	c.qmu.Unlock()
+}
+
+// flushGate lets a LockStream write several answers before the response
+// is flushed: while held, Flush only notes that one is due.
+type flushGate struct {
+	http.ResponseWriter
+
+	mu   sync.Mutex // protects following
+	held bool
+	due  bool
+}
+
+type flushGateKey struct{}
+
+// withFlushGate gives the LockStream handler a flushGate (through ctx).
+func withFlushGate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != leaseholdv1connect.LeaseholdServiceLockStreamProcedure {
+			next.ServeHTTP(w, r)
+			return
+		}
+		g := &flushGate{ResponseWriter: w}
+		next.ServeHTTP(g, r.WithContext(context.WithValue(r.Context(), flushGateKey{}, g)))
+	})
+}
+
+func (g *flushGate) Flush() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	if g.held {
+		g.due = true
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	if f, ok := g.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the writer underneath.
+func (g *flushGate) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+func (g *flushGate) hold() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.held = true
+	g.mu.Unlock()
+}
+
+// release ends a hold and flushes once if a Flush came during it.
+func (g *flushGate) release() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.held = false
+	due := g.due
+	g.due = false
+	g.mu.Unlock()
+	if due {
+		g.Flush()
+	}
 }
 
 func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream[pb.LockStreamRequest, pb.LockStreamResponse]) error {
 	c := &lockStreamConn{h: h, stream: stream, header: stream.RequestHeader(), peer: stream.Peer().Addr, proto: stream.Peer().Protocol}
+	c.gate, _ = ctx.Value(flushGateKey{}).(*flushGate)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in := receiveAll(sctx, stream.Receive)
