@@ -193,7 +193,9 @@ func TestLockViewsShareDone(t *testing.T) {
 		}
 		ts.srv.Handler().ServeHTTP(w, r)
 	}))
-	c := dial(t, addr)
+	// Unary lock calls, so that the handler sees the Release as a request
+	// of its own (Lock.Release ends Done before any transport is used).
+	c := dial(t, addr, client.WithUnaryLocks())
 	s := newSession(t, c)
 	var err error
 	if l1, err = s.Acquire(ctx, "views"); err != nil {

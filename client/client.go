@@ -57,12 +57,14 @@ type endpoint struct {
 	addr    string
 	locks   leaseholdv1connect.LeaseholdServiceClient
 	cluster leaseholdv1connect.ClusterServiceClient
+	ls      *lockSlot // the lock stream (lockstream.go); nil: unary RPCs only
 }
 
 type dialOptions struct {
 	retryTimeout time.Duration
 	tls          *tls.Config // WithTLS (tls.go); nil: cleartext unless an endpoint says https://
 	bearer       string      // WithBearerToken (auth.go)
+	unaryLocks   bool        // WithUnaryLocks
 }
 
 // DialOption configures Dial.
@@ -73,6 +75,13 @@ type DialOption func(*dialOptions)
 // may end it sooner).
 func WithRetryTimeout(d time.Duration) DialOption {
 	return func(o *dialOptions) { o.retryTimeout = d }
+}
+
+// WithUnaryLocks sends Acquire, TryAcquire and Release as one unary RPC
+// each instead of as messages on the Client's lock stream (one
+// LockStream per endpoint, the default).
+func WithUnaryLocks() DialOption {
+	return func(o *dialOptions) { o.unaryLocks = true }
 }
 
 // Dial returns a Client for the comma-separated endpoints ("host:port",
@@ -95,11 +104,15 @@ func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, err
 		if err != nil {
 			return nil, err
 		}
-		c.eps = append(c.eps, endpoint{
+		e := endpoint{
 			addr:    ep,
 			locks:   leaseholdv1connect.NewLeaseholdServiceClient(c.httpc, base, connect.WithGRPC()),
 			cluster: leaseholdv1connect.NewClusterServiceClient(c.httpc, base, connect.WithGRPC()),
-		})
+		}
+		if !o.unaryLocks {
+			e.ls = &lockSlot{c: c, ep: len(c.eps)}
+		}
+		c.eps = append(c.eps, e)
 	}
 	if len(c.eps) == 0 {
 		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "no endpoints given"}
@@ -107,11 +120,17 @@ func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, err
 	return c, nil
 }
 
-// Close stops the client's keepalive stream and releases its connections.
-// Sessions still open stop renewing and are lost at once (Done closes with
-// ErrLeaseLost); close them first. Close is idempotent.
+// Close stops the client's keepalive and lock streams and releases its
+// connections. Sessions still open stop renewing and are lost at once
+// (Done closes with ErrLeaseLost); close them first. Lock operations in
+// flight end as after a lost connection. Close is idempotent.
 func (c *Client) Close() error {
 	c.keeper.close()
+	for _, e := range c.eps {
+		if e.ls != nil {
+			e.ls.close()
+		}
+	}
 	c.httpc.CloseIdleConnections()
 	return nil
 }
@@ -392,11 +411,11 @@ func (c *Client) KVGet(ctx context.Context, key string, opts ...ReadOption) ([]b
 // cannot be held again) it is released either way and Release returns nil.
 func (c *Client) Release(ctx context.Context, name, leaseID string, token uint64) error {
 	req := &pb.ReleaseRequest{Name: name, LeaseId: leaseID, Token: token}
-	_, err := call(ctx, c, "release", locks, lsc.Release, req)
+	_, err := call(ctx, c, "release", asEndpoint, releaseOp, req)
 	if !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
 		return err
 	}
-	_, again := call(ctx, c, "release", locks, lsc.Release, req)
+	_, again := call(ctx, c, "release", asEndpoint, releaseOp, req)
 	switch {
 	case again == nil, errors.Is(again, ErrNotHolder), errors.Is(again, ErrLeaseExpired):
 		return nil

@@ -49,7 +49,8 @@ func TestCutReply(t *testing.T) {
 	ctx := testCtx(t)
 	direct := dial(t, ts.Addr)
 	addr, cut := serveCut(t, ts)
-	c := dial(t, addr)
+	// The unary lock RPCs; TestLockStreamCut cuts the lock stream.
+	c := dial(t, addr, client.WithUnaryLocks())
 	s := newSession(t, direct)
 	l, err := s.Acquire(ctx, "cut")
 	if err != nil {

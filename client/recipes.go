@@ -101,10 +101,10 @@ func (c *Client) AcquireIn(ctx context.Context, leaseID, name string, try bool, 
 		err error
 	)
 	if try {
-		res, err = call(ctx, c, "try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: leaseID,
+		res, err = call(ctx, c, "try acquire "+name, asEndpoint, tryAcquireOp, &pb.TryAcquireRequest{Name: name, LeaseId: leaseID,
 			LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID, Mode: o.mode, Permits: o.permits, Value: o.value})
 	} else {
-		res, err = call(ctx, c, "acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: leaseID,
+		res, err = call(ctx, c, "acquire "+name, asEndpoint, acquireOp, &pb.AcquireRequest{Name: name, LeaseId: leaseID,
 			LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID, Mode: o.mode, Permits: o.permits, Value: o.value})
 	}
 	if err != nil {

@@ -275,7 +275,7 @@ func WithLockDelay(d time.Duration) AcquireOption {
 func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
 	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
-		res, err := call(ctx, s.c, "acquire "+name, locks, lsc.Acquire, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
+		res, err := call(ctx, s.c, "acquire "+name, asEndpoint, acquireOp, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
 			Mode: o.mode, Permits: o.permits, Value: o.value})
 		return res.GetHolding(), err
 	})
@@ -287,7 +287,7 @@ func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOptio
 func (s *Session) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
 	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
-		res, err := call(ctx, s.c, "try acquire "+name, locks, lsc.TryAcquire, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
+		res, err := call(ctx, s.c, "try acquire "+name, asEndpoint, tryAcquireOp, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
 			Mode: o.mode, Permits: o.permits, Value: o.value})
 		return res.GetHolding(), err
 	})
@@ -362,7 +362,7 @@ func (s *Session) withdraw(name string, waitID uint64, err error) error {
 func (c *Client) withdraw(leaseID, name string, waitID uint64, err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelWaitTimeout)
 	defer cancel()
-	_, cerr := call(ctx, c, "withdraw "+name, locks, lsc.CancelWait, &pb.CancelWaitRequest{Name: name, LeaseId: leaseID, WaitId: waitID})
+	_, cerr := call(ctx, c, "withdraw "+name, asEndpoint, cancelWaitOp, &pb.CancelWaitRequest{Name: name, LeaseId: leaseID, WaitId: waitID})
 	e := api.FromError(err)
 	switch {
 	case cerr != nil && !errors.Is(cerr, ErrLeaseExpired):

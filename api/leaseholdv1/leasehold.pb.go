@@ -946,6 +946,300 @@ func (x *KeepAliveStreamResponse) GetResults() []*KeepAliveResult {
 	return nil
 }
 
+type LockStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the request in its answer; unique among the stream's requests
+	// in flight (a client counts them up from 1). 0 is refused; an id in
+	// flight sent again ends the stream with invalid-argument.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// timeout_ms bounds the request on the server (0: none): it ends as the
+	// unary RPC ends at its deadline (an Acquire's wait is withdrawn).
+	TimeoutMs int64 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*LockStreamRequest_Acquire
+	//	*LockStreamRequest_TryAcquire
+	//	*LockStreamRequest_Release
+	//	*LockStreamRequest_CancelWait
+	//	*LockStreamRequest_Cancel
+	Op            isLockStreamRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockStreamRequest) Reset() {
+	*x = LockStreamRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockStreamRequest) ProtoMessage() {}
+
+func (x *LockStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockStreamRequest.ProtoReflect.Descriptor instead.
+func (*LockStreamRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LockStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LockStreamRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *LockStreamRequest) GetOp() isLockStreamRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamRequest_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetTryAcquire() *TryAcquireRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamRequest_TryAcquire); ok {
+			return x.TryAcquire
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamRequest_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetCancelWait() *CancelWaitRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamRequest_CancelWait); ok {
+			return x.CancelWait
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetCancel() uint64 {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return 0
+}
+
+type isLockStreamRequest_Op interface {
+	isLockStreamRequest_Op()
+}
+
+type LockStreamRequest_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,3,opt,name=acquire,proto3,oneof"`
+}
+
+type LockStreamRequest_TryAcquire struct {
+	TryAcquire *TryAcquireRequest `protobuf:"bytes,4,opt,name=try_acquire,json=tryAcquire,proto3,oneof"`
+}
+
+type LockStreamRequest_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,5,opt,name=release,proto3,oneof"`
+}
+
+type LockStreamRequest_CancelWait struct {
+	CancelWait *CancelWaitRequest `protobuf:"bytes,6,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
+}
+
+type LockStreamRequest_Cancel struct {
+	// cancel ends the request in flight with this id as a cancelled call
+	// ends (an Acquire's wait is withdrawn); it gets no answer of its own.
+	Cancel uint64 `protobuf:"varint,7,opt,name=cancel,proto3,oneof"`
+}
+
+func (*LockStreamRequest_Acquire) isLockStreamRequest_Op() {}
+
+func (*LockStreamRequest_TryAcquire) isLockStreamRequest_Op() {}
+
+func (*LockStreamRequest_Release) isLockStreamRequest_Op() {}
+
+func (*LockStreamRequest_CancelWait) isLockStreamRequest_Op() {}
+
+func (*LockStreamRequest_Cancel) isLockStreamRequest_Op() {}
+
+type LockStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the request's.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// error, when set, is the refusal (the code and fields of the unary
+	// RPC's ErrorDetail), with message its text; op is then unset.
+	Error   *ErrorDetail `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Message string       `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*LockStreamResponse_Acquire
+	//	*LockStreamResponse_TryAcquire
+	//	*LockStreamResponse_Release
+	//	*LockStreamResponse_CancelWait
+	Op            isLockStreamResponse_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockStreamResponse) Reset() {
+	*x = LockStreamResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockStreamResponse) ProtoMessage() {}
+
+func (x *LockStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockStreamResponse.ProtoReflect.Descriptor instead.
+func (*LockStreamResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LockStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LockStreamResponse) GetError() *ErrorDetail {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *LockStreamResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *LockStreamResponse) GetOp() isLockStreamResponse_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *LockStreamResponse) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamResponse_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamResponse) GetTryAcquire() *TryAcquireResponse {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamResponse_TryAcquire); ok {
+			return x.TryAcquire
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamResponse) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamResponse_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamResponse) GetCancelWait() *CancelWaitResponse {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamResponse_CancelWait); ok {
+			return x.CancelWait
+		}
+	}
+	return nil
+}
+
+type isLockStreamResponse_Op interface {
+	isLockStreamResponse_Op()
+}
+
+type LockStreamResponse_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,4,opt,name=acquire,proto3,oneof"`
+}
+
+type LockStreamResponse_TryAcquire struct {
+	TryAcquire *TryAcquireResponse `protobuf:"bytes,5,opt,name=try_acquire,json=tryAcquire,proto3,oneof"`
+}
+
+type LockStreamResponse_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,6,opt,name=release,proto3,oneof"`
+}
+
+type LockStreamResponse_CancelWait struct {
+	CancelWait *CancelWaitResponse `protobuf:"bytes,7,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
+}
+
+func (*LockStreamResponse_Acquire) isLockStreamResponse_Op() {}
+
+func (*LockStreamResponse_TryAcquire) isLockStreamResponse_Op() {}
+
+func (*LockStreamResponse_Release) isLockStreamResponse_Op() {}
+
+func (*LockStreamResponse_CancelWait) isLockStreamResponse_Op() {}
+
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -955,7 +1249,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1261,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1274,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CloseSessionRequest) GetLeaseId() string {
@@ -1000,7 +1294,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1306,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1319,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CloseSessionResponse) GetReleased() []string {
@@ -1064,7 +1358,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1370,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1383,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -1160,7 +1454,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1466,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1479,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AcquireResponse) GetHolding() *Holding {
@@ -1219,7 +1513,7 @@ type TryAcquireRequest struct {
 
 func (x *TryAcquireRequest) Reset() {
 	*x = TryAcquireRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1525,7 @@ func (x *TryAcquireRequest) String() string {
 func (*TryAcquireRequest) ProtoMessage() {}
 
 func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1538,7 @@ func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireRequest.ProtoReflect.Descriptor instead.
 func (*TryAcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TryAcquireRequest) GetName() string {
@@ -1306,7 +1600,7 @@ type TryAcquireResponse struct {
 
 func (x *TryAcquireResponse) Reset() {
 	*x = TryAcquireResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1612,7 @@ func (x *TryAcquireResponse) String() string {
 func (*TryAcquireResponse) ProtoMessage() {}
 
 func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1625,7 @@ func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireResponse.ProtoReflect.Descriptor instead.
 func (*TryAcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TryAcquireResponse) GetHolding() *Holding {
@@ -1359,7 +1653,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1665,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1678,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -1419,7 +1713,7 @@ type CancelWaitRequest struct {
 
 func (x *CancelWaitRequest) Reset() {
 	*x = CancelWaitRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1725,7 @@ func (x *CancelWaitRequest) String() string {
 func (*CancelWaitRequest) ProtoMessage() {}
 
 func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1738,7 @@ func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitRequest.ProtoReflect.Descriptor instead.
 func (*CancelWaitRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelWaitRequest) GetName() string {
@@ -1476,7 +1770,7 @@ type CancelWaitResponse struct {
 
 func (x *CancelWaitResponse) Reset() {
 	*x = CancelWaitResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1782,7 @@ func (x *CancelWaitResponse) String() string {
 func (*CancelWaitResponse) ProtoMessage() {}
 
 func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1795,7 @@ func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitResponse.ProtoReflect.Descriptor instead.
 func (*CancelWaitResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 type ReleaseResponse struct {
@@ -1514,7 +1808,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1820,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1833,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseResponse) GetNext() *Holding {
@@ -1578,7 +1872,7 @@ type Holding struct {
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1884,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1897,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Holding) GetName() string {
@@ -1694,7 +1988,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +2000,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +2013,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Waiter) GetLeaseId() string {
@@ -1755,7 +2049,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +2061,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +2074,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusRequest) GetName() string {
@@ -1818,7 +2112,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2124,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2137,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1904,7 +2198,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2210,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2223,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StatusResponse) GetLock() *LockInfo {
@@ -1951,7 +2245,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2257,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2270,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -2011,7 +2305,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2317,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2330,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -2073,7 +2367,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2379,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2392,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -2140,7 +2434,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2446,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2459,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Event) GetType() EventType {
@@ -2243,7 +2537,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2549,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2562,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -2310,7 +2604,7 @@ type WatchCompacted struct {
 
 func (x *WatchCompacted) Reset() {
 	*x = WatchCompacted{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2616,7 @@ func (x *WatchCompacted) String() string {
 func (*WatchCompacted) ProtoMessage() {}
 
 func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2629,7 @@ func (x *WatchCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCompacted.ProtoReflect.Descriptor instead.
 func (*WatchCompacted) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchCompacted) GetIndex() uint64 {
@@ -2372,7 +2666,7 @@ type KvPutRequest struct {
 
 func (x *KvPutRequest) Reset() {
 	*x = KvPutRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2678,7 @@ func (x *KvPutRequest) String() string {
 func (*KvPutRequest) ProtoMessage() {}
 
 func (x *KvPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2691,7 @@ func (x *KvPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvPutRequest.ProtoReflect.Descriptor instead.
 func (*KvPutRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KvPutRequest) GetKey() string {
@@ -2438,7 +2732,7 @@ type KvPutResponse struct {
 
 func (x *KvPutResponse) Reset() {
 	*x = KvPutResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2744,7 @@ func (x *KvPutResponse) String() string {
 func (*KvPutResponse) ProtoMessage() {}
 
 func (x *KvPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2757,7 @@ func (x *KvPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvPutResponse.ProtoReflect.Descriptor instead.
 func (*KvPutResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KvPutResponse) GetKey() string {
@@ -2490,7 +2784,7 @@ type KvGetRequest struct {
 
 func (x *KvGetRequest) Reset() {
 	*x = KvGetRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2796,7 @@ func (x *KvGetRequest) String() string {
 func (*KvGetRequest) ProtoMessage() {}
 
 func (x *KvGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2809,7 @@ func (x *KvGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvGetRequest.ProtoReflect.Descriptor instead.
 func (*KvGetRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KvGetRequest) GetKey() string {
@@ -2543,7 +2837,7 @@ type KvGetResponse struct {
 
 func (x *KvGetResponse) Reset() {
 	*x = KvGetResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +2849,7 @@ func (x *KvGetResponse) String() string {
 func (*KvGetResponse) ProtoMessage() {}
 
 func (x *KvGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +2862,7 @@ func (x *KvGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvGetResponse.ProtoReflect.Descriptor instead.
 func (*KvGetResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KvGetResponse) GetKey() string {
@@ -2604,7 +2898,7 @@ type KvDeleteRequest struct {
 
 func (x *KvDeleteRequest) Reset() {
 	*x = KvDeleteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2910,7 @@ func (x *KvDeleteRequest) String() string {
 func (*KvDeleteRequest) ProtoMessage() {}
 
 func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2923,7 @@ func (x *KvDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KvDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KvDeleteRequest) GetKey() string {
@@ -2663,7 +2957,7 @@ type KvDeleteResponse struct {
 
 func (x *KvDeleteResponse) Reset() {
 	*x = KvDeleteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2969,7 @@ func (x *KvDeleteResponse) String() string {
 func (*KvDeleteResponse) ProtoMessage() {}
 
 func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2982,7 @@ func (x *KvDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvDeleteResponse.ProtoReflect.Descriptor instead.
 func (*KvDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KvDeleteResponse) GetKey() string {
@@ -2713,7 +3007,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +3019,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +3032,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
 }
 
 // SnapshotInfo describes a snapshot: the log position it was taken at and
@@ -2763,7 +3057,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +3069,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +3082,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SnapshotInfo) GetIndex() uint64 {
@@ -2852,7 +3146,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3158,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3171,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SnapshotResponse) GetInfo() *SnapshotInfo {
@@ -2903,7 +3197,7 @@ type BumpTokenRequest struct {
 
 func (x *BumpTokenRequest) Reset() {
 	*x = BumpTokenRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +3209,7 @@ func (x *BumpTokenRequest) String() string {
 func (*BumpTokenRequest) ProtoMessage() {}
 
 func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +3222,7 @@ func (x *BumpTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenRequest.ProtoReflect.Descriptor instead.
 func (*BumpTokenRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BumpTokenRequest) GetMinToken() uint64 {
@@ -2949,7 +3243,7 @@ type BumpTokenResponse struct {
 
 func (x *BumpTokenResponse) Reset() {
 	*x = BumpTokenResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3255,7 @@ func (x *BumpTokenResponse) String() string {
 func (*BumpTokenResponse) ProtoMessage() {}
 
 func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3268,7 @@ func (x *BumpTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpTokenResponse.ProtoReflect.Descriptor instead.
 func (*BumpTokenResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BumpTokenResponse) GetToken() uint64 {
@@ -3001,7 +3295,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3307,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3320,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Member) GetId() string {
@@ -3093,7 +3387,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3399,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[46]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3412,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{46}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{48}
 }
 
 type MembersResponse struct {
@@ -3131,7 +3425,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3437,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[47]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3450,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{47}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3188,7 +3482,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3494,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[48]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3507,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{48}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -3256,7 +3550,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3562,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[49]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3575,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{49}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AddMemberResponse) GetMembers() []*Member {
@@ -3307,7 +3601,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3319,7 +3613,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[50]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3332,7 +3626,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{50}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3351,7 +3645,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3657,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[51]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3670,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{51}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveMemberResponse) GetMembers() []*Member {
@@ -3395,7 +3689,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[52]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3407,7 +3701,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[52]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3420,7 +3714,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{52}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -3439,7 +3733,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[53]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3745,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[53]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3758,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{53}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -3534,7 +3828,30 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\tR\terrorCode\x127\n" +
-	"\aresults\x18\x04 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"0\n" +
+	"\aresults\x18\x04 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"\xde\x02\n" +
+	"\x11LockStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\x128\n" +
+	"\aacquire\x18\x03 \x01(\v2\x1c.leasehold.v1.AcquireRequestH\x00R\aacquire\x12B\n" +
+	"\vtry_acquire\x18\x04 \x01(\v2\x1f.leasehold.v1.TryAcquireRequestH\x00R\n" +
+	"tryAcquire\x128\n" +
+	"\arelease\x18\x05 \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\arelease\x12B\n" +
+	"\vcancel_wait\x18\x06 \x01(\v2\x1f.leasehold.v1.CancelWaitRequestH\x00R\n" +
+	"cancelWait\x12\x18\n" +
+	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancelB\x04\n" +
+	"\x02op\"\xf5\x02\n" +
+	"\x12LockStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x19.leasehold.v1.ErrorDetailR\x05error\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x129\n" +
+	"\aacquire\x18\x04 \x01(\v2\x1d.leasehold.v1.AcquireResponseH\x00R\aacquire\x12C\n" +
+	"\vtry_acquire\x18\x05 \x01(\v2 .leasehold.v1.TryAcquireResponseH\x00R\n" +
+	"tryAcquire\x129\n" +
+	"\arelease\x18\x06 \x01(\v2\x1d.leasehold.v1.ReleaseResponseH\x00R\arelease\x12C\n" +
+	"\vcancel_wait\x18\a \x01(\v2 .leasehold.v1.CancelWaitResponseH\x00R\n" +
+	"cancelWaitB\x04\n" +
+	"\x02op\"0\n" +
 	"\x13CloseSessionRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
@@ -3710,7 +4027,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x11EVENT_TYPE_QUEUED\x10\x04\x12\x17\n" +
 	"\x13EVENT_TYPE_DEQUEUED\x10\x05\x12\x1f\n" +
 	"\x1bEVENT_TYPE_LOCK_DELAY_ENDED\x10\x06\x12\x19\n" +
-	"\x15EVENT_TYPE_PROCLAIMED\x10\x142\xe0\t\n" +
+	"\x15EVENT_TYPE_PROCLAIMED\x10\x142\xb5\n" +
+	"\n" +
 	"\x10LeaseholdService\x12X\n" +
 	"\rCreateSession\x12\".leasehold.v1.CreateSessionRequest\x1a#.leasehold.v1.CreateSessionResponse\x12L\n" +
 	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse\x12b\n" +
@@ -3721,7 +4039,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"TryAcquire\x12\x1f.leasehold.v1.TryAcquireRequest\x1a .leasehold.v1.TryAcquireResponse\x12F\n" +
 	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12O\n" +
 	"\n" +
-	"CancelWait\x12\x1f.leasehold.v1.CancelWaitRequest\x1a .leasehold.v1.CancelWaitResponse\x12C\n" +
+	"CancelWait\x12\x1f.leasehold.v1.CancelWaitRequest\x1a .leasehold.v1.CancelWaitResponse\x12S\n" +
+	"\n" +
+	"LockStream\x12\x1f.leasehold.v1.LockStreamRequest\x1a .leasehold.v1.LockStreamResponse(\x010\x01\x12C\n" +
 	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12=\n" +
 	"\x04List\x12\x19.leasehold.v1.ListRequest\x1a\x1a.leasehold.v1.ListResponse\x12B\n" +
 	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1b.leasehold.v1.WatchResponse0\x01\x12@\n" +
@@ -3751,7 +4071,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(LockMode)(0),                   // 0: leasehold.v1.LockMode
 	(EventType)(0),                  // 1: leasehold.v1.EventType
@@ -3768,121 +4088,134 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*KeepAliveResult)(nil),         // 12: leasehold.v1.KeepAliveResult
 	(*KeepAliveStreamRequest)(nil),  // 13: leasehold.v1.KeepAliveStreamRequest
 	(*KeepAliveStreamResponse)(nil), // 14: leasehold.v1.KeepAliveStreamResponse
-	(*CloseSessionRequest)(nil),     // 15: leasehold.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 16: leasehold.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),          // 17: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),         // 18: leasehold.v1.AcquireResponse
-	(*TryAcquireRequest)(nil),       // 19: leasehold.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),      // 20: leasehold.v1.TryAcquireResponse
-	(*ReleaseRequest)(nil),          // 21: leasehold.v1.ReleaseRequest
-	(*CancelWaitRequest)(nil),       // 22: leasehold.v1.CancelWaitRequest
-	(*CancelWaitResponse)(nil),      // 23: leasehold.v1.CancelWaitResponse
-	(*ReleaseResponse)(nil),         // 24: leasehold.v1.ReleaseResponse
-	(*Holding)(nil),                 // 25: leasehold.v1.Holding
-	(*Waiter)(nil),                  // 26: leasehold.v1.Waiter
-	(*StatusRequest)(nil),           // 27: leasehold.v1.StatusRequest
-	(*LockInfo)(nil),                // 28: leasehold.v1.LockInfo
-	(*StatusResponse)(nil),          // 29: leasehold.v1.StatusResponse
-	(*ListRequest)(nil),             // 30: leasehold.v1.ListRequest
-	(*ListResponse)(nil),            // 31: leasehold.v1.ListResponse
-	(*WatchRequest)(nil),            // 32: leasehold.v1.WatchRequest
-	(*Event)(nil),                   // 33: leasehold.v1.Event
-	(*WatchResponse)(nil),           // 34: leasehold.v1.WatchResponse
-	(*WatchCompacted)(nil),          // 35: leasehold.v1.WatchCompacted
-	(*KvPutRequest)(nil),            // 36: leasehold.v1.KvPutRequest
-	(*KvPutResponse)(nil),           // 37: leasehold.v1.KvPutResponse
-	(*KvGetRequest)(nil),            // 38: leasehold.v1.KvGetRequest
-	(*KvGetResponse)(nil),           // 39: leasehold.v1.KvGetResponse
-	(*KvDeleteRequest)(nil),         // 40: leasehold.v1.KvDeleteRequest
-	(*KvDeleteResponse)(nil),        // 41: leasehold.v1.KvDeleteResponse
-	(*SnapshotRequest)(nil),         // 42: leasehold.v1.SnapshotRequest
-	(*SnapshotInfo)(nil),            // 43: leasehold.v1.SnapshotInfo
-	(*SnapshotResponse)(nil),        // 44: leasehold.v1.SnapshotResponse
-	(*BumpTokenRequest)(nil),        // 45: leasehold.v1.BumpTokenRequest
-	(*BumpTokenResponse)(nil),       // 46: leasehold.v1.BumpTokenResponse
-	(*Member)(nil),                  // 47: leasehold.v1.Member
-	(*MembersRequest)(nil),          // 48: leasehold.v1.MembersRequest
-	(*MembersResponse)(nil),         // 49: leasehold.v1.MembersResponse
-	(*AddMemberRequest)(nil),        // 50: leasehold.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),       // 51: leasehold.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),     // 52: leasehold.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),    // 53: leasehold.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),   // 54: leasehold.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),  // 55: leasehold.v1.TransferLeaderResponse
+	(*LockStreamRequest)(nil),       // 15: leasehold.v1.LockStreamRequest
+	(*LockStreamResponse)(nil),      // 16: leasehold.v1.LockStreamResponse
+	(*CloseSessionRequest)(nil),     // 17: leasehold.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 18: leasehold.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),          // 19: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),         // 20: leasehold.v1.AcquireResponse
+	(*TryAcquireRequest)(nil),       // 21: leasehold.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),      // 22: leasehold.v1.TryAcquireResponse
+	(*ReleaseRequest)(nil),          // 23: leasehold.v1.ReleaseRequest
+	(*CancelWaitRequest)(nil),       // 24: leasehold.v1.CancelWaitRequest
+	(*CancelWaitResponse)(nil),      // 25: leasehold.v1.CancelWaitResponse
+	(*ReleaseResponse)(nil),         // 26: leasehold.v1.ReleaseResponse
+	(*Holding)(nil),                 // 27: leasehold.v1.Holding
+	(*Waiter)(nil),                  // 28: leasehold.v1.Waiter
+	(*StatusRequest)(nil),           // 29: leasehold.v1.StatusRequest
+	(*LockInfo)(nil),                // 30: leasehold.v1.LockInfo
+	(*StatusResponse)(nil),          // 31: leasehold.v1.StatusResponse
+	(*ListRequest)(nil),             // 32: leasehold.v1.ListRequest
+	(*ListResponse)(nil),            // 33: leasehold.v1.ListResponse
+	(*WatchRequest)(nil),            // 34: leasehold.v1.WatchRequest
+	(*Event)(nil),                   // 35: leasehold.v1.Event
+	(*WatchResponse)(nil),           // 36: leasehold.v1.WatchResponse
+	(*WatchCompacted)(nil),          // 37: leasehold.v1.WatchCompacted
+	(*KvPutRequest)(nil),            // 38: leasehold.v1.KvPutRequest
+	(*KvPutResponse)(nil),           // 39: leasehold.v1.KvPutResponse
+	(*KvGetRequest)(nil),            // 40: leasehold.v1.KvGetRequest
+	(*KvGetResponse)(nil),           // 41: leasehold.v1.KvGetResponse
+	(*KvDeleteRequest)(nil),         // 42: leasehold.v1.KvDeleteRequest
+	(*KvDeleteResponse)(nil),        // 43: leasehold.v1.KvDeleteResponse
+	(*SnapshotRequest)(nil),         // 44: leasehold.v1.SnapshotRequest
+	(*SnapshotInfo)(nil),            // 45: leasehold.v1.SnapshotInfo
+	(*SnapshotResponse)(nil),        // 46: leasehold.v1.SnapshotResponse
+	(*BumpTokenRequest)(nil),        // 47: leasehold.v1.BumpTokenRequest
+	(*BumpTokenResponse)(nil),       // 48: leasehold.v1.BumpTokenResponse
+	(*Member)(nil),                  // 49: leasehold.v1.Member
+	(*MembersRequest)(nil),          // 50: leasehold.v1.MembersRequest
+	(*MembersResponse)(nil),         // 51: leasehold.v1.MembersResponse
+	(*AddMemberRequest)(nil),        // 52: leasehold.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 53: leasehold.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 54: leasehold.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 55: leasehold.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),   // 56: leasehold.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),  // 57: leasehold.v1.TransferLeaderResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	25, // 0: leasehold.v1.ProclaimResponse.holding:type_name -> leasehold.v1.Holding
+	27, // 0: leasehold.v1.ProclaimResponse.holding:type_name -> leasehold.v1.Holding
 	5,  // 1: leasehold.v1.ListSessionsResponse.sessions:type_name -> leasehold.v1.SessionInfo
 	12, // 2: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
 	12, // 3: leasehold.v1.KeepAliveStreamResponse.results:type_name -> leasehold.v1.KeepAliveResult
-	0,  // 4: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
-	25, // 5: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
-	0,  // 6: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
-	25, // 7: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
-	25, // 8: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
-	0,  // 9: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
-	25, // 10: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
-	26, // 11: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
-	25, // 12: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
-	28, // 13: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
-	28, // 14: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
-	1,  // 15: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	33, // 16: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	35, // 17: leasehold.v1.WatchResponse.compacted:type_name -> leasehold.v1.WatchCompacted
-	28, // 18: leasehold.v1.WatchCompacted.locks:type_name -> leasehold.v1.LockInfo
-	43, // 19: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
-	47, // 20: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	47, // 21: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	47, // 22: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
-	8,  // 23: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
-	10, // 24: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	13, // 25: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
-	15, // 26: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
-	17, // 27: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	19, // 28: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
-	21, // 29: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	22, // 30: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
-	27, // 31: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	30, // 32: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	32, // 33: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	36, // 34: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
-	38, // 35: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
-	40, // 36: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
-	2,  // 37: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
-	4,  // 38: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
-	48, // 39: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	50, // 40: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	52, // 41: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	54, // 42: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	45, // 43: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
-	42, // 44: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
-	9,  // 45: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	11, // 46: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	14, // 47: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	16, // 48: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	18, // 49: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	20, // 50: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	24, // 51: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	23, // 52: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
-	29, // 53: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	31, // 54: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	34, // 55: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	37, // 56: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
-	39, // 57: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
-	41, // 58: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
-	3,  // 59: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
-	6,  // 60: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
-	49, // 61: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	51, // 62: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	53, // 63: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	55, // 64: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	46, // 65: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
-	44, // 66: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
-	45, // [45:67] is the sub-list for method output_type
-	23, // [23:45] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 4: leasehold.v1.LockStreamRequest.acquire:type_name -> leasehold.v1.AcquireRequest
+	21, // 5: leasehold.v1.LockStreamRequest.try_acquire:type_name -> leasehold.v1.TryAcquireRequest
+	23, // 6: leasehold.v1.LockStreamRequest.release:type_name -> leasehold.v1.ReleaseRequest
+	24, // 7: leasehold.v1.LockStreamRequest.cancel_wait:type_name -> leasehold.v1.CancelWaitRequest
+	7,  // 8: leasehold.v1.LockStreamResponse.error:type_name -> leasehold.v1.ErrorDetail
+	20, // 9: leasehold.v1.LockStreamResponse.acquire:type_name -> leasehold.v1.AcquireResponse
+	22, // 10: leasehold.v1.LockStreamResponse.try_acquire:type_name -> leasehold.v1.TryAcquireResponse
+	26, // 11: leasehold.v1.LockStreamResponse.release:type_name -> leasehold.v1.ReleaseResponse
+	25, // 12: leasehold.v1.LockStreamResponse.cancel_wait:type_name -> leasehold.v1.CancelWaitResponse
+	0,  // 13: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	27, // 14: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
+	0,  // 15: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	27, // 16: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
+	27, // 17: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
+	0,  // 18: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
+	27, // 19: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
+	28, // 20: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
+	27, // 21: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
+	30, // 22: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
+	30, // 23: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
+	1,  // 24: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
+	35, // 25: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
+	37, // 26: leasehold.v1.WatchResponse.compacted:type_name -> leasehold.v1.WatchCompacted
+	30, // 27: leasehold.v1.WatchCompacted.locks:type_name -> leasehold.v1.LockInfo
+	45, // 28: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
+	49, // 29: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	49, // 30: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	49, // 31: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	8,  // 32: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
+	10, // 33: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	13, // 34: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
+	17, // 35: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
+	19, // 36: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	21, // 37: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
+	23, // 38: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
+	24, // 39: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	15, // 40: leasehold.v1.LeaseholdService.LockStream:input_type -> leasehold.v1.LockStreamRequest
+	29, // 41: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	32, // 42: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	34, // 43: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	38, // 44: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
+	40, // 45: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
+	42, // 46: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
+	2,  // 47: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
+	4,  // 48: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
+	50, // 49: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	52, // 50: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	54, // 51: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	56, // 52: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	47, // 53: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	44, // 54: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
+	9,  // 55: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	11, // 56: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	14, // 57: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	18, // 58: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	20, // 59: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	22, // 60: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	26, // 61: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	25, // 62: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	16, // 63: leasehold.v1.LeaseholdService.LockStream:output_type -> leasehold.v1.LockStreamResponse
+	31, // 64: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	33, // 65: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	36, // 66: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	39, // 67: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
+	41, // 68: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
+	43, // 69: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
+	3,  // 70: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
+	6,  // 71: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
+	51, // 72: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	53, // 73: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	55, // 74: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	57, // 75: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	48, // 76: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	46, // 77: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
+	55, // [55:78] is the sub-list for method output_type
+	32, // [32:55] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3890,13 +4223,26 @@ func file_leasehold_v1_leasehold_proto_init() {
 	if File_leasehold_v1_leasehold_proto != nil {
 		return
 	}
+	file_leasehold_v1_leasehold_proto_msgTypes[13].OneofWrappers = []any{
+		(*LockStreamRequest_Acquire)(nil),
+		(*LockStreamRequest_TryAcquire)(nil),
+		(*LockStreamRequest_Release)(nil),
+		(*LockStreamRequest_CancelWait)(nil),
+		(*LockStreamRequest_Cancel)(nil),
+	}
+	file_leasehold_v1_leasehold_proto_msgTypes[14].OneofWrappers = []any{
+		(*LockStreamResponse_Acquire)(nil),
+		(*LockStreamResponse_TryAcquire)(nil),
+		(*LockStreamResponse_Release)(nil),
+		(*LockStreamResponse_CancelWait)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -57,6 +57,13 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController reach deadlines and the rest.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// logStreamOp logs one INFO line for one operation of a LockStream
+// (lockstream.go): the unary procedure it stands for, its code, duration,
+// peer and protocol, with "stream" naming the stream's path.
+func logStreamOp(l *slog.Logger, proc, stream, code string, d time.Duration, peer, proto string) {
+	l.Info("request", "method", "STREAM", "path", proc, "stream", stream, "code", code, "duration", d, "peer", peer, "proto", proto)
+}
+
 // accessLog logs one INFO line per finished request to l: method, path,
 // HTTP status, leasehold code (RPCs), bytes, duration, peer, protocol.
 func accessLog(l *slog.Logger, next http.Handler) http.Handler {

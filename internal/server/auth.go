@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -69,10 +70,18 @@ const nodeValue = "node:"
 
 type authPrincipalKey struct{}
 
+// authn is what the middleware stores for an authenticated caller: the
+// principal, and the connection's TLS state a LockStream needs to
+// authenticate its messages again (lockstream.go).
+type authn struct {
+	p   auth.Principal
+	tls *tls.ConnectionState
+}
+
 // principalFrom returns the caller authenticated by the middleware.
 func principalFrom(ctx context.Context) auth.Principal {
-	p, _ := ctx.Value(authPrincipalKey{}).(auth.Principal)
-	return p
+	a, _ := ctx.Value(authPrincipalKey{}).(authn)
+	return a.p
 }
 
 // policies returns the compiled auth state (nil: disabled).
@@ -115,24 +124,41 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r) // anonymous: the zero Principal
 			return
 		}
-		p, err := s.authenticateRequest(r, fwd, bearer)
+		p, err := s.authenticateRequest(r.TLS, r.Header, fwd, bearer)
 		if err != nil {
 			s.auditLog().Warn("audit", "action", "authenticate", "path", r.URL.Path, "principal", p.String(), "result", "denied", "reason", err.Error())
 			writeDenied(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, p)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, authn{p: p, tls: r.TLS})))
 	})
 }
 
-func (s *Server) authenticateRequest(r *http.Request, fwd, bearer string) (auth.Principal, error) {
+// reauthenticate authenticates the caller of a long-lived request again
+// from its headers and connection, as authenticate did when it began, so
+// that a token revoked since is refused: ctx carries the new principal.
+// An anonymous caller stays anonymous (decided by the policies).
+func (s *Server) reauthenticate(ctx context.Context, h http.Header, path string) (context.Context, error) {
+	a, ok := ctx.Value(authPrincipalKey{}).(authn)
+	if !ok {
+		return ctx, nil
+	}
+	p, err := s.authenticateRequest(a.tls, h, h.Get(principalHeader), h.Get("Authorization"))
+	if err != nil {
+		s.auditLog().Warn("audit", "action", "authenticate", "path", path, "principal", p.String(), "result", "denied", "reason", err.Error())
+		return ctx, err
+	}
+	return context.WithValue(ctx, authPrincipalKey{}, authn{p: p, tls: a.tls}), nil
+}
+
+func (s *Server) authenticateRequest(cs *tls.ConnectionState, h http.Header, fwd, bearer string) (auth.Principal, error) {
 	var p auth.Principal
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		c := r.TLS.VerifiedChains[0][0]
+	if cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+		c := cs.VerifiedChains[0][0]
 		p = auth.Principal{Name: c.Subject.CommonName, Node: auth.IsNodeCert(c)}
 	}
 	pol := s.policies()
-	if sec := r.Header.Get(nodeSecretHeader); sec != "" {
+	if sec := h.Get(nodeSecretHeader); sec != "" {
 		switch {
 		case s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1:
 			p = auth.Principal{Name: auth.NodeName, Node: true}
@@ -143,7 +169,7 @@ func (s *Server) authenticateRequest(r *http.Request, fwd, bearer string) (auth.
 	if fwd != "" {
 		// Only a node of this cluster speaks for another caller; the
 		// cluster id header is compared by clusterCheck.
-		if !p.Node || r.Header.Get(clusterIDHeader) != s.node.ClusterID() {
+		if !p.Node || h.Get(clusterIDHeader) != s.node.ClusterID() {
 			if !pol.On() {
 				return p, nil // nothing is decided by the principal: ignore it
 			}
@@ -428,28 +454,47 @@ type authz struct{ s *Server }
 
 func (a authz) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		pol := a.s.policies()
-		if !pol.On() { // the plain path: one atomic load
-			res, err := next(ctx, req)
-			if proc := req.Spec().Procedure; adminProcedure(proc) {
-				a.s.auditAdmin(ctx, proc, err)
-			}
-			return res, err
-		}
 		proc := req.Spec().Procedure
-		if rule, ok := decidedAtLeader[proc]; ok {
-			ctx = context.WithValue(ctx, pendingKey{}, rule)
-		} else if err := a.s.authorize(ctx, pol, proc, req.Any()); err != nil {
+		ctx, pol, err := a.s.authorizeOp(ctx, proc, req.Any())
+		if err != nil {
 			return nil, err
 		}
 		res, err := next(ctx, req)
-		if adminProcedure(proc) {
-			a.s.auditAdmin(ctx, proc, err)
-		}
+		var msg any
 		if err == nil {
-			a.s.redact(ctx, pol, res.Any())
+			msg = res.Any()
 		}
+		a.s.finishOp(ctx, pol, proc, msg, err)
 		return res, err
+	}
+}
+
+// authorizeOp decides one operation: a unary RPC, or one message of a
+// LockStream (lockstream.go) as the unary procedure proc. It returns the
+// context to run it in (marked for the leader's decision where
+// decidedAtLeader says so) and the policies finishOp needs.
+func (s *Server) authorizeOp(ctx context.Context, proc string, msg any) (context.Context, *auth.Policies, error) {
+	pol := s.policies()
+	if !pol.On() { // the plain path: one atomic load
+		return ctx, pol, nil
+	}
+	if rule, ok := decidedAtLeader[proc]; ok {
+		return context.WithValue(ctx, pendingKey{}, rule), pol, nil
+	}
+	if err := s.authorize(ctx, pol, proc, msg); err != nil {
+		return ctx, pol, err
+	}
+	return ctx, pol, nil
+}
+
+// finishOp audits an administrative operation and redacts an answer
+// (res, nil when the operation failed with err) for the caller.
+func (s *Server) finishOp(ctx context.Context, pol *auth.Policies, proc string, res any, err error) {
+	if adminProcedure(proc) {
+		s.auditAdmin(ctx, proc, err)
+	}
+	if err == nil && pol.On() {
+		s.redact(ctx, pol, res)
 	}
 }
 
@@ -465,6 +510,9 @@ func (a authz) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 		}
 		if rule, ok := decidedAtLeader[conn.Spec().Procedure]; ok {
 			return next(context.WithValue(ctx, pendingKey{}, rule), conn)
+		}
+		if conn.Spec().Procedure == leaseholdv1connect.LeaseholdServiceLockStreamProcedure {
+			return next(ctx, conn) // each message is authorized as its unary RPC (lockstream.go)
 		}
 		err := next(ctx, &authzConn{StreamingHandlerConn: conn, s: a.s, ctx: ctx, pol: pol})
 		if adminProcedure(conn.Spec().Procedure) {

@@ -133,10 +133,6 @@ func (h *lockService) renewBatch(ctx context.Context, ids []string) []*pb.KeepAl
 // error_code; one with lease_ids gets results. It ends when the caller
 // closes its side, or at once when the server shuts down.
 func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiStream[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]) error {
-	type received struct {
-		msg *pb.KeepAliveStreamRequest
-		err error
-	}
 	release, err := h.s.lim.stream(ctx, h.s.lim.keepalives)
 	if err != nil {
 		return err
@@ -144,22 +140,9 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 	defer release()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in := make(chan received)
-	go func() { // Receive blocks; this goroutine ends when the stream does
-		for {
-			m, err := stream.Receive()
-			select {
-			case in <- received{m, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	in := receiveAll(ctx, stream.Receive)
 	for {
-		var r received
+		var r received[pb.KeepAliveStreamRequest]
 		select {
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))

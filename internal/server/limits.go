@@ -351,6 +351,17 @@ const maxBuckets = 1 << 16
 
 const sharedBucket = "(principals beyond the bucket table)"
 
+// allowOp meters one operation of p against the request rate: an HTTP
+// request, or one message of a LockStream (lockstream.go). A refusal is
+// counted under the limit "rate".
+func (l *limiter) allowOp(p string) *api.Error {
+	err := l.allow(p)
+	if err != nil {
+		l.refuse("rate")
+	}
+	return err
+}
+
 // allow takes one token of p's bucket, or refuses.
 func (l *limiter) allow(p string) *api.Error {
 	if l.cfg.Rate <= 0 {
@@ -501,6 +512,7 @@ var unmetered = map[string]bool{
 // without end; only each message is bounded.
 var bidi = map[string]bool{
 	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: true,
+	leaseholdv1connect.LeaseholdServiceLockStreamProcedure:      true,
 }
 
 // streams are the procedures that may run without end; their body has no
@@ -508,6 +520,7 @@ var bidi = map[string]bool{
 var streams = map[string]bool{
 	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: true,
 	leaseholdv1connect.LeaseholdServiceWatchProcedure:           true,
+	leaseholdv1connect.LeaseholdServiceLockStreamProcedure:      true,
 }
 
 // limitHandler enforces the per-request limits around h: it names the
@@ -516,13 +529,16 @@ var streams = map[string]bool{
 func (s *Server) limitHandler(h http.Handler) http.Handler {
 	l := s.lim
 	ew := connect.NewErrorWriter()
-	fail := func(w http.ResponseWriter, r *http.Request, name string, err *api.Error) {
-		l.refuse(name)
+	write := func(w http.ResponseWriter, r *http.Request, err *api.Error) {
 		if ew.IsSupported(r) {
 			_ = ew.Write(w, r, api.ToConnect(err))
 			return
 		}
 		http.Error(w, string(err.Code)+": "+err.Message, http.StatusTooManyRequests)
+	}
+	fail := func(w http.ResponseWriter, r *http.Request, name string, err *api.Error) {
+		l.refuse(name)
+		write(w, r, err)
 	}
 	bodyCap := l.cfg.RequestBytes
 	if bodyCap > 0 {
@@ -531,8 +547,8 @@ func (s *Server) limitHandler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := principalOf(r)
 		if !unmetered[r.URL.Path] {
-			if err := l.allow(p); err != nil {
-				fail(w, r, "rate", err)
+			if err := l.allowOp(p); err != nil {
+				write(w, r, err)
 				return
 			}
 		}

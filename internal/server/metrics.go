@@ -134,10 +134,16 @@ func (c rpcCounter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		start := time.Now()
 		res, err := next(ctx, req)
-		c.m.rpcSeconds.WithLabelValues(methodOf(req.Spec().Procedure)).Observe(time.Since(start).Seconds())
-		c.m.count(ctx, req.Spec().Procedure, err)
+		c.m.observeOp(ctx, req.Spec().Procedure, start, err)
 		return res, err
 	}
+}
+
+// observeOp times and counts one operation that started at start: a unary
+// RPC, or one message of a LockStream as the unary procedure proc.
+func (m *metrics) observeOp(ctx context.Context, proc string, start time.Time, err error) {
+	m.rpcSeconds.WithLabelValues(methodOf(proc)).Observe(time.Since(start).Seconds())
+	m.count(ctx, proc, err)
 }
 
 func (c rpcCounter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {

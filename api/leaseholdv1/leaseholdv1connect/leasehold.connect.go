@@ -66,6 +66,9 @@ const (
 	// LeaseholdServiceCancelWaitProcedure is the fully-qualified name of the LeaseholdService's
 	// CancelWait RPC.
 	LeaseholdServiceCancelWaitProcedure = "/leasehold.v1.LeaseholdService/CancelWait"
+	// LeaseholdServiceLockStreamProcedure is the fully-qualified name of the LeaseholdService's
+	// LockStream RPC.
+	LeaseholdServiceLockStreamProcedure = "/leasehold.v1.LeaseholdService/LockStream"
 	// LeaseholdServiceStatusProcedure is the fully-qualified name of the LeaseholdService's Status RPC.
 	LeaseholdServiceStatusProcedure = "/leasehold.v1.LeaseholdService/Status"
 	// LeaseholdServiceListProcedure is the fully-qualified name of the LeaseholdService's List RPC.
@@ -124,6 +127,13 @@ type LeaseholdServiceClient interface {
 	// (and releases the grant if it raced with the withdrawal). Nodes send it
 	// to the leader on behalf of an Acquire they served; clients need not.
 	CancelWait(context.Context, *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error)
+	// LockStream carries Acquire, TryAcquire, Release and CancelWait as
+	// messages with a client request id on one long-lived stream, answered
+	// out of order as each completes. Each message is one operation: checked,
+	// limited, authorized, counted and logged as the unary RPC of its kind,
+	// and answered after its command was committed (fsync'd), as the unary
+	// RPC is. A node that does not lead forwards each message to the leader.
+	LockStream(context.Context) *connect.BidiStreamForClient[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse]
 	// Status describes one lock name.
 	Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error)
 	// List describes every held, queued or delayed lock whose name has the prefix.
@@ -203,6 +213,12 @@ func NewLeaseholdServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(leaseholdServiceMethods.ByName("CancelWait")),
 			connect.WithClientOptions(opts...),
 		),
+		lockStream: connect.NewClient[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse](
+			httpClient,
+			baseURL+LeaseholdServiceLockStreamProcedure,
+			connect.WithSchema(leaseholdServiceMethods.ByName("LockStream")),
+			connect.WithClientOptions(opts...),
+		),
 		status: connect.NewClient[leaseholdv1.StatusRequest, leaseholdv1.StatusResponse](
 			httpClient,
 			baseURL+LeaseholdServiceStatusProcedure,
@@ -264,6 +280,7 @@ type leaseholdServiceClient struct {
 	tryAcquire      *connect.Client[leaseholdv1.TryAcquireRequest, leaseholdv1.TryAcquireResponse]
 	release         *connect.Client[leaseholdv1.ReleaseRequest, leaseholdv1.ReleaseResponse]
 	cancelWait      *connect.Client[leaseholdv1.CancelWaitRequest, leaseholdv1.CancelWaitResponse]
+	lockStream      *connect.Client[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse]
 	status          *connect.Client[leaseholdv1.StatusRequest, leaseholdv1.StatusResponse]
 	list            *connect.Client[leaseholdv1.ListRequest, leaseholdv1.ListResponse]
 	watch           *connect.Client[leaseholdv1.WatchRequest, leaseholdv1.WatchResponse]
@@ -312,6 +329,11 @@ func (c *leaseholdServiceClient) Release(ctx context.Context, req *connect.Reque
 // CancelWait calls leasehold.v1.LeaseholdService.CancelWait.
 func (c *leaseholdServiceClient) CancelWait(ctx context.Context, req *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error) {
 	return c.cancelWait.CallUnary(ctx, req)
+}
+
+// LockStream calls leasehold.v1.LeaseholdService.LockStream.
+func (c *leaseholdServiceClient) LockStream(ctx context.Context) *connect.BidiStreamForClient[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse] {
+	return c.lockStream.CallBidiStream(ctx)
 }
 
 // Status calls leasehold.v1.LeaseholdService.Status.
@@ -375,6 +397,13 @@ type LeaseholdServiceHandler interface {
 	// (and releases the grant if it raced with the withdrawal). Nodes send it
 	// to the leader on behalf of an Acquire they served; clients need not.
 	CancelWait(context.Context, *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error)
+	// LockStream carries Acquire, TryAcquire, Release and CancelWait as
+	// messages with a client request id on one long-lived stream, answered
+	// out of order as each completes. Each message is one operation: checked,
+	// limited, authorized, counted and logged as the unary RPC of its kind,
+	// and answered after its command was committed (fsync'd), as the unary
+	// RPC is. A node that does not lead forwards each message to the leader.
+	LockStream(context.Context, *connect.BidiStream[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse]) error
 	// Status describes one lock name.
 	Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error)
 	// List describes every held, queued or delayed lock whose name has the prefix.
@@ -450,6 +479,12 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 		connect.WithSchema(leaseholdServiceMethods.ByName("CancelWait")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseholdServiceLockStreamHandler := connect.NewBidiStreamHandler(
+		LeaseholdServiceLockStreamProcedure,
+		svc.LockStream,
+		connect.WithSchema(leaseholdServiceMethods.ByName("LockStream")),
+		connect.WithHandlerOptions(opts...),
+	)
 	leaseholdServiceStatusHandler := connect.NewUnaryHandler(
 		LeaseholdServiceStatusProcedure,
 		svc.Status,
@@ -516,6 +551,8 @@ func NewLeaseholdServiceHandler(svc LeaseholdServiceHandler, opts ...connect.Han
 			leaseholdServiceReleaseHandler.ServeHTTP(w, r)
 		case LeaseholdServiceCancelWaitProcedure:
 			leaseholdServiceCancelWaitHandler.ServeHTTP(w, r)
+		case LeaseholdServiceLockStreamProcedure:
+			leaseholdServiceLockStreamHandler.ServeHTTP(w, r)
 		case LeaseholdServiceStatusProcedure:
 			leaseholdServiceStatusHandler.ServeHTTP(w, r)
 		case LeaseholdServiceListProcedure:
@@ -571,6 +608,10 @@ func (UnimplementedLeaseholdServiceHandler) Release(context.Context, *connect.Re
 
 func (UnimplementedLeaseholdServiceHandler) CancelWait(context.Context, *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.CancelWait is not implemented"))
+}
+
+func (UnimplementedLeaseholdServiceHandler) LockStream(context.Context, *connect.BidiStream[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.LeaseholdService.LockStream is not implemented"))
 }
 
 func (UnimplementedLeaseholdServiceHandler) Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error) {

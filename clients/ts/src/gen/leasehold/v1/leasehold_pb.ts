@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file leasehold/v1/leasehold.proto.
  */
 export const file_leasehold_v1_leasehold: GenFile = /*@__PURE__*/
-  fileDesc("ChxsZWFzZWhvbGQvdjEvbGVhc2Vob2xkLnByb3RvEgxsZWFzZWhvbGQudjEiTwoPUHJvY2xhaW1SZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQSDQoFdmFsdWUYBCABKAwiOgoQUHJvY2xhaW1SZXNwb25zZRImCgdob2xkaW5nGAEgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmciMwoTTGlzdFNlc3Npb25zUmVxdWVzdBINCgVzdGFsZRgBIAEoCBINCgVsaW1pdBgCIAEoBSJ8CgtTZXNzaW9uSW5mbxIQCghsZWFzZV9pZBgBIAEoCRINCgVvd25lchgCIAEoCRIOCgZ0dGxfbXMYAyABKAMSFwoPY3JlYXRlZF91bml4X21zGAQgASgDEhQKDHJlbWFpbmluZ19tcxgFIAEoAxINCgVuYW1lcxgGIAMoCSJWChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIrCghzZXNzaW9ucxgBIAMoCzIZLmxlYXNlaG9sZC52MS5TZXNzaW9uSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiSAoLRXJyb3JEZXRhaWwSDAoEY29kZRgBIAEoCRISCgpsYXN0X3Rva2VuGAIgASgEEhcKD2xlYWRlcl9hcGlfYWRkchgDIAEoCSJJChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIOCgZ0dGxfbXMYASABKAMSDQoFb3duZXIYAiABKAkSEgoKc2VxdWVuY2VycxgUIAEoCCJIChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEg0KBW93bmVyGAMgASgJIjcKEEtlZXBBbGl2ZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSEQoJbGVhc2VfaWRzGAIgAygJImUKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgJEg4KBnR0bF9tcxgCIAEoAxIuCgdyZXN1bHRzGAMgAygLMh0ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3VsdCJHCg9LZWVwQWxpdmVSZXN1bHQSEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkiPQoWS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRIRCglsZWFzZV9pZHMYAiADKAkifwoXS2VlcEFsaXZlU3RyZWFtUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkSLgoHcmVzdWx0cxgEIAMoCzIdLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXN1bHQiJwoTQ2xvc2VTZXNzaW9uUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCSIoChRDbG9zZVNlc3Npb25SZXNwb25zZRIQCghyZWxlYXNlZBgBIAMoCSKvAQoOQWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgd3YWl0X21zGAMgASgDEhUKDWxvY2tfZGVsYXlfbXMYBCABKAMSDwoHd2FpdF9pZBgFIAEoBBIkCgRtb2RlGBQgASgOMhYubGVhc2Vob2xkLnYxLkxvY2tNb2RlEg8KB3Blcm1pdHMYFSABKA0SDQoFdmFsdWUYFiABKAwiSQoPQWNxdWlyZVJlc3BvbnNlEiYKB2hvbGRpbmcYASABKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZxIOCgZ0dGxfbXMYAiABKAMioQEKEVRyeUFjcXVpcmVSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSFQoNbG9ja19kZWxheV9tcxgDIAEoAxIPCgd3YWl0X2lkGAQgASgEEiQKBG1vZGUYFCABKA4yFi5sZWFzZWhvbGQudjEuTG9ja01vZGUSDwoHcGVybWl0cxgVIAEoDRINCgV2YWx1ZRgWIAEoDCJMChJUcnlBY3F1aXJlUmVzcG9uc2USJgoHaG9sZGluZxgBIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEg4KBnR0bF9tcxgCIAEoAyI/Cg5SZWxlYXNlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg0KBXRva2VuGAMgASgEIkQKEUNhbmNlbFdhaXRSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDwoHd2FpdF9pZBgDIAEoBCIUChJDYW5jZWxXYWl0UmVzcG9uc2UiNgoPUmVsZWFzZVJlc3BvbnNlEiMKBG5leHQYASABKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZyLkAQoHSG9sZGluZxIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg0KBXRva2VuGAMgASgEEg0KBW93bmVyGAQgASgJEhgKEGFjcXVpcmVkX3VuaXhfbXMYBSABKAMSFQoNbG9ja19kZWxheV9tcxgGIAEoAxIRCglzZXF1ZW5jZXIYFCABKAwSJAoEbW9kZRgeIAEoDjIWLmxlYXNlaG9sZC52MS5Mb2NrTW9kZRIMCgRzbG90GB8gASgNEg0KBXZhbHVlGCAgASgMEhQKDHJlbWFpbmluZ19tcxghIAEoAyJBCgZXYWl0ZXISEAoIbGVhc2VfaWQYASABKAkSDQoFb3duZXIYAiABKAkSFgoOcXVldWVkX3VuaXhfbXMYAyABKAMiLAoNU3RhdHVzUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXN0YWxlGAIgASgIIsYBCghMb2NrSW5mbxIMCgRuYW1lGAEgASgJEiUKBmhvbGRlchgCIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEhQKDHJlbWFpbmluZ19tcxgDIAEoAxIlCgd3YWl0ZXJzGAQgAygLMhQubGVhc2Vob2xkLnYxLldhaXRlchIPCgdkZWxheWVkGAUgASgIEiYKB2hvbGRlcnMYFCADKAsyFS5sZWFzZWhvbGQudjEuSG9sZGluZxIPCgdwZXJtaXRzGBUgASgNIjYKDlN0YXR1c1Jlc3BvbnNlEiQKBGxvY2sYASABKAsyFi5sZWFzZWhvbGQudjEuTG9ja0luZm8iOwoLTGlzdFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEg0KBXN0YWxlGAIgASgIEg0KBWxpbWl0GAMgASgFIkgKDExpc3RSZXNwb25zZRIlCgVsb2NrcxgBIAMoCzIWLmxlYXNlaG9sZC52MS5Mb2NrSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiSwoMV2F0Y2hSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRISCgpmcm9tX2luZGV4GAIgASgEEhcKD3Byb2dyZXNzX25vdGlmeRgDIAEoCCKbAQoFRXZlbnQSJQoEdHlwZRgBIAEoDjIXLmxlYXNlaG9sZC52MS5FdmVudFR5cGUSDAoEbmFtZRgCIAEoCRIQCghsZWFzZV9pZBgDIAEoCRINCgVvd25lchgEIAEoCRINCgV0b2tlbhgFIAEoBBINCgVpbmRleBgGIAEoBBIPCgd1bml4X21zGAcgASgDEg0KBXZhbHVlGBQgASgMInsKDVdhdGNoUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5sZWFzZWhvbGQudjEuRXZlbnQSFQoNYXBwbGllZF9pbmRleBgCIAEoBBIvCgljb21wYWN0ZWQYAyABKAsyHC5sZWFzZWhvbGQudjEuV2F0Y2hDb21wYWN0ZWQiWQoOV2F0Y2hDb21wYWN0ZWQSDQoFaW5kZXgYASABKAQSJQoFbG9ja3MYAiADKAsyFi5sZWFzZWhvbGQudjEuTG9ja0luZm8SEQoJdHJ1bmNhdGVkGAMgASgIIkkKDEt2UHV0UmVxdWVzdBILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAwSDQoFdG9rZW4YAyABKAQSDgoGc3RyaWN0GAQgASgIIisKDUt2UHV0UmVzcG9uc2USCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgEIioKDEt2R2V0UmVxdWVzdBILCgNrZXkYASABKAkSDQoFc3RhbGUYAiABKAgiOgoNS3ZHZXRSZXNwb25zZRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAwSDQoFdG9rZW4YAyABKAQiPQoPS3ZEZWxldGVSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoBBIOCgZzdHJpY3QYAyABKAgiLgoQS3ZEZWxldGVSZXNwb25zZRILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQiEQoPU25hcHNob3RSZXF1ZXN0IosBCgxTbmFwc2hvdEluZm8SDQoFaW5kZXgYASABKAQSDAoEdGVybRgCIAEoBBINCgV0b2tlbhgDIAEoBBIPCgdub2RlX2lkGAQgASgJEg8KB3VuaXhfbXMYBSABKAMSGgoSbGFzdF9ncmFudF91bml4X21zGAYgASgDEhEKCXBlYWtfcmF0ZRgHIAEoBCJLChBTbmFwc2hvdFJlc3BvbnNlEigKBGluZm8YASABKAsyGi5sZWFzZWhvbGQudjEuU25hcHNob3RJbmZvEg0KBWNodW5rGAIgASgMIiUKEEJ1bXBUb2tlblJlcXVlc3QSEQoJbWluX3Rva2VuGAEgASgEIiIKEUJ1bXBUb2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgEIpQBCgZNZW1iZXISCgoCaWQYASABKAkSEQoJcmFmdF9hZGRyGAIgASgJEhAKCGFwaV9hZGRyGAMgASgJEgwKBHJvbGUYBCABKAkSDAoEdGVybRgFIAEoBBIUCgxjb21taXRfaW5kZXgYBiABKAQSFQoNYXBwbGllZF9pbmRleBgHIAEoBBIQCghzdWZmcmFnZRgIIAEoCSIQCg5NZW1iZXJzUmVxdWVzdCJLCg9NZW1iZXJzUmVzcG9uc2USJQoHbWVtYmVycxgBIAMoCzIULmxlYXNlaG9sZC52MS5NZW1iZXISEQoJbGVhZGVyX2lkGAIgASgJIlIKEEFkZE1lbWJlclJlcXVlc3QSCgoCaWQYASABKAkSEQoJcmFmdF9hZGRyGAIgASgJEhAKCGFwaV9hZGRyGAMgASgJEg0KBWZyZXNoGAQgASgIIk4KEUFkZE1lbWJlclJlc3BvbnNlEiUKB21lbWJlcnMYASADKAsyFC5sZWFzZWhvbGQudjEuTWVtYmVyEhIKCmNsdXN0ZXJfaWQYAiABKAkiIQoTUmVtb3ZlTWVtYmVyUmVxdWVzdBIKCgJpZBgBIAEoCSI9ChRSZW1vdmVNZW1iZXJSZXNwb25zZRIlCgdtZW1iZXJzGAEgAygLMhQubGVhc2Vob2xkLnYxLk1lbWJlciIjChVUcmFuc2ZlckxlYWRlclJlcXVlc3QSCgoCaWQYASABKAkiKwoWVHJhbnNmZXJMZWFkZXJSZXNwb25zZRIRCglsZWFkZXJfaWQYASABKAkqOQoITG9ja01vZGUSFwoTTE9DS19NT0RFX0VYQ0xVU0lWRRAAEhQKEExPQ0tfTU9ERV9TSEFSRUQQASrdAQoJRXZlbnRUeXBlEhoKFkVWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIXChNFVkVOVF9UWVBFX0FDUVVJUkVEEAESFwoTRVZFTlRfVFlQRV9SRUxFQVNFRBACEhYKEkVWRU5UX1RZUEVfRVhQSVJFRBADEhUKEUVWRU5UX1RZUEVfUVVFVUVEEAQSFwoTRVZFTlRfVFlQRV9ERVFVRVVFRBAFEh8KG0VWRU5UX1RZUEVfTE9DS19ERUxBWV9FTkRFRBAGEhkKFUVWRU5UX1RZUEVfUFJPQ0xBSU1FRBAUMuAJChBMZWFzZWhvbGRTZXJ2aWNlElgKDUNyZWF0ZVNlc3Npb24SIi5sZWFzZWhvbGQudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaIy5sZWFzZWhvbGQudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEkwKCUtlZXBBbGl2ZRIeLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXF1ZXN0Gh8ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3BvbnNlEmIKD0tlZXBBbGl2ZVN0cmVhbRIkLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVTdHJlYW1SZXF1ZXN0GiUubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVN0cmVhbVJlc3BvbnNlKAEwARJVCgxDbG9zZVNlc3Npb24SIS5sZWFzZWhvbGQudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBoiLmxlYXNlaG9sZC52MS5DbG9zZVNlc3Npb25SZXNwb25zZRJGCgdBY3F1aXJlEhwubGVhc2Vob2xkLnYxLkFjcXVpcmVSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLkFjcXVpcmVSZXNwb25zZRJPCgpUcnlBY3F1aXJlEh8ubGVhc2Vob2xkLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiAubGVhc2Vob2xkLnYxLlRyeUFjcXVpcmVSZXNwb25zZRJGCgdSZWxlYXNlEhwubGVhc2Vob2xkLnYxLlJlbGVhc2VSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLlJlbGVhc2VSZXNwb25zZRJPCgpDYW5jZWxXYWl0Eh8ubGVhc2Vob2xkLnYxLkNhbmNlbFdhaXRSZXF1ZXN0GiAubGVhc2Vob2xkLnYxLkNhbmNlbFdhaXRSZXNwb25zZRJDCgZTdGF0dXMSGy5sZWFzZWhvbGQudjEuU3RhdHVzUmVxdWVzdBocLmxlYXNlaG9sZC52MS5TdGF0dXNSZXNwb25zZRI9CgRMaXN0EhkubGVhc2Vob2xkLnYxLkxpc3RSZXF1ZXN0GhoubGVhc2Vob2xkLnYxLkxpc3RSZXNwb25zZRJCCgVXYXRjaBIaLmxlYXNlaG9sZC52MS5XYXRjaFJlcXVlc3QaGy5sZWFzZWhvbGQudjEuV2F0Y2hSZXNwb25zZTABEkAKBUt2UHV0EhoubGVhc2Vob2xkLnYxLkt2UHV0UmVxdWVzdBobLmxlYXNlaG9sZC52MS5LdlB1dFJlc3BvbnNlEkAKBUt2R2V0EhoubGVhc2Vob2xkLnYxLkt2R2V0UmVxdWVzdBobLmxlYXNlaG9sZC52MS5LdkdldFJlc3BvbnNlEkkKCEt2RGVsZXRlEh0ubGVhc2Vob2xkLnYxLkt2RGVsZXRlUmVxdWVzdBoeLmxlYXNlaG9sZC52MS5LdkRlbGV0ZVJlc3BvbnNlEkkKCFByb2NsYWltEh0ubGVhc2Vob2xkLnYxLlByb2NsYWltUmVxdWVzdBoeLmxlYXNlaG9sZC52MS5Qcm9jbGFpbVJlc3BvbnNlElUKDExpc3RTZXNzaW9ucxIhLmxlYXNlaG9sZC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiIubGVhc2Vob2xkLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlMvUDCg5DbHVzdGVyU2VydmljZRJGCgdNZW1iZXJzEhwubGVhc2Vob2xkLnYxLk1lbWJlcnNSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLk1lbWJlcnNSZXNwb25zZRJMCglBZGRNZW1iZXISHi5sZWFzZWhvbGQudjEuQWRkTWVtYmVyUmVxdWVzdBofLmxlYXNlaG9sZC52MS5BZGRNZW1iZXJSZXNwb25zZRJVCgxSZW1vdmVNZW1iZXISIS5sZWFzZWhvbGQudjEuUmVtb3ZlTWVtYmVyUmVxdWVzdBoiLmxlYXNlaG9sZC52MS5SZW1vdmVNZW1iZXJSZXNwb25zZRJbCg5UcmFuc2ZlckxlYWRlchIjLmxlYXNlaG9sZC52MS5UcmFuc2ZlckxlYWRlclJlcXVlc3QaJC5sZWFzZWhvbGQudjEuVHJhbnNmZXJMZWFkZXJSZXNwb25zZRJMCglCdW1wVG9rZW4SHi5sZWFzZWhvbGQudjEuQnVtcFRva2VuUmVxdWVzdBofLmxlYXNlaG9sZC52MS5CdW1wVG9rZW5SZXNwb25zZRJLCghTbmFwc2hvdBIdLmxlYXNlaG9sZC52MS5TbmFwc2hvdFJlcXVlc3QaHi5sZWFzZWhvbGQudjEuU25hcHNob3RSZXNwb25zZTABQjxaOmdpdGh1Yi5jb20vbGVhc2Vob2xkL2xlYXNlaG9sZC9hcGkvbGVhc2Vob2xkdjE7bGVhc2Vob2xkdjFiBnByb3RvMw");
+  fileDesc("ChxsZWFzZWhvbGQvdjEvbGVhc2Vob2xkLnByb3RvEgxsZWFzZWhvbGQudjEiTwoPUHJvY2xhaW1SZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQSDQoFdmFsdWUYBCABKAwiOgoQUHJvY2xhaW1SZXNwb25zZRImCgdob2xkaW5nGAEgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmciMwoTTGlzdFNlc3Npb25zUmVxdWVzdBINCgVzdGFsZRgBIAEoCBINCgVsaW1pdBgCIAEoBSJ8CgtTZXNzaW9uSW5mbxIQCghsZWFzZV9pZBgBIAEoCRINCgVvd25lchgCIAEoCRIOCgZ0dGxfbXMYAyABKAMSFwoPY3JlYXRlZF91bml4X21zGAQgASgDEhQKDHJlbWFpbmluZ19tcxgFIAEoAxINCgVuYW1lcxgGIAMoCSJWChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIrCghzZXNzaW9ucxgBIAMoCzIZLmxlYXNlaG9sZC52MS5TZXNzaW9uSW5mbxIRCgl0cnVuY2F0ZWQYAiABKAgiSAoLRXJyb3JEZXRhaWwSDAoEY29kZRgBIAEoCRISCgpsYXN0X3Rva2VuGAIgASgEEhcKD2xlYWRlcl9hcGlfYWRkchgDIAEoCSJJChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIOCgZ0dGxfbXMYASABKAMSDQoFb3duZXIYAiABKAkSEgoKc2VxdWVuY2VycxgUIAEoCCJIChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEg0KBW93bmVyGAMgASgJIjcKEEtlZXBBbGl2ZVJlcXVlc3QSEAoIbGVhc2VfaWQYASABKAkSEQoJbGVhc2VfaWRzGAIgAygJImUKEUtlZXBBbGl2ZVJlc3BvbnNlEhAKCGxlYXNlX2lkGAEgASgJEg4KBnR0bF9tcxgCIAEoAxIuCgdyZXN1bHRzGAMgAygLMh0ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlc3VsdCJHCg9LZWVwQWxpdmVSZXN1bHQSEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkiPQoWS2VlcEFsaXZlU3RyZWFtUmVxdWVzdBIQCghsZWFzZV9pZBgBIAEoCRIRCglsZWFzZV9pZHMYAiADKAkifwoXS2VlcEFsaXZlU3RyZWFtUmVzcG9uc2USEAoIbGVhc2VfaWQYASABKAkSDgoGdHRsX21zGAIgASgDEhIKCmVycm9yX2NvZGUYAyABKAkSLgoHcmVzdWx0cxgEIAMoCzIdLmxlYXNlaG9sZC52MS5LZWVwQWxpdmVSZXN1bHQinQIKEUxvY2tTdHJlYW1SZXF1ZXN0EgoKAmlkGAEgASgEEhIKCnRpbWVvdXRfbXMYAiABKAMSLwoHYWNxdWlyZRgDIAEoCzIcLmxlYXNlaG9sZC52MS5BY3F1aXJlUmVxdWVzdEgAEjYKC3RyeV9hY3F1aXJlGAQgASgLMh8ubGVhc2Vob2xkLnYxLlRyeUFjcXVpcmVSZXF1ZXN0SAASLwoHcmVsZWFzZRgFIAEoCzIcLmxlYXNlaG9sZC52MS5SZWxlYXNlUmVxdWVzdEgAEjYKC2NhbmNlbF93YWl0GAYgASgLMh8ubGVhc2Vob2xkLnYxLkNhbmNlbFdhaXRSZXF1ZXN0SAASEAoGY2FuY2VsGAcgASgESABCBAoCb3AitwIKEkxvY2tTdHJlYW1SZXNwb25zZRIKCgJpZBgBIAEoBBIoCgVlcnJvchgCIAEoCzIZLmxlYXNlaG9sZC52MS5FcnJvckRldGFpbBIPCgdtZXNzYWdlGAMgASgJEjAKB2FjcXVpcmUYBCABKAsyHS5sZWFzZWhvbGQudjEuQWNxdWlyZVJlc3BvbnNlSAASNwoLdHJ5X2FjcXVpcmUYBSABKAsyIC5sZWFzZWhvbGQudjEuVHJ5QWNxdWlyZVJlc3BvbnNlSAASMAoHcmVsZWFzZRgGIAEoCzIdLmxlYXNlaG9sZC52MS5SZWxlYXNlUmVzcG9uc2VIABI3CgtjYW5jZWxfd2FpdBgHIAEoCzIgLmxlYXNlaG9sZC52MS5DYW5jZWxXYWl0UmVzcG9uc2VIAEIECgJvcCInChNDbG9zZVNlc3Npb25SZXF1ZXN0EhAKCGxlYXNlX2lkGAEgASgJIigKFENsb3NlU2Vzc2lvblJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgAygJIq8BCg5BY3F1aXJlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhAKCGxlYXNlX2lkGAIgASgJEg8KB3dhaXRfbXMYAyABKAMSFQoNbG9ja19kZWxheV9tcxgEIAEoAxIPCgd3YWl0X2lkGAUgASgEEiQKBG1vZGUYFCABKA4yFi5sZWFzZWhvbGQudjEuTG9ja01vZGUSDwoHcGVybWl0cxgVIAEoDRINCgV2YWx1ZRgWIAEoDCJJCg9BY3F1aXJlUmVzcG9uc2USJgoHaG9sZGluZxgBIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEg4KBnR0bF9tcxgCIAEoAyKhAQoRVHJ5QWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIVCg1sb2NrX2RlbGF5X21zGAMgASgDEg8KB3dhaXRfaWQYBCABKAQSJAoEbW9kZRgUIAEoDjIWLmxlYXNlaG9sZC52MS5Mb2NrTW9kZRIPCgdwZXJtaXRzGBUgASgNEg0KBXZhbHVlGBYgASgMIkwKElRyeUFjcXVpcmVSZXNwb25zZRImCgdob2xkaW5nGAEgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmcSDgoGdHRsX21zGAIgASgDIj8KDlJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQiRAoRQ2FuY2VsV2FpdFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCRIPCgd3YWl0X2lkGAMgASgEIhQKEkNhbmNlbFdhaXRSZXNwb25zZSI2Cg9SZWxlYXNlUmVzcG9uc2USIwoEbmV4dBgBIAEoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nIuQBCgdIb2xkaW5nEgwKBG5hbWUYASABKAkSEAoIbGVhc2VfaWQYAiABKAkSDQoFdG9rZW4YAyABKAQSDQoFb3duZXIYBCABKAkSGAoQYWNxdWlyZWRfdW5peF9tcxgFIAEoAxIVCg1sb2NrX2RlbGF5X21zGAYgASgDEhEKCXNlcXVlbmNlchgUIAEoDBIkCgRtb2RlGB4gASgOMhYubGVhc2Vob2xkLnYxLkxvY2tNb2RlEgwKBHNsb3QYHyABKA0SDQoFdmFsdWUYICABKAwSFAoMcmVtYWluaW5nX21zGCEgASgDIkEKBldhaXRlchIQCghsZWFzZV9pZBgBIAEoCRINCgVvd25lchgCIAEoCRIWCg5xdWV1ZWRfdW5peF9tcxgDIAEoAyIsCg1TdGF0dXNSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFc3RhbGUYAiABKAgixgEKCExvY2tJbmZvEgwKBG5hbWUYASABKAkSJQoGaG9sZGVyGAIgASgLMhUubGVhc2Vob2xkLnYxLkhvbGRpbmcSFAoMcmVtYWluaW5nX21zGAMgASgDEiUKB3dhaXRlcnMYBCADKAsyFC5sZWFzZWhvbGQudjEuV2FpdGVyEg8KB2RlbGF5ZWQYBSABKAgSJgoHaG9sZGVycxgUIAMoCzIVLmxlYXNlaG9sZC52MS5Ib2xkaW5nEg8KB3Blcm1pdHMYFSABKA0iNgoOU3RhdHVzUmVzcG9uc2USJAoEbG9jaxgBIAEoCzIWLmxlYXNlaG9sZC52MS5Mb2NrSW5mbyI7CgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSDQoFc3RhbGUYAiABKAgSDQoFbGltaXQYAyABKAUiSAoMTGlzdFJlc3BvbnNlEiUKBWxvY2tzGAEgAygLMhYubGVhc2Vob2xkLnYxLkxvY2tJbmZvEhEKCXRydW5jYXRlZBgCIAEoCCJLCgxXYXRjaFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEhIKCmZyb21faW5kZXgYAiABKAQSFwoPcHJvZ3Jlc3Nfbm90aWZ5GAMgASgIIpsBCgVFdmVudBIlCgR0eXBlGAEgASgOMhcubGVhc2Vob2xkLnYxLkV2ZW50VHlwZRIMCgRuYW1lGAIgASgJEhAKCGxlYXNlX2lkGAMgASgJEg0KBW93bmVyGAQgASgJEg0KBXRva2VuGAUgASgEEg0KBWluZGV4GAYgASgEEg8KB3VuaXhfbXMYByABKAMSDQoFdmFsdWUYFCABKAwiewoNV2F0Y2hSZXNwb25zZRIiCgVldmVudBgBIAEoCzITLmxlYXNlaG9sZC52MS5FdmVudBIVCg1hcHBsaWVkX2luZGV4GAIgASgEEi8KCWNvbXBhY3RlZBgDIAEoCzIcLmxlYXNlaG9sZC52MS5XYXRjaENvbXBhY3RlZCJZCg5XYXRjaENvbXBhY3RlZBINCgVpbmRleBgBIAEoBBIlCgVsb2NrcxgCIAMoCzIWLmxlYXNlaG9sZC52MS5Mb2NrSW5mbxIRCgl0cnVuY2F0ZWQYAyABKAgiSQoMS3ZQdXRSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBINCgV0b2tlbhgDIAEoBBIOCgZzdHJpY3QYBCABKAgiKwoNS3ZQdXRSZXNwb25zZRILCgNrZXkYASABKAkSDQoFdG9rZW4YAiABKAQiKgoMS3ZHZXRSZXF1ZXN0EgsKA2tleRgBIAEoCRINCgVzdGFsZRgCIAEoCCI6Cg1LdkdldFJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDBINCgV0b2tlbhgDIAEoBCI9Cg9LdkRlbGV0ZVJlcXVlc3QSCwoDa2V5GAEgASgJEg0KBXRva2VuGAIgASgEEg4KBnN0cmljdBgDIAEoCCIuChBLdkRlbGV0ZVJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV0b2tlbhgCIAEoBCIRCg9TbmFwc2hvdFJlcXVlc3QiiwEKDFNuYXBzaG90SW5mbxINCgVpbmRleBgBIAEoBBIMCgR0ZXJtGAIgASgEEg0KBXRva2VuGAMgASgEEg8KB25vZGVfaWQYBCABKAkSDwoHdW5peF9tcxgFIAEoAxIaChJsYXN0X2dyYW50X3VuaXhfbXMYBiABKAMSEQoJcGVha19yYXRlGAcgASgEIksKEFNuYXBzaG90UmVzcG9uc2USKAoEaW5mbxgBIAEoCzIaLmxlYXNlaG9sZC52MS5TbmFwc2hvdEluZm8SDQoFY2h1bmsYAiABKAwiJQoQQnVtcFRva2VuUmVxdWVzdBIRCgltaW5fdG9rZW4YASABKAQiIgoRQnVtcFRva2VuUmVzcG9uc2USDQoFdG9rZW4YASABKAQilAEKBk1lbWJlchIKCgJpZBgBIAEoCRIRCglyYWZ0X2FkZHIYAiABKAkSEAoIYXBpX2FkZHIYAyABKAkSDAoEcm9sZRgEIAEoCRIMCgR0ZXJtGAUgASgEEhQKDGNvbW1pdF9pbmRleBgGIAEoBBIVCg1hcHBsaWVkX2luZGV4GAcgASgEEhAKCHN1ZmZyYWdlGAggASgJIhAKDk1lbWJlcnNSZXF1ZXN0IksKD01lbWJlcnNSZXNwb25zZRIlCgdtZW1iZXJzGAEgAygLMhQubGVhc2Vob2xkLnYxLk1lbWJlchIRCglsZWFkZXJfaWQYAiABKAkiUgoQQWRkTWVtYmVyUmVxdWVzdBIKCgJpZBgBIAEoCRIRCglyYWZ0X2FkZHIYAiABKAkSEAoIYXBpX2FkZHIYAyABKAkSDQoFZnJlc2gYBCABKAgiTgoRQWRkTWVtYmVyUmVzcG9uc2USJQoHbWVtYmVycxgBIAMoCzIULmxlYXNlaG9sZC52MS5NZW1iZXISEgoKY2x1c3Rlcl9pZBgCIAEoCSIhChNSZW1vdmVNZW1iZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj0KFFJlbW92ZU1lbWJlclJlc3BvbnNlEiUKB21lbWJlcnMYASADKAsyFC5sZWFzZWhvbGQudjEuTWVtYmVyIiMKFVRyYW5zZmVyTGVhZGVyUmVxdWVzdBIKCgJpZBgBIAEoCSIrChZUcmFuc2ZlckxlYWRlclJlc3BvbnNlEhEKCWxlYWRlcl9pZBgBIAEoCSo5CghMb2NrTW9kZRIXChNMT0NLX01PREVfRVhDTFVTSVZFEAASFAoQTE9DS19NT0RFX1NIQVJFRBABKt0BCglFdmVudFR5cGUSGgoWRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEhcKE0VWRU5UX1RZUEVfQUNRVUlSRUQQARIXChNFVkVOVF9UWVBFX1JFTEVBU0VEEAISFgoSRVZFTlRfVFlQRV9FWFBJUkVEEAMSFQoRRVZFTlRfVFlQRV9RVUVVRUQQBBIXChNFVkVOVF9UWVBFX0RFUVVFVUVEEAUSHwobRVZFTlRfVFlQRV9MT0NLX0RFTEFZX0VOREVEEAYSGQoVRVZFTlRfVFlQRV9QUk9DTEFJTUVEEBQytQoKEExlYXNlaG9sZFNlcnZpY2USWAoNQ3JlYXRlU2Vzc2lvbhIiLmxlYXNlaG9sZC52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBojLmxlYXNlaG9sZC52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USTAoJS2VlcEFsaXZlEh4ubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVJlcXVlc3QaHy5sZWFzZWhvbGQudjEuS2VlcEFsaXZlUmVzcG9uc2USYgoPS2VlcEFsaXZlU3RyZWFtEiQubGVhc2Vob2xkLnYxLktlZXBBbGl2ZVN0cmVhbVJlcXVlc3QaJS5sZWFzZWhvbGQudjEuS2VlcEFsaXZlU3RyZWFtUmVzcG9uc2UoATABElUKDENsb3NlU2Vzc2lvbhIhLmxlYXNlaG9sZC52MS5DbG9zZVNlc3Npb25SZXF1ZXN0GiIubGVhc2Vob2xkLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlEkYKB0FjcXVpcmUSHC5sZWFzZWhvbGQudjEuQWNxdWlyZVJlcXVlc3QaHS5sZWFzZWhvbGQudjEuQWNxdWlyZVJlc3BvbnNlEk8KClRyeUFjcXVpcmUSHy5sZWFzZWhvbGQudjEuVHJ5QWNxdWlyZVJlcXVlc3QaIC5sZWFzZWhvbGQudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkYKB1JlbGVhc2USHC5sZWFzZWhvbGQudjEuUmVsZWFzZVJlcXVlc3QaHS5sZWFzZWhvbGQudjEuUmVsZWFzZVJlc3BvbnNlEk8KCkNhbmNlbFdhaXQSHy5sZWFzZWhvbGQudjEuQ2FuY2VsV2FpdFJlcXVlc3QaIC5sZWFzZWhvbGQudjEuQ2FuY2VsV2FpdFJlc3BvbnNlElMKCkxvY2tTdHJlYW0SHy5sZWFzZWhvbGQudjEuTG9ja1N0cmVhbVJlcXVlc3QaIC5sZWFzZWhvbGQudjEuTG9ja1N0cmVhbVJlc3BvbnNlKAEwARJDCgZTdGF0dXMSGy5sZWFzZWhvbGQudjEuU3RhdHVzUmVxdWVzdBocLmxlYXNlaG9sZC52MS5TdGF0dXNSZXNwb25zZRI9CgRMaXN0EhkubGVhc2Vob2xkLnYxLkxpc3RSZXF1ZXN0GhoubGVhc2Vob2xkLnYxLkxpc3RSZXNwb25zZRJCCgVXYXRjaBIaLmxlYXNlaG9sZC52MS5XYXRjaFJlcXVlc3QaGy5sZWFzZWhvbGQudjEuV2F0Y2hSZXNwb25zZTABEkAKBUt2UHV0EhoubGVhc2Vob2xkLnYxLkt2UHV0UmVxdWVzdBobLmxlYXNlaG9sZC52MS5LdlB1dFJlc3BvbnNlEkAKBUt2R2V0EhoubGVhc2Vob2xkLnYxLkt2R2V0UmVxdWVzdBobLmxlYXNlaG9sZC52MS5LdkdldFJlc3BvbnNlEkkKCEt2RGVsZXRlEh0ubGVhc2Vob2xkLnYxLkt2RGVsZXRlUmVxdWVzdBoeLmxlYXNlaG9sZC52MS5LdkRlbGV0ZVJlc3BvbnNlEkkKCFByb2NsYWltEh0ubGVhc2Vob2xkLnYxLlByb2NsYWltUmVxdWVzdBoeLmxlYXNlaG9sZC52MS5Qcm9jbGFpbVJlc3BvbnNlElUKDExpc3RTZXNzaW9ucxIhLmxlYXNlaG9sZC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiIubGVhc2Vob2xkLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlMvUDCg5DbHVzdGVyU2VydmljZRJGCgdNZW1iZXJzEhwubGVhc2Vob2xkLnYxLk1lbWJlcnNSZXF1ZXN0Gh0ubGVhc2Vob2xkLnYxLk1lbWJlcnNSZXNwb25zZRJMCglBZGRNZW1iZXISHi5sZWFzZWhvbGQudjEuQWRkTWVtYmVyUmVxdWVzdBofLmxlYXNlaG9sZC52MS5BZGRNZW1iZXJSZXNwb25zZRJVCgxSZW1vdmVNZW1iZXISIS5sZWFzZWhvbGQudjEuUmVtb3ZlTWVtYmVyUmVxdWVzdBoiLmxlYXNlaG9sZC52MS5SZW1vdmVNZW1iZXJSZXNwb25zZRJbCg5UcmFuc2ZlckxlYWRlchIjLmxlYXNlaG9sZC52MS5UcmFuc2ZlckxlYWRlclJlcXVlc3QaJC5sZWFzZWhvbGQudjEuVHJhbnNmZXJMZWFkZXJSZXNwb25zZRJMCglCdW1wVG9rZW4SHi5sZWFzZWhvbGQudjEuQnVtcFRva2VuUmVxdWVzdBofLmxlYXNlaG9sZC52MS5CdW1wVG9rZW5SZXNwb25zZRJLCghTbmFwc2hvdBIdLmxlYXNlaG9sZC52MS5TbmFwc2hvdFJlcXVlc3QaHi5sZWFzZWhvbGQudjEuU25hcHNob3RSZXNwb25zZTABQjxaOmdpdGh1Yi5jb20vbGVhc2Vob2xkL2xlYXNlaG9sZC9hcGkvbGVhc2Vob2xkdjE7bGVhc2Vob2xkdjFiBnByb3RvMw");
 
 /**
  * @generated from message leasehold.v1.ProclaimRequest
@@ -417,6 +417,134 @@ export const KeepAliveStreamResponseSchema: GenMessage<KeepAliveStreamResponse> 
   messageDesc(file_leasehold_v1_leasehold, 12);
 
 /**
+ * @generated from message leasehold.v1.LockStreamRequest
+ */
+export type LockStreamRequest = Message<"leasehold.v1.LockStreamRequest"> & {
+  /**
+   * id names the request in its answer; unique among the stream's requests
+   * in flight (a client counts them up from 1). 0 is refused; an id in
+   * flight sent again ends the stream with invalid-argument.
+   *
+   * @generated from field: uint64 id = 1;
+   */
+  id: bigint;
+
+  /**
+   * timeout_ms bounds the request on the server (0: none): it ends as the
+   * unary RPC ends at its deadline (an Acquire's wait is withdrawn).
+   *
+   * @generated from field: int64 timeout_ms = 2;
+   */
+  timeoutMs: bigint;
+
+  /**
+   * @generated from oneof leasehold.v1.LockStreamRequest.op
+   */
+  op: {
+    /**
+     * @generated from field: leasehold.v1.AcquireRequest acquire = 3;
+     */
+    value: AcquireRequest;
+    case: "acquire";
+  } | {
+    /**
+     * @generated from field: leasehold.v1.TryAcquireRequest try_acquire = 4;
+     */
+    value: TryAcquireRequest;
+    case: "tryAcquire";
+  } | {
+    /**
+     * @generated from field: leasehold.v1.ReleaseRequest release = 5;
+     */
+    value: ReleaseRequest;
+    case: "release";
+  } | {
+    /**
+     * @generated from field: leasehold.v1.CancelWaitRequest cancel_wait = 6;
+     */
+    value: CancelWaitRequest;
+    case: "cancelWait";
+  } | {
+    /**
+     * cancel ends the request in flight with this id as a cancelled call
+     * ends (an Acquire's wait is withdrawn); it gets no answer of its own.
+     *
+     * @generated from field: uint64 cancel = 7;
+     */
+    value: bigint;
+    case: "cancel";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message leasehold.v1.LockStreamRequest.
+ * Use `create(LockStreamRequestSchema)` to create a new message.
+ */
+export const LockStreamRequestSchema: GenMessage<LockStreamRequest> = /*@__PURE__*/
+  messageDesc(file_leasehold_v1_leasehold, 13);
+
+/**
+ * @generated from message leasehold.v1.LockStreamResponse
+ */
+export type LockStreamResponse = Message<"leasehold.v1.LockStreamResponse"> & {
+  /**
+   * id is the request's.
+   *
+   * @generated from field: uint64 id = 1;
+   */
+  id: bigint;
+
+  /**
+   * error, when set, is the refusal (the code and fields of the unary
+   * RPC's ErrorDetail), with message its text; op is then unset.
+   *
+   * @generated from field: leasehold.v1.ErrorDetail error = 2;
+   */
+  error?: ErrorDetail | undefined;
+
+  /**
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * @generated from oneof leasehold.v1.LockStreamResponse.op
+   */
+  op: {
+    /**
+     * @generated from field: leasehold.v1.AcquireResponse acquire = 4;
+     */
+    value: AcquireResponse;
+    case: "acquire";
+  } | {
+    /**
+     * @generated from field: leasehold.v1.TryAcquireResponse try_acquire = 5;
+     */
+    value: TryAcquireResponse;
+    case: "tryAcquire";
+  } | {
+    /**
+     * @generated from field: leasehold.v1.ReleaseResponse release = 6;
+     */
+    value: ReleaseResponse;
+    case: "release";
+  } | {
+    /**
+     * @generated from field: leasehold.v1.CancelWaitResponse cancel_wait = 7;
+     */
+    value: CancelWaitResponse;
+    case: "cancelWait";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message leasehold.v1.LockStreamResponse.
+ * Use `create(LockStreamResponseSchema)` to create a new message.
+ */
+export const LockStreamResponseSchema: GenMessage<LockStreamResponse> = /*@__PURE__*/
+  messageDesc(file_leasehold_v1_leasehold, 14);
+
+/**
  * @generated from message leasehold.v1.CloseSessionRequest
  */
 export type CloseSessionRequest = Message<"leasehold.v1.CloseSessionRequest"> & {
@@ -431,7 +559,7 @@ export type CloseSessionRequest = Message<"leasehold.v1.CloseSessionRequest"> & 
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 13);
+  messageDesc(file_leasehold_v1_leasehold, 15);
 
 /**
  * @generated from message leasehold.v1.CloseSessionResponse
@@ -450,7 +578,7 @@ export type CloseSessionResponse = Message<"leasehold.v1.CloseSessionResponse"> 
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 14);
+  messageDesc(file_leasehold_v1_leasehold, 16);
 
 /**
  * @generated from message leasehold.v1.AcquireRequest
@@ -521,7 +649,7 @@ export type AcquireRequest = Message<"leasehold.v1.AcquireRequest"> & {
  * Use `create(AcquireRequestSchema)` to create a new message.
  */
 export const AcquireRequestSchema: GenMessage<AcquireRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 15);
+  messageDesc(file_leasehold_v1_leasehold, 17);
 
 /**
  * @generated from message leasehold.v1.AcquireResponse
@@ -546,7 +674,7 @@ export type AcquireResponse = Message<"leasehold.v1.AcquireResponse"> & {
  * Use `create(AcquireResponseSchema)` to create a new message.
  */
 export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 16);
+  messageDesc(file_leasehold_v1_leasehold, 18);
 
 /**
  * @generated from message leasehold.v1.TryAcquireRequest
@@ -596,7 +724,7 @@ export type TryAcquireRequest = Message<"leasehold.v1.TryAcquireRequest"> & {
  * Use `create(TryAcquireRequestSchema)` to create a new message.
  */
 export const TryAcquireRequestSchema: GenMessage<TryAcquireRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 17);
+  messageDesc(file_leasehold_v1_leasehold, 19);
 
 /**
  * @generated from message leasehold.v1.TryAcquireResponse
@@ -618,7 +746,7 @@ export type TryAcquireResponse = Message<"leasehold.v1.TryAcquireResponse"> & {
  * Use `create(TryAcquireResponseSchema)` to create a new message.
  */
 export const TryAcquireResponseSchema: GenMessage<TryAcquireResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 18);
+  messageDesc(file_leasehold_v1_leasehold, 20);
 
 /**
  * @generated from message leasehold.v1.ReleaseRequest
@@ -645,7 +773,7 @@ export type ReleaseRequest = Message<"leasehold.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 19);
+  messageDesc(file_leasehold_v1_leasehold, 21);
 
 /**
  * @generated from message leasehold.v1.CancelWaitRequest
@@ -672,7 +800,7 @@ export type CancelWaitRequest = Message<"leasehold.v1.CancelWaitRequest"> & {
  * Use `create(CancelWaitRequestSchema)` to create a new message.
  */
 export const CancelWaitRequestSchema: GenMessage<CancelWaitRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 20);
+  messageDesc(file_leasehold_v1_leasehold, 22);
 
 /**
  * @generated from message leasehold.v1.CancelWaitResponse
@@ -685,7 +813,7 @@ export type CancelWaitResponse = Message<"leasehold.v1.CancelWaitResponse"> & {
  * Use `create(CancelWaitResponseSchema)` to create a new message.
  */
 export const CancelWaitResponseSchema: GenMessage<CancelWaitResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 21);
+  messageDesc(file_leasehold_v1_leasehold, 23);
 
 /**
  * @generated from message leasehold.v1.ReleaseResponse
@@ -704,7 +832,7 @@ export type ReleaseResponse = Message<"leasehold.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 22);
+  messageDesc(file_leasehold_v1_leasehold, 24);
 
 /**
  * Holding is (name, lease_id, token): the handle of one grant.
@@ -787,7 +915,7 @@ export type Holding = Message<"leasehold.v1.Holding"> & {
  * Use `create(HoldingSchema)` to create a new message.
  */
 export const HoldingSchema: GenMessage<Holding> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 23);
+  messageDesc(file_leasehold_v1_leasehold, 25);
 
 /**
  * @generated from message leasehold.v1.Waiter
@@ -814,7 +942,7 @@ export type Waiter = Message<"leasehold.v1.Waiter"> & {
  * Use `create(WaiterSchema)` to create a new message.
  */
 export const WaiterSchema: GenMessage<Waiter> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 24);
+  messageDesc(file_leasehold_v1_leasehold, 26);
 
 /**
  * @generated from message leasehold.v1.StatusRequest
@@ -839,7 +967,7 @@ export type StatusRequest = Message<"leasehold.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 25);
+  messageDesc(file_leasehold_v1_leasehold, 27);
 
 /**
  * @generated from message leasehold.v1.LockInfo
@@ -897,7 +1025,7 @@ export type LockInfo = Message<"leasehold.v1.LockInfo"> & {
  * Use `create(LockInfoSchema)` to create a new message.
  */
 export const LockInfoSchema: GenMessage<LockInfo> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 26);
+  messageDesc(file_leasehold_v1_leasehold, 28);
 
 /**
  * @generated from message leasehold.v1.StatusResponse
@@ -914,7 +1042,7 @@ export type StatusResponse = Message<"leasehold.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 27);
+  messageDesc(file_leasehold_v1_leasehold, 29);
 
 /**
  * @generated from message leasehold.v1.ListRequest
@@ -943,7 +1071,7 @@ export type ListRequest = Message<"leasehold.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 28);
+  messageDesc(file_leasehold_v1_leasehold, 30);
 
 /**
  * @generated from message leasehold.v1.ListResponse
@@ -967,7 +1095,7 @@ export type ListResponse = Message<"leasehold.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 29);
+  messageDesc(file_leasehold_v1_leasehold, 31);
 
 /**
  * @generated from message leasehold.v1.WatchRequest
@@ -1005,7 +1133,7 @@ export type WatchRequest = Message<"leasehold.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 30);
+  messageDesc(file_leasehold_v1_leasehold, 32);
 
 /**
  * @generated from message leasehold.v1.Event
@@ -1061,7 +1189,7 @@ export type Event = Message<"leasehold.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 31);
+  messageDesc(file_leasehold_v1_leasehold, 33);
 
 /**
  * @generated from message leasehold.v1.WatchResponse
@@ -1099,7 +1227,7 @@ export type WatchResponse = Message<"leasehold.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 32);
+  messageDesc(file_leasehold_v1_leasehold, 34);
 
 /**
  * WatchCompacted is the state of a watch's prefix at one log index: a
@@ -1137,7 +1265,7 @@ export type WatchCompacted = Message<"leasehold.v1.WatchCompacted"> & {
  * Use `create(WatchCompactedSchema)` to create a new message.
  */
 export const WatchCompactedSchema: GenMessage<WatchCompacted> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 33);
+  messageDesc(file_leasehold_v1_leasehold, 35);
 
 /**
  * @generated from message leasehold.v1.KvPutRequest
@@ -1171,7 +1299,7 @@ export type KvPutRequest = Message<"leasehold.v1.KvPutRequest"> & {
  * Use `create(KvPutRequestSchema)` to create a new message.
  */
 export const KvPutRequestSchema: GenMessage<KvPutRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 34);
+  messageDesc(file_leasehold_v1_leasehold, 36);
 
 /**
  * @generated from message leasehold.v1.KvPutResponse
@@ -1193,7 +1321,7 @@ export type KvPutResponse = Message<"leasehold.v1.KvPutResponse"> & {
  * Use `create(KvPutResponseSchema)` to create a new message.
  */
 export const KvPutResponseSchema: GenMessage<KvPutResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 35);
+  messageDesc(file_leasehold_v1_leasehold, 37);
 
 /**
  * @generated from message leasehold.v1.KvGetRequest
@@ -1215,7 +1343,7 @@ export type KvGetRequest = Message<"leasehold.v1.KvGetRequest"> & {
  * Use `create(KvGetRequestSchema)` to create a new message.
  */
 export const KvGetRequestSchema: GenMessage<KvGetRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 36);
+  messageDesc(file_leasehold_v1_leasehold, 38);
 
 /**
  * @generated from message leasehold.v1.KvGetResponse
@@ -1242,7 +1370,7 @@ export type KvGetResponse = Message<"leasehold.v1.KvGetResponse"> & {
  * Use `create(KvGetResponseSchema)` to create a new message.
  */
 export const KvGetResponseSchema: GenMessage<KvGetResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 37);
+  messageDesc(file_leasehold_v1_leasehold, 39);
 
 /**
  * @generated from message leasehold.v1.KvDeleteRequest
@@ -1271,7 +1399,7 @@ export type KvDeleteRequest = Message<"leasehold.v1.KvDeleteRequest"> & {
  * Use `create(KvDeleteRequestSchema)` to create a new message.
  */
 export const KvDeleteRequestSchema: GenMessage<KvDeleteRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 38);
+  messageDesc(file_leasehold_v1_leasehold, 40);
 
 /**
  * @generated from message leasehold.v1.KvDeleteResponse
@@ -1293,7 +1421,7 @@ export type KvDeleteResponse = Message<"leasehold.v1.KvDeleteResponse"> & {
  * Use `create(KvDeleteResponseSchema)` to create a new message.
  */
 export const KvDeleteResponseSchema: GenMessage<KvDeleteResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 39);
+  messageDesc(file_leasehold_v1_leasehold, 41);
 
 /**
  * @generated from message leasehold.v1.SnapshotRequest
@@ -1306,7 +1434,7 @@ export type SnapshotRequest = Message<"leasehold.v1.SnapshotRequest"> & {
  * Use `create(SnapshotRequestSchema)` to create a new message.
  */
 export const SnapshotRequestSchema: GenMessage<SnapshotRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 40);
+  messageDesc(file_leasehold_v1_leasehold, 42);
 
 /**
  * SnapshotInfo describes a snapshot: the log position it was taken at and
@@ -1365,7 +1493,7 @@ export type SnapshotInfo = Message<"leasehold.v1.SnapshotInfo"> & {
  * Use `create(SnapshotInfoSchema)` to create a new message.
  */
 export const SnapshotInfoSchema: GenMessage<SnapshotInfo> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 41);
+  messageDesc(file_leasehold_v1_leasehold, 43);
 
 /**
  * @generated from message leasehold.v1.SnapshotResponse
@@ -1391,7 +1519,7 @@ export type SnapshotResponse = Message<"leasehold.v1.SnapshotResponse"> & {
  * Use `create(SnapshotResponseSchema)` to create a new message.
  */
 export const SnapshotResponseSchema: GenMessage<SnapshotResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 42);
+  messageDesc(file_leasehold_v1_leasehold, 44);
 
 /**
  * @generated from message leasehold.v1.BumpTokenRequest
@@ -1408,7 +1536,7 @@ export type BumpTokenRequest = Message<"leasehold.v1.BumpTokenRequest"> & {
  * Use `create(BumpTokenRequestSchema)` to create a new message.
  */
 export const BumpTokenRequestSchema: GenMessage<BumpTokenRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 43);
+  messageDesc(file_leasehold_v1_leasehold, 45);
 
 /**
  * @generated from message leasehold.v1.BumpTokenResponse
@@ -1428,7 +1556,7 @@ export type BumpTokenResponse = Message<"leasehold.v1.BumpTokenResponse"> & {
  * Use `create(BumpTokenResponseSchema)` to create a new message.
  */
 export const BumpTokenResponseSchema: GenMessage<BumpTokenResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 44);
+  messageDesc(file_leasehold_v1_leasehold, 46);
 
 /**
  * @generated from message leasehold.v1.Member
@@ -1482,7 +1610,7 @@ export type Member = Message<"leasehold.v1.Member"> & {
  * Use `create(MemberSchema)` to create a new message.
  */
 export const MemberSchema: GenMessage<Member> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 45);
+  messageDesc(file_leasehold_v1_leasehold, 47);
 
 /**
  * @generated from message leasehold.v1.MembersRequest
@@ -1495,7 +1623,7 @@ export type MembersRequest = Message<"leasehold.v1.MembersRequest"> & {
  * Use `create(MembersRequestSchema)` to create a new message.
  */
 export const MembersRequestSchema: GenMessage<MembersRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 46);
+  messageDesc(file_leasehold_v1_leasehold, 48);
 
 /**
  * @generated from message leasehold.v1.MembersResponse
@@ -1517,7 +1645,7 @@ export type MembersResponse = Message<"leasehold.v1.MembersResponse"> & {
  * Use `create(MembersResponseSchema)` to create a new message.
  */
 export const MembersResponseSchema: GenMessage<MembersResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 47);
+  messageDesc(file_leasehold_v1_leasehold, 49);
 
 /**
  * @generated from message leasehold.v1.AddMemberRequest
@@ -1553,7 +1681,7 @@ export type AddMemberRequest = Message<"leasehold.v1.AddMemberRequest"> & {
  * Use `create(AddMemberRequestSchema)` to create a new message.
  */
 export const AddMemberRequestSchema: GenMessage<AddMemberRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 48);
+  messageDesc(file_leasehold_v1_leasehold, 50);
 
 /**
  * @generated from message leasehold.v1.AddMemberResponse
@@ -1578,7 +1706,7 @@ export type AddMemberResponse = Message<"leasehold.v1.AddMemberResponse"> & {
  * Use `create(AddMemberResponseSchema)` to create a new message.
  */
 export const AddMemberResponseSchema: GenMessage<AddMemberResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 49);
+  messageDesc(file_leasehold_v1_leasehold, 51);
 
 /**
  * @generated from message leasehold.v1.RemoveMemberRequest
@@ -1595,7 +1723,7 @@ export type RemoveMemberRequest = Message<"leasehold.v1.RemoveMemberRequest"> & 
  * Use `create(RemoveMemberRequestSchema)` to create a new message.
  */
 export const RemoveMemberRequestSchema: GenMessage<RemoveMemberRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 50);
+  messageDesc(file_leasehold_v1_leasehold, 52);
 
 /**
  * @generated from message leasehold.v1.RemoveMemberResponse
@@ -1612,7 +1740,7 @@ export type RemoveMemberResponse = Message<"leasehold.v1.RemoveMemberResponse"> 
  * Use `create(RemoveMemberResponseSchema)` to create a new message.
  */
 export const RemoveMemberResponseSchema: GenMessage<RemoveMemberResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 51);
+  messageDesc(file_leasehold_v1_leasehold, 53);
 
 /**
  * @generated from message leasehold.v1.TransferLeaderRequest
@@ -1629,7 +1757,7 @@ export type TransferLeaderRequest = Message<"leasehold.v1.TransferLeaderRequest"
  * Use `create(TransferLeaderRequestSchema)` to create a new message.
  */
 export const TransferLeaderRequestSchema: GenMessage<TransferLeaderRequest> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 52);
+  messageDesc(file_leasehold_v1_leasehold, 54);
 
 /**
  * @generated from message leasehold.v1.TransferLeaderResponse
@@ -1646,7 +1774,7 @@ export type TransferLeaderResponse = Message<"leasehold.v1.TransferLeaderRespons
  * Use `create(TransferLeaderResponseSchema)` to create a new message.
  */
 export const TransferLeaderResponseSchema: GenMessage<TransferLeaderResponse> = /*@__PURE__*/
-  messageDesc(file_leasehold_v1_leasehold, 53);
+  messageDesc(file_leasehold_v1_leasehold, 55);
 
 /**
  * LockMode is how a request shares its name with other holders.
@@ -1820,6 +1948,21 @@ export const LeaseholdService: GenService<{
     methodKind: "unary";
     input: typeof CancelWaitRequestSchema;
     output: typeof CancelWaitResponseSchema;
+  },
+  /**
+   * LockStream carries Acquire, TryAcquire, Release and CancelWait as
+   * messages with a client request id on one long-lived stream, answered
+   * out of order as each completes. Each message is one operation: checked,
+   * limited, authorized, counted and logged as the unary RPC of its kind,
+   * and answered after its command was committed (fsync'd), as the unary
+   * RPC is. A node that does not lead forwards each message to the leader.
+   *
+   * @generated from rpc leasehold.v1.LeaseholdService.LockStream
+   */
+  lockStream: {
+    methodKind: "bidi_streaming";
+    input: typeof LockStreamRequestSchema;
+    output: typeof LockStreamResponseSchema;
   },
   /**
    * Status describes one lock name.

@@ -1,0 +1,311 @@
+package server_test
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/servertest"
+)
+
+type lockStream = connect.BidiStreamForClient[pb.LockStreamRequest, pb.LockStreamResponse]
+
+// openLockStream opens a LockStream that is closed when the test ends.
+func openLockStream(t *testing.T, c client) *lockStream {
+	t.Helper()
+	ls := c.LockStream(ctxT(t))
+	t.Cleanup(func() {
+		_ = ls.CloseRequest()
+		_ = ls.CloseResponse()
+	})
+	return ls
+}
+
+func lsSend(t *testing.T, ls *lockStream, m *pb.LockStreamRequest) {
+	t.Helper()
+	mustOK(t, "LockStream send", ls.Send(m))
+}
+
+// lsRecv receives answers until it has one for each id, in any order.
+func lsRecv(t *testing.T, ls *lockStream, ids ...uint64) map[uint64]*pb.LockStreamResponse {
+	t.Helper()
+	got := map[uint64]*pb.LockStreamResponse{}
+	for len(got) < len(ids) {
+		m, err := ls.Receive()
+		mustOK(t, "LockStream receive", err)
+		got[m.GetId()] = m
+	}
+	for _, id := range ids {
+		if got[id] == nil {
+			t.Fatalf("no answer to request %d; got %v", id, got)
+		}
+	}
+	return got
+}
+
+func lsCode(m *pb.LockStreamResponse) api.Code { return api.Code(m.GetError().GetCode()) }
+
+func lsAcquire(id uint64, name, lease string) *pb.LockStreamRequest {
+	return &pb.LockStreamRequest{Id: id, Op: &pb.LockStreamRequest_Acquire{Acquire: &pb.AcquireRequest{Name: name, LeaseId: lease}}}
+}
+
+func lsTry(id uint64, name, lease string) *pb.LockStreamRequest {
+	return &pb.LockStreamRequest{Id: id, Op: &pb.LockStreamRequest_TryAcquire{TryAcquire: &pb.TryAcquireRequest{Name: name, LeaseId: lease}}}
+}
+
+// Requests on one stream run concurrently and are answered as each
+// completes: a queued Acquire does not hold up the requests behind it.
+// Refusals carry the code and fields of the unary RPC's; bad requests are
+// refused alone and the stream goes on.
+func TestLockStreamOutOfOrder(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{})
+	a := newSession(t, c.Client, 60_000, "A").GetLeaseId()
+	b := newSession(t, c.Client, 60_000, "B").GetLeaseId()
+	held := acquire(t, c.Client, "oo:x", a)
+	ls := openLockStream(t, c.Client)
+	lsSend(t, ls, lsAcquire(1, "oo:x", b)) // queues behind A
+	lsSend(t, ls, lsTry(2, "oo:y", b))
+	lsSend(t, ls, lsTry(3, "oo:x", b))
+	got := lsRecv(t, ls, 2, 3)
+	if got[2].GetTryAcquire().GetHolding().GetToken() <= held.GetToken() {
+		t.Fatalf("TryAcquire oo:y answered %v", got[2])
+	}
+	if lsCode(got[3]) != api.CodeLocked || !strings.Contains(got[3].GetMessage(), `"A"`) {
+		t.Fatalf("TryAcquire of a held name answered %v, want locked naming the holder", got[3])
+	}
+	waitQueued(t, c.Client, "oo:x", b)
+	// Bad requests: refused, the stream goes on.
+	lsSend(t, ls, lsTry(0, "oo:z", b))
+	lsSend(t, ls, &pb.LockStreamRequest{Id: 4})
+	lsSend(t, ls, &pb.LockStreamRequest{Id: 5, TimeoutMs: -1, Op: &pb.LockStreamRequest_TryAcquire{TryAcquire: &pb.TryAcquireRequest{Name: "oo:z", LeaseId: b}}})
+	lsSend(t, ls, lsTry(6, "", b))
+	got = lsRecv(t, ls, 0, 4, 5, 6)
+	for id, m := range got {
+		if lsCode(m) != api.CodeInvalidArgument {
+			t.Errorf("bad request %d answered %v, want invalid-argument", id, m)
+		}
+	}
+	// A's release hands oo:x to B's queued Acquire (id 1); the release
+	// on the stream names the next holder as the unary RPC does.
+	lsSend(t, ls, &pb.LockStreamRequest{Id: 7, Op: &pb.LockStreamRequest_Release{Release: &pb.ReleaseRequest{Name: "oo:x", LeaseId: a, Token: held.GetToken()}}})
+	got = lsRecv(t, ls, 1, 7)
+	if got[7].GetRelease() == nil || got[7].GetRelease().GetNext().GetLeaseId() != b {
+		t.Fatalf("Release answered %v, want B as the next holder", got[7])
+	}
+	if h := got[1].GetAcquire().GetHolding(); h.GetLeaseId() != b || h.GetToken() <= got[2].GetTryAcquire().GetHolding().GetToken() {
+		t.Fatalf("queued Acquire answered %v", got[1])
+	}
+	lsSend(t, ls, &pb.LockStreamRequest{Id: 8, Op: &pb.LockStreamRequest_Release{Release: &pb.ReleaseRequest{Name: "oo:x", LeaseId: a, Token: held.GetToken()}}})
+	if m := lsRecv(t, ls, 8)[8]; lsCode(m) != api.CodeNotHolder {
+		t.Fatalf("stale Release answered %v, want not-holder", m)
+	}
+	// An id already in flight cannot be answered unambiguously: the
+	// stream ends with invalid-argument, and what was in flight is
+	// cancelled (the queued Acquire withdrawn).
+	lsSend(t, ls, lsAcquire(9, "oo:x", a))
+	waitQueued(t, c.Client, "oo:x", a)
+	lsSend(t, ls, lsTry(9, "oo:w", a))
+	for {
+		m, err := ls.Receive()
+		if err != nil {
+			wantCode(t, "the stream after a request id in flight was sent again", err, api.CodeInvalidArgument)
+			break
+		}
+		if m.GetId() != 9 || lsCode(m) != api.CodeCanceled {
+			t.Fatalf("a request id in flight sent again: answer %v; want the first one cancelled", m)
+		}
+	}
+	waitQueued(t, c.Client, "oo:x")
+}
+
+// A request's timeout and a cancel message end it as a deadline and a
+// cancel end the unary RPC: a queued Acquire withdraws its wait. A stream
+// that ends with an Acquire queued withdraws it too.
+func TestLockStreamCancelAndTimeout(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{})
+	a := newSession(t, c.Client, 60_000, "A").GetLeaseId()
+	b := newSession(t, c.Client, 60_000, "B").GetLeaseId()
+	acquire(t, c.Client, "ct", a)
+	ls := openLockStream(t, c.Client)
+	lsSend(t, ls, lsAcquire(1, "ct", b))
+	waitQueued(t, c.Client, "ct", b)
+	lsSend(t, ls, &pb.LockStreamRequest{Op: &pb.LockStreamRequest_Cancel{Cancel: 1}})
+	if m := lsRecv(t, ls, 1)[1]; lsCode(m) != api.CodeCanceled {
+		t.Fatalf("cancelled Acquire answered %v, want canceled", m)
+	}
+	waitQueued(t, c.Client, "ct")
+
+	m := lsAcquire(2, "ct", b)
+	m.TimeoutMs = 200
+	lsSend(t, ls, m)
+	if m := lsRecv(t, ls, 2)[2]; lsCode(m) != api.CodeDeadlineExceeded {
+		t.Fatalf("Acquire past its timeout answered %v, want deadline-exceeded", m)
+	}
+	waitQueued(t, c.Client, "ct")
+
+	// The stream goes away with an Acquire queued: it is withdrawn.
+	lsSend(t, ls, lsAcquire(3, "ct", b))
+	waitQueued(t, c.Client, "ct", b)
+	mustOK(t, "close", ls.CloseResponse())
+	waitQueued(t, c.Client, "ct")
+}
+
+// Each message is authorized as its unary RPC, and the caller is
+// authenticated again when the auth state changes: a token revoked while
+// its stream is open is refused on the next message.
+func TestLockStreamAuthPerMessage(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
+	ctx := ctxT(t)
+	anon := withToken(t, c, "")
+	mk := func(who string) *pb.CreateTokenResponse {
+		res, err := anon.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
+		mustOK(t, "create token "+who, err)
+		return res.Msg
+	}
+	opsTok, alice, eve := mk("ops"), mk("alice"), mk("eve")
+	ops := withToken(t, c, opsTok.GetToken())
+	for _, p := range []*pb.Policy{
+		{Name: "alice", Principals: []string{"alice"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"job:"}},
+		{Name: "eve", Principals: []string{"eve"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"job:"}},
+	} {
+		_, err := ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: p}))
+		mustOK(t, "set policy", err)
+	}
+	_, err := ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	mustOK(t, "enable auth", err)
+	rt := h2c()
+	t.Cleanup(rt.CloseIdleConnections)
+	ac, ec := as(c, rt, alice.GetToken()), as(c, rt, eve.GetToken())
+	lease := newSession(t, ac, 60_000, "alice").GetLeaseId()
+
+	als, els := openLockStream(t, ac), openLockStream(t, ec)
+	lsSend(t, als, lsTry(1, "job:1", lease))
+	lsSend(t, als, lsTry(2, "other:1", lease))
+	got := lsRecv(t, als, 1, 2)
+	if got[1].GetError() != nil {
+		t.Fatalf("alice's TryAcquire of job:1 answered %v", got[1])
+	}
+	if lsCode(got[2]) != api.CodePermissionDenied {
+		t.Fatalf("alice's TryAcquire outside her prefix answered %v, want permission-denied", got[2])
+	}
+	tok := got[1].GetTryAcquire().GetHolding().GetToken()
+	lsSend(t, els, &pb.LockStreamRequest{Id: 1, Op: &pb.LockStreamRequest_Release{Release: &pb.ReleaseRequest{Name: "job:1", LeaseId: lease, Token: tok}}})
+	if m := lsRecv(t, els, 1)[1]; lsCode(m) != api.CodePermissionDenied {
+		t.Fatalf("eve releasing alice's lock answered %v, want permission-denied", m)
+	}
+	if status(t, ops.locks, "job:1").GetHolder().GetToken() != tok {
+		t.Fatal("eve's refused release changed the holding")
+	}
+
+	_, err = ops.auth.RevokeToken(ctx, req(&pb.RevokeTokenRequest{Id: alice.GetId()}))
+	mustOK(t, "revoke alice's token", err)
+	lsSend(t, als, lsTry(3, "job:2", lease))
+	if m := lsRecv(t, als, 3)[3]; lsCode(m) != api.CodePermissionDenied {
+		t.Fatalf("a message after alice's token was revoked answered %v, want permission-denied", m)
+	}
+	if status(t, ops.locks, "job:2").GetHolder() != nil {
+		t.Fatal("the refused message acquired job:2")
+	}
+}
+
+// Each message takes a token of the caller's request rate, as a unary
+// request does, and a refusal names the limit.
+func TestLockStreamRatePerMessage(t *testing.T) {
+	c, _ := startManual(t, withLimits(func(l *server.Limits) { l.Rate, l.Burst = 1, 6 }))
+	rt := h2c()
+	t.Cleanup(rt.CloseIdleConnections)
+	a := as(c, rt, "a")
+	lease := newSession(t, a, 60_000, "a").GetLeaseId() // 1 token
+	ls := openLockStream(t, a)                          // 1 token
+	for id := uint64(1); id <= 6; id++ {
+		lsSend(t, ls, lsTry(id, "rate:"+string(rune('a'+id)), lease))
+		m := lsRecv(t, ls, id)[id]
+		switch {
+		case id <= 4 && m.GetError() != nil:
+			t.Fatalf("message %d answered %v, want it within the burst", id, m)
+		case id > 4 && (lsCode(m) != api.CodeResourceExhausted || !strings.Contains(m.GetMessage(), "serve --limit rate=N")):
+			t.Fatalf("message %d answered %v, want refused by the rate limit", id, m)
+		}
+	}
+	if status(t, c.Client, "rate:f").GetHolder() != nil {
+		t.Fatal("a message refused by the rate limit acquired")
+	}
+}
+
+// Each message is counted in the RPC metrics and logged in the access log
+// as its unary RPC.
+func TestLockStreamCountedAndLogged(t *testing.T) {
+	var buf lockedBuffer
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) {
+		cfg.AccessLog = slog.New(slog.NewTextHandler(&buf, nil))
+	}})
+	lease := newSession(t, c.Client, 60_000, "A").GetLeaseId()
+	before := scrape(t, c)
+	ls := openLockStream(t, c.Client)
+	lsSend(t, ls, lsTry(1, "cl:1", lease))
+	lsSend(t, ls, lsTry(2, "cl:2", lease))
+	lsSend(t, ls, lsTry(3, "", lease))
+	lsRecv(t, ls, 1, 2, 3)
+	mustOK(t, "close requests", ls.CloseRequest())
+	if _, err := ls.Receive(); err == nil {
+		t.Fatal("the stream answered more than asked")
+	}
+	if n := sampleOr(before, `leasehold_rpc_total{code="ok",method="TryAcquire"}`); n != "" {
+		t.Fatalf("TryAcquire counted %s before any", n)
+	}
+	after := scrape(t, c)
+	if got := sample(t, after, `leasehold_rpc_total{code="ok",method="TryAcquire"}`); got != "2" {
+		t.Errorf("ok TryAcquires counted %s, want 2", got)
+	}
+	if got := sample(t, after, `leasehold_rpc_total{code="invalid-argument",method="TryAcquire"}`); got != "1" {
+		t.Errorf("refused TryAcquires counted %s, want 1", got)
+	}
+	line := "method=STREAM path=/leasehold.v1.LeaseholdService/TryAcquire stream=/leasehold.v1.LeaseholdService/LockStream code="
+	err := servertest.Eventually(10*time.Second, func() bool { return strings.Count(buf.String(), line) == 3 })
+	if err != nil {
+		t.Fatalf("access log has %d lines of stream TryAcquires, want 3:\n%s", strings.Count(buf.String(), line), buf.String())
+	}
+	for _, want := range []string{line + "ok", line + "invalid-argument"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("access log lacks %q", want)
+		}
+	}
+}
+
+// sampleOr is sample without failing: "" when the series is absent.
+func sampleOr(metrics, series string) string {
+	for line := range strings.Lines(metrics) {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
+// A server shutting down answers the Acquires queued on a stream as
+// unavailable (not applied) instead of leaving them to a broken stream.
+func TestLockStreamDrain(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{})
+	a := newSession(t, c.Client, 60_000, "A").GetLeaseId()
+	b := newSession(t, c.Client, 60_000, "B").GetLeaseId()
+	acquire(t, c.Client, "dr", a)
+	ls := openLockStream(t, c.Client)
+	lsSend(t, ls, lsAcquire(1, "dr", b))
+	waitQueued(t, c.Client, "dr", b)
+	stopped := async(func() error { c.Stop(); return nil })
+	if m := lsRecv(t, ls, 1)[1]; lsCode(m) != api.CodeUnavailable {
+		t.Fatalf("queued Acquire at shutdown answered %v, want unavailable", m)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ls.Receive(); err == nil {
+		t.Fatalf("the stream of a stopped server answered %v", m)
+	}
+}
