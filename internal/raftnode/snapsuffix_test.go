@@ -35,9 +35,9 @@ func walWithLog(t *testing.T, last uint64) (suffixKeepingLogStore, markingSnapsh
 	return suffixKeepingLogStore{store, mark, testLogger(t)}, markingSnapshotStore{snaps, mark}
 }
 
-// snapshot creates (and cancels) a snapshot of index and term, as raft
+// snapshotAt creates (and cancels) a snapshot of index and term, as raft
 // does before it writes one.
-func snapshot(t *testing.T, snaps raft.SnapshotStore, index, term uint64) {
+func snapshotAt(t *testing.T, snaps raft.SnapshotStore, index, term uint64) {
 	t.Helper()
 	sink, err := snaps.Create(raft.SnapshotVersionMax, index, term, raft.Configuration{}, 1, nil)
 	if err != nil {
@@ -48,8 +48,8 @@ func snapshot(t *testing.T, snaps raft.SnapshotStore, index, term uint64) {
 	}
 }
 
-// span is the store's first and last index; 0, 0 when it is empty.
-func span(t *testing.T, s raft.LogStore) (uint64, uint64) {
+// logSpan is the store's first and last index; 0, 0 when it is empty.
+func logSpan(t *testing.T, s raft.LogStore) (uint64, uint64) {
 	t.Helper()
 	first, err := s.FirstIndex()
 	if err != nil {
@@ -99,7 +99,7 @@ func TestInstalledSnapshotKeepsTheMatchingSuffix(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			logs, snaps := walWithLog(t, c.last)
-			snapshot(t, snaps, c.snapIndex, c.snapTerm)
+			snapshotAt(t, snaps, c.snapIndex, c.snapTerm)
 			if c.deleteBeforeSnapshot {
 				if err := logs.StoreLog(&raft.Log{Index: c.last + 1, Term: 2}); err != nil {
 					t.Fatal(err)
@@ -109,7 +109,7 @@ func TestInstalledSnapshotKeepsTheMatchingSuffix(t *testing.T) {
 			if err := logs.DeleteRange(c.lo, c.hi); err != nil {
 				t.Fatal(err)
 			}
-			if first, last := span(t, logs); first != c.wantFirst || last != c.wantLast {
+			if first, last := logSpan(t, logs); first != c.wantFirst || last != c.wantLast {
 				t.Fatalf("log after DeleteRange(%d, %d) following snapshot (%d, %d): [%d, %d], want [%d, %d]",
 					c.lo, c.hi, c.snapIndex, c.snapTerm, first, last, c.wantFirst, c.wantLast)
 			}
@@ -118,7 +118,7 @@ func TestInstalledSnapshotKeepsTheMatchingSuffix(t *testing.T) {
 				if err := logs.DeleteRange(c.wantFirst, c.wantLast); err != nil {
 					t.Fatal(err)
 				}
-				if first, last := span(t, logs); last != 0 {
+				if first, last := logSpan(t, logs); last != 0 {
 					t.Fatalf("second delete left [%d, %d]", first, last)
 				}
 			}
