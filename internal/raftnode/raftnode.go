@@ -329,6 +329,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
 	n.raft = r
+	mark.follow(r)
 	ok = true
 	obs := make(chan raft.Observation, 64)
 	r.RegisterObserver(raft.NewObserver(obs, false, healthFilter))

@@ -22,26 +22,33 @@ import (
 // stays contiguous and holds exactly up to L, so raft's view is true again.
 // The entry at S itself stays: the leader's next append names S as its
 // previous entry, and raft looks S up in the log because its last entry is
-// L, not S.
+// L, not S. When the log starts right after S (the follower installed
+// this snapshot before, or compacted through S), all of it is kept, and
+// GetLog answers for S with the snapshot's term (an empty entry raft
+// never applies: S is applied, and raft sends no entry whose previous one
+// it cannot read). The entry before a log's first is always committed, as
+// is S, so they are the same entry.
 //
-// It keeps the suffix only when it is at most maxAppendEntries long. After
-// the snapshot the leader's next append starts right after S and carries
-// at most maxAppendEntries entries, while raft then commits up to the
-// leader's commit index bounded by its own last index (not by the last
-// entry that append carried): a longer suffix could have entries no append
-// compared with the leader's log committed and applied. A longer suffix is
-// deleted as raft asks (and the follower may hit #697 and restart, which
-// loses nothing: it starts from its snapshot and catches up).
+// It keeps the suffix only when at most maxAppendEntries of it lie past
+// both S and the index raft already committed. After the snapshot the
+// leader's next append starts right after S and carries at most
+// maxAppendEntries entries, while raft then commits up to the leader's
+// commit index bounded by its own last index (not by the last entry that
+// append carried): a longer uncommitted suffix could have entries no
+// append compared with the leader's log committed and applied. Such a
+// suffix is deleted as raft asks (and the follower may hit #697, panic and
+// be restarted, which loses nothing: it starts from its snapshot and
+// catches up).
 //
-// When the entry at S is missing or has another term, the whole suffix
-// conflicts with the leader's log (Log Matching) and raft's delete goes
-// ahead (Raft's step 7: discard the entire log). Raft's stale view then
-// costs liveness, not safety: every append naming an index in (S, L) finds
-// no entry, one naming L finds a different term, so the follower refuses
-// them all before committing anything, and the leader sends its snapshot
-// again until that snapshot passes L. Keeping the conflicting suffix
-// instead would let an append that matches below S leave it in place and
-// have raft apply it past S.
+// When the entry at S has another term, the whole suffix conflicts with
+// the leader's log (Log Matching) and raft's delete goes ahead (Raft's
+// step 7: discard the entire log); so it does when the log starts past
+// S+1. Raft's stale view then costs liveness, not safety: every append
+// naming an index in (S, L) finds no entry, one naming L finds a
+// different term, so the follower refuses them all before committing
+// anything, and the leader sends its snapshot again until that snapshot
+// passes L. Keeping the conflicting suffix instead would let an append
+// that matches below S leave it in place and have raft apply it past S.
 //
 // Only a whole-log delete right after a snapshot was created is changed:
 // a snapshot this node takes itself deletes a prefix through at most S
@@ -62,10 +69,21 @@ var maxAppendEntries = uint64(raft.DefaultConfig().MaxAppendEntries)
 // snapshotMark is the index and term of the snapshot raft created last,
 // until the next write to the log store.
 type snapshotMark struct {
-	mu    sync.Mutex // guards the fields below
-	set   bool
-	index uint64
-	term  uint64
+	mu        sync.Mutex // guards the fields below
+	set       bool
+	index     uint64
+	term      uint64
+	committed func() uint64 // raft's commit index once raft runs; nil before
+
+	// The snapshot a kept log starts right after; 0, 0 for none.
+	baseIndex, baseTerm uint64
+}
+
+// follow has the mark read raft's commit index from r.
+func (m *snapshotMark) follow(r *raft.Raft) {
+	m.mu.Lock()
+	m.committed = r.CommitIndex
+	m.mu.Unlock()
 }
 
 func (m *snapshotMark) put(index, term uint64) {
@@ -81,6 +99,32 @@ func (m *snapshotMark) take() (index, term uint64, ok bool) {
 	index, term, ok = m.index, m.term, m.set
 	m.set = false
 	return index, term, ok
+}
+
+// keptAfter records that the log was kept starting right after the
+// snapshot (index, term).
+func (m *snapshotMark) keptAfter(index, term uint64) {
+	m.mu.Lock()
+	m.baseIndex, m.baseTerm = index, term
+	m.mu.Unlock()
+}
+
+// base is the snapshot a kept log starts right after.
+func (m *snapshotMark) base() (index, term uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.baseIndex, m.baseTerm
+}
+
+// commitIndex is raft's commit index, or 0 before raft runs.
+func (m *snapshotMark) commitIndex() uint64 {
+	m.mu.Lock()
+	committed := m.committed
+	m.mu.Unlock()
+	if committed == nil {
+		return 0
+	}
+	return committed()
 }
 
 // markingSnapshotStore sets mark to each snapshot it creates.
@@ -123,7 +167,10 @@ func (s suffixKeepingLogStore) DeleteRange(lo, hi uint64) error {
 // keepFrom is the first index to keep when raft deletes [lo, hi] right
 // after creating the snapshot (index, term), or 0 to delete all of it.
 func (s suffixKeepingLogStore) keepFrom(lo, hi, index, term uint64) (uint64, error) {
-	if index >= hi || hi-index > maxAppendEntries {
+	if index >= hi {
+		return 0, nil
+	}
+	if checked := max(index, s.mark.commitIndex()); hi > checked && hi-checked > maxAppendEntries {
 		return 0, nil
 	}
 	first, err := s.FirstIndex()
@@ -134,8 +181,12 @@ func (s suffixKeepingLogStore) keepFrom(lo, hi, index, term uint64) (uint64, err
 	if err != nil {
 		return 0, err
 	}
-	if lo != first || hi != last || index < first {
-		return 0, nil // not the whole log, or the entry at index is gone
+	switch {
+	case lo != first || hi != last || index+1 < first:
+		return 0, nil // not the whole log, or a gap after the snapshot
+	case index+1 == first:
+		s.mark.keptAfter(index, term)
+		return first, nil
 	}
 	var l raft.Log
 	switch err := s.GetLog(index, &l); {
@@ -147,6 +198,24 @@ func (s suffixKeepingLogStore) keepFrom(lo, hi, index, term uint64) (uint64, err
 		return 0, nil
 	}
 	return index, nil
+}
+
+// GetLog answers for the snapshot a kept log starts right after with an
+// empty entry of the snapshot's term.
+func (s suffixKeepingLogStore) GetLog(index uint64, l *raft.Log) error {
+	err := s.LogStore.GetLog(index, l)
+	if !errors.Is(err, raft.ErrLogNotFound) {
+		return err
+	}
+	base, term := s.mark.base()
+	if base == 0 || index != base {
+		return err
+	}
+	if first, ferr := s.FirstIndex(); ferr != nil || first != base+1 {
+		return err
+	}
+	*l = raft.Log{Index: base, Term: term, Type: raft.LogNoop}
+	return nil
 }
 
 // IsMonotonic passes on the store's answer (see isMonotonic).

@@ -141,6 +141,7 @@ func rawCluster(t *testing.T) []*rawNode {
 			t.Fatal(err)
 		}
 		n.r = r
+		mark.follow(r)
 		t.Cleanup(func() {
 			if err := r.Shutdown().Error(); err != nil {
 				t.Error(err)
@@ -232,7 +233,7 @@ func followerAhead(t *testing.T) (nodes []*rawNode, leader, follower, other *raw
 // (hashicorp/raft#697).
 func TestFollowerAheadOfAnInstalledSnapshotCatchesUp(t *testing.T) {
 	nodes, leader, follower, _ := followerAhead(t)
-	caughtUp(t, leader, nodes)
+	// Raft applies the kept entries at the next commit.
 	applyN(t, leader, 5)
 	caughtUp(t, leader, nodes)
 	if got, want := follower.fsm.count(), uint64(36); got != want {
