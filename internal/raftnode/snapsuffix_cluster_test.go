@@ -14,10 +14,12 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// countFSM counts the commands applied to it.
+// countFSM counts the commands applied to it and the snapshots it
+// restored.
 type countFSM struct {
-	mu sync.Mutex // guards n
-	n  uint64
+	mu       sync.Mutex // guards n and restores
+	n        uint64
+	restores int
 }
 
 func (f *countFSM) Apply(*raft.Log) any {
@@ -33,6 +35,12 @@ func (f *countFSM) count() uint64 {
 	return f.n
 }
 
+func (f *countFSM) restored() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restores
+}
+
 func (f *countFSM) Snapshot() (raft.FSMSnapshot, error) { return countSnapshot(f.count()), nil }
 
 func (f *countFSM) Restore(rc io.ReadCloser) error {
@@ -43,6 +51,7 @@ func (f *countFSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.n = binary.BigEndian.Uint64(b[:])
+	f.restores++
 	f.mu.Unlock()
 	return nil
 }
@@ -195,8 +204,11 @@ func caughtUp(t *testing.T, leader *rawNode, nodes []*rawNode) {
 // followerAhead starts a cluster, has the leader send one follower its
 // snapshot while that follower's log runs 11 entries past it, and waits
 // until the follower installed it. It returns the nodes, the leader, that
-// follower and the other follower.
-func followerAhead(t *testing.T) (nodes []*rawNode, leader, follower, other *rawNode) {
+// follower and the other follower. With lagging, the follower is cut off
+// until the leader took its snapshot, installs it, and then gets the
+// entries after it: its log starts right after the snapshot the leader
+// sends it again.
+func followerAhead(t *testing.T, lagging bool) (nodes []*rawNode, leader, follower, other *rawNode) {
 	t.Helper()
 	nodes = rawCluster(t)
 	leader = rawLeader(t, nodes)
@@ -209,11 +221,20 @@ func followerAhead(t *testing.T) (nodes []*rawNode, leader, follower, other *raw
 			other = n
 		}
 	}
+	if lagging {
+		leader.trans.Disconnect(follower.addr)
+	}
 	applyN(t, leader, 20)
 	if err := leader.r.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	snapIndex := leader.r.LastIndex()
+	if lagging {
+		leader.trans.Connect(follower.addr, follower.trans.InmemTransport)
+		eventually(t, "the lagging follower installed the leader's snapshot", func() bool {
+			return follower.fsm.restored() == 1
+		})
+	}
 	applyN(t, leader, 10)
 	caughtUp(t, leader, nodes)
 
@@ -221,8 +242,9 @@ func followerAhead(t *testing.T) (nodes []*rawNode, leader, follower, other *raw
 	// an empty log and sends it the snapshot.
 	leader.trans.refuse.Store(&follower.id)
 	applyN(t, leader, 1)
+	installs := follower.fsm.restored() + 1
 	eventually(t, "the follower installed the leader's snapshot", func() bool {
-		return follower.r.Stats()["last_snapshot_index"] == fmt.Sprint(snapIndex)
+		return follower.fsm.restored() >= installs && follower.r.Stats()["last_snapshot_index"] == fmt.Sprint(snapIndex)
 	})
 	return nodes, leader, follower, other
 }
@@ -232,12 +254,16 @@ func followerAhead(t *testing.T) (nodes []*rawNode, leader, follower, other *raw
 // up instead of having the leader resend the snapshot forever
 // (hashicorp/raft#697).
 func TestFollowerAheadOfAnInstalledSnapshotCatchesUp(t *testing.T) {
-	nodes, leader, follower, _ := followerAhead(t)
-	// Raft applies the kept entries at the next commit.
-	applyN(t, leader, 5)
-	caughtUp(t, leader, nodes)
-	if got, want := follower.fsm.count(), uint64(36); got != want {
-		t.Fatalf("follower applied %d commands, want %d", got, want)
+	for _, lagging := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lagging=%v", lagging), func(t *testing.T) {
+			nodes, leader, follower, _ := followerAhead(t, lagging)
+			// Raft applies the kept entries at the next commit.
+			applyN(t, leader, 5)
+			caughtUp(t, leader, nodes)
+			if got, want := follower.fsm.count(), uint64(36); got != want {
+				t.Fatalf("follower applied %d commands, want %d", got, want)
+			}
+		})
 	}
 }
 
@@ -246,14 +272,18 @@ func TestFollowerAheadOfAnInstalledSnapshotCatchesUp(t *testing.T) {
 // after the snapshot, which it must still hold (hashicorp/raft#697: raft
 // panics with `log not found`).
 func TestFollowerAheadOfAnInstalledSnapshotUnderANewLeader(t *testing.T) {
-	nodes, leader, follower, other := followerAhead(t)
-	if err := leader.r.LeadershipTransferToServer(other.id, other.addr).Error(); err != nil {
-		t.Fatal(err)
-	}
-	leader = rawLeader(t, nodes)
-	applyN(t, leader, 5)
-	caughtUp(t, leader, nodes)
-	if got, want := follower.fsm.count(), uint64(36); got != want {
-		t.Fatalf("follower applied %d commands, want %d", got, want)
+	for _, lagging := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lagging=%v", lagging), func(t *testing.T) {
+			nodes, leader, follower, other := followerAhead(t, lagging)
+			if err := leader.r.LeadershipTransferToServer(other.id, other.addr).Error(); err != nil {
+				t.Fatal(err)
+			}
+			leader = rawLeader(t, nodes)
+			applyN(t, leader, 5)
+			caughtUp(t, leader, nodes)
+			if got, want := follower.fsm.count(), uint64(36); got != want {
+				t.Fatalf("follower applied %d commands, want %d", got, want)
+			}
+		})
 	}
 }
