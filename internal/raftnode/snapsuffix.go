@@ -42,13 +42,14 @@ import (
 //
 // When the entry at S has another term, the whole suffix conflicts with
 // the leader's log (Log Matching) and raft's delete goes ahead (Raft's
-// step 7: discard the entire log); so it does when the log starts past
-// S+1. Raft's stale view then costs liveness, not safety: every append
-// naming an index in (S, L) finds no entry, one naming L finds a
-// different term, so the follower refuses them all before committing
-// anything, and the leader sends its snapshot again until that snapshot
-// passes L. Keeping the conflicting suffix instead would let an append
-// that matches below S leave it in place and have raft apply it past S.
+// step 7: discard the entire log). Raft's stale view then costs liveness,
+// not safety: every append naming an index in (S, L) finds no entry, one
+// naming L finds a different term, so the follower refuses them all before
+// committing anything, and the leader sends its snapshot again until that
+// snapshot passes L. Keeping the conflicting suffix instead would let an
+// append that matches below S leave it in place and have raft apply it
+// past S. A log that starts past S+1 leaves a gap neither it nor the
+// snapshot covers; its delete goes ahead too (raft's behaviour, #697).
 //
 // Only a whole-log delete right after a snapshot was created is changed:
 // a snapshot this node takes itself deletes a prefix through at most S
