@@ -217,7 +217,8 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}()
 	n.storage = newStorageGuard(cfg.Logger, cfg.DataDir)
-	logs, err := raft.NewLogCache(512, withMetrics(withFailpoints(guardedLogStore{store, n.storage}), cfg.Metrics))
+	mark := &snapshotMark{}
+	logs, err := raft.NewLogCache(512, withMetrics(withFailpoints(suffixKeepingLogStore{guardedLogStore{store, n.storage}, mark, cfg.Logger}), cfg.Metrics))
 	if err != nil {
 		return nil, err
 	}
@@ -323,11 +324,12 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, guardedStableStore{store, n.storage}, snaps, n.trans)
+	r, err := raft.NewRaft(rc, n.fsm, logs, guardedStableStore{store, n.storage}, markingSnapshotStore{snaps, mark}, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
 	n.raft = r
+	mark.follow(r)
 	ok = true
 	obs := make(chan raft.Observation, 64)
 	r.RegisterObserver(raft.NewObserver(obs, false, healthFilter))
