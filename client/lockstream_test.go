@@ -2,12 +2,10 @@ package client_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/cutreply"
 	"github.com/leasehold/leasehold/internal/simtest"
 )
 
@@ -66,60 +65,10 @@ func (c *streamCutter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.h.ServeHTTP(w, r)
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	cw := &cutWriter{ResponseWriter: w, c: c, cancel: cancel}
-	c.h.ServeHTTP(cw, r.WithContext(ctx))
-	if cw.cutDone {
-		panic(http.ErrAbortHandler) // reset the stream: no trailers, no status
-	}
-}
-
-// cutWriter passes a stream's gRPC envelopes through until one carries
-// an answer to cut: that one is swallowed and the stream ends.
-type cutWriter struct {
-	http.ResponseWriter
-	c       *streamCutter
-	cancel  context.CancelFunc
-	mu      sync.Mutex // protects following
-	buf     []byte
-	cutDone bool
-}
-
-func (w *cutWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cutDone {
-		return len(b), nil
-	}
-	w.buf = append(w.buf, b...)
-	for len(w.buf) >= 5 {
-		n := int(binary.BigEndian.Uint32(w.buf[1:5]))
-		if len(w.buf) < 5+n {
-			break
-		}
-		env := w.buf[:5+n]
+	cutreply.ServeStream(c.h, w, r, func(payload []byte) bool {
 		var m pb.LockStreamResponse
-		if proto.Unmarshal(env[5:], &m) == nil && w.c.take(&m) {
-			w.cutDone = true
-			w.buf = nil
-			w.cancel() // ends the handler, which answers nothing more
-			return len(b), nil
-		}
-		if _, err := w.ResponseWriter.Write(env); err != nil {
-			return 0, err
-		}
-		w.buf = w.buf[5+n:]
-	}
-	return len(b), nil
-}
-
-func (w *cutWriter) Flush() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.cutDone {
-		w.ResponseWriter.(http.Flusher).Flush()
-	}
+		return proto.Unmarshal(payload, &m) == nil && c.take(&m)
+	})
 }
 
 // A lock stream that breaks after the server granted, before the client

@@ -3,7 +3,12 @@
 // never arrived (it must say outcome-unknown for a write, never internal).
 package cutreply
 
-import "net/http"
+import (
+	"context"
+	"encoding/binary"
+	"net/http"
+	"sync"
+)
 
 // Serve serves r with h, but sends the caller only the response headers
 // and the first 3 bytes of the body (an incomplete gRPC envelope), then
@@ -42,3 +47,69 @@ func (w *headersOnly) Write(b []byte) (int, error) {
 }
 
 func (w *headersOnly) Flush() {}
+
+// ServeStream serves the gRPC stream r with h, passing its answers (gRPC
+// envelopes) through until cut(payload) returns true for one: that answer
+// is swallowed, h's request context is canceled, and the stream is reset.
+// The request behind that answer ran on the server; the caller never
+// learns its outcome, nor that of any other request still in flight on
+// the stream. When no answer is cut, ServeStream returns once h does.
+func ServeStream(h http.Handler, w http.ResponseWriter, r *http.Request, cut func(payload []byte) bool) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	cw := &envelopeCutter{ResponseWriter: w, cut: cut, cancel: cancel}
+	h.ServeHTTP(cw, r.WithContext(ctx))
+	cw.mu.Lock()
+	done := cw.cutDone
+	cw.mu.Unlock()
+	if done {
+		panic(http.ErrAbortHandler) // reset the stream: no trailers, no status
+	}
+}
+
+// envelopeCutter passes a stream's gRPC envelopes through until cut
+// chooses one: that one is swallowed and the stream ends.
+type envelopeCutter struct {
+	http.ResponseWriter
+	cut    func([]byte) bool
+	cancel context.CancelFunc
+
+	mu      sync.Mutex // protects following
+	buf     []byte     // the start of an envelope not yet complete
+	cutDone bool
+}
+
+func (w *envelopeCutter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cutDone {
+		return len(b), nil
+	}
+	w.buf = append(w.buf, b...)
+	for len(w.buf) >= 5 {
+		n := int(binary.BigEndian.Uint32(w.buf[1:5]))
+		if len(w.buf) < 5+n {
+			break
+		}
+		env := w.buf[:5+n]
+		if w.cut(env[5:]) {
+			w.cutDone = true
+			w.buf = nil
+			w.cancel() // ends the handler, which answers nothing more
+			return len(b), nil
+		}
+		if _, err := w.ResponseWriter.Write(env); err != nil {
+			return 0, err
+		}
+		w.buf = w.buf[5+n:]
+	}
+	return len(b), nil
+}
+
+func (w *envelopeCutter) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.cutDone {
+		w.ResponseWriter.(http.Flusher).Flush()
+	}
+}

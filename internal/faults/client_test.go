@@ -84,7 +84,14 @@ func clientMain(mode string) int {
 	r := &recorder{proc: env("ID"), f: f}
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, untilNs))
 	defer cancel()
-	c, err := client.Dial(ctx, env("ENDPOINTS"))
+	var opts []client.DialOption
+	if mode == "keeper" {
+		// TestCutReplies cuts unary replies: its keepers send their lock
+		// operations as unary calls (the lock stream's own breaks are
+		// client's TestLockStreamCut and TestLockStreamBreak*).
+		opts = append(opts, client.WithUnaryLocks())
+	}
+	c, err := client.Dial(ctx, env("ENDPOINTS"), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -29,7 +29,7 @@ const cutEvery = 4
 // One in cutEvery unary replies is cut after its headers: the request ran
 // to completion on the node, the caller gets the response headers and the
 // first bytes of the body, and then the stream is reset. Streams
-// (keepalive, watch, snapshot) pass untouched.
+// (keepalive, watch, snapshot, the lock stream) pass untouched.
 type cutProxy struct {
 	addr string // where clients connect
 	srv  *http.Server
@@ -70,7 +70,7 @@ func newCutProxy(target string) (*cutProxy, error) {
 }
 
 // streams are the procedures that stream: never cut.
-var streams = []string{"/KeepAliveStream", "/Watch", "/Snapshot"}
+var streams = []string{"/KeepAliveStream", "/Watch", "/Snapshot", "/LockStream"}
 
 func (p *cutProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, s := range streams {
