@@ -115,18 +115,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(p *testing.PB) {
 				i := int(next.Add(1)) - 1
-				s, name := sessions[i], fmt.Sprintf("bench/par/%d", i)
-				for p.Next() {
-					l, err := s.Acquire(ctx, name)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := l.Release(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-				}
+				acquireReleaseLoop(ctx, b, p, sessions[i], fmt.Sprintf("bench/par/%d", i))
 			})
 			b.StopTimer()
 			reportOps(b)
@@ -252,5 +241,21 @@ func setGlobalSink(b *testing.B, sink metrics.MetricSink) {
 	conf.EnableRuntimeMetrics = false // no collector goroutine
 	if _, err := metrics.NewGlobal(conf, sink); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// acquireReleaseLoop acquires and releases name in s for every iteration
+// of p, failing b at the first error.
+func acquireReleaseLoop(ctx context.Context, b *testing.B, p *testing.PB, s *client.Session, name string) {
+	for p.Next() {
+		l, err := s.Acquire(ctx, name)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Error(err)
+			return
+		}
 	}
 }

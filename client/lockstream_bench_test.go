@@ -47,18 +47,7 @@ func BenchmarkLockTransport(b *testing.B) {
 				b.ResetTimer()
 				b.RunParallel(func(p *testing.PB) {
 					i := int(next.Add(1) - 1)
-					s, name := sessions[i], fmt.Sprintf("bench/%s/%d", tr, i)
-					for p.Next() {
-						l, err := s.Acquire(ctx, name)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if err := l.Release(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-					}
+					acquireReleaseLoop(ctx, b, p, sessions[i], fmt.Sprintf("bench/%s/%d", tr, i))
 				})
 				b.StopTimer()
 				reportOps(b)
