@@ -177,6 +177,11 @@ func (c *clusterService) RemoveMember(ctx context.Context, req *connect.Request[
 func (c *clusterService) TransferLeader(ctx context.Context, req *connect.Request[pb.TransferLeaderRequest]) (*connect.Response[pb.TransferLeaderResponse], error) {
 	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.TransferLeaderRequest) (*pb.TransferLeaderResponse, error) {
 		r := c.s.node.Raft()
+		if m.GetId() == c.s.node.ID() {
+			// Already there: leadership may have moved on its own between
+			// the caller's look at the cluster and this request.
+			return &pb.TransferLeaderResponse{LeaderId: c.s.node.ID()}, nil
+		}
 		var f raft.Future
 		if m.GetId() == "" {
 			f = r.LeadershipTransfer()

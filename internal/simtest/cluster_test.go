@@ -466,3 +466,20 @@ func TestCancelWaitAfterLeaderChange(t *testing.T) {
 		t.Fatalf("after the waiter gave up and the holder released: holder %v, waiters %v; want a free lock", info.GetHolder(), info.GetWaiters())
 	}
 }
+
+// Asking for leadership to move to the node that already leads answers
+// with that node, as a move that has already happened; it is not an error,
+// since leadership can move on its own between a caller's look at the
+// cluster and its request.
+func TestTransferLeaderToTheLeader(t *testing.T) {
+	c := Start(t, 3, Options{})
+	ctx := ctxT(t, 20*time.Second)
+	leader := c.Leader()
+	got, err := dial(t, c.Followers()[0].Addr).TransferLeader(ctx, leader.ID)
+	if err != nil {
+		t.Fatalf("transfer to the leader %s: %v", leader.ID, err)
+	}
+	if got != leader.ID {
+		t.Fatalf("transfer to the leader %s answered %q", leader.ID, got)
+	}
+}
