@@ -17,15 +17,17 @@
 //
 // In words:
 //
-//   - The command runs in a process group of its own (Setpgid); every signal goes to the
+//   - The command runs in a process group of its own (Setpgid; led by the sentinel below
+//     when /bin/sh exists); every signal goes to the
 //     group (kill(-pgid)), so the children a shell script starts are stopped with it.
 //   - On Linux the command gets SIGKILL from the kernel when the supervising process dies
 //     (Pdeathsig), so a killed supervisor does not leave it running without renewals. The
 //     parent-death signal fires when the OS thread that started the child exits, so Run
 //     starts the child from a goroutine locked to its thread until the child is reaped.
-//     That signal reaches the command only; for its descendants a sentinel shell in the
-//     same group waits on a pipe from the supervisor and SIGKILLs the group when the pipe
-//     closes — which the kernel does when the supervisor dies, however it dies.
+//     That signal reaches the command only; for its descendants a sentinel shell, started
+//     before the command and leading the group the command joins, waits on a pipe from the
+//     supervisor and SIGKILLs the group when the pipe closes — which the kernel does when
+//     the supervisor dies, however it dies, even the moment after the command started.
 //   - SIGTERM is sent at deadline − KillAfter and SIGKILL at the deadline, re-reading the
 //     deadline each time (a renewal moves both later). KillAfter must not exceed
 //     MaxKillAfter(window, interval), so that SIGTERM is only ever sent once a renewal is

@@ -7,10 +7,11 @@ import (
 	"syscall"
 )
 
-// sysProcAttr puts the command in a process group of its own and has the kernel SIGKILL it
-// when the thread that started it (see start) exits, which includes the supervisor dying.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// sysProcAttr puts the command in process group pgid (0: a group of its own) and has the
+// kernel SIGKILL it when the thread that started it (see start) exits, which includes the
+// supervisor dying.
+func sysProcAttr(pgid int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pgid: pgid, Pdeathsig: syscall.SIGKILL}
 }
 
 // groupAlive reports whether a process of group pgid is alive. kill(-pgid, 0) also finds

@@ -4,11 +4,11 @@ package supervise
 
 import "syscall"
 
-// sysProcAttr puts the command in a process group of its own. There is no parent-death
-// signal outside Linux; the sentinel (see startSentinel) kills the group when the
-// supervisor dies.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true}
+// sysProcAttr puts the command in process group pgid (0: a group of its own). There is no
+// parent-death signal outside Linux; the sentinel (see startSentinel) kills the group when
+// the supervisor dies.
+func sysProcAttr(pgid int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 }
 
 // groupAlive reports whether a process of group pgid exists (zombies included).

@@ -114,16 +114,24 @@ func Run(ctx context.Context, lease Lease, cfg Config) (Result, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cmd := command(cfg)
+	// The sentinel starts first and leads the group the command joins, so that no moment
+	// exists in which the command runs and a dying supervisor would leave its children.
+	sentinel, err := startSentinel()
+	if err != nil { // no /bin/sh: Pdeathsig still covers the command
+		log.Debug("no sentinel for the command's group", "err", err)
+	}
+	cmd := command(cfg, sentinel.pgid())
 	exited, err := start(cmd)
 	if err != nil {
+		sentinel.stop()
 		return Result{}, fmt.Errorf("%w: %s: %w", ErrStart, cmd.Args[0], err)
 	}
-	s := &supervisor{cfg: cfg, log: log, lease: lease, pgid: cmd.Process.Pid, name: cfg.Argv[0]}
-	sentinel, err := startSentinel(s.pgid)
-	if err != nil { // the command's group is already gone, or no /bin/sh: Pdeathsig still covers the command
-		log.Debug("no sentinel in the command's group", "pgid", s.pgid, "err", err)
+	started()
+	pgid := sentinel.pgid()
+	if pgid == 0 {
+		pgid = cmd.Process.Pid
 	}
+	s := &supervisor{cfg: cfg, log: log, lease: lease, pgid: pgid, name: cfg.Argv[0]}
 	waitErr := s.watch(ctx, exited)
 	sentinel.stop()
 	res := s.res
@@ -134,7 +142,11 @@ func Run(ctx context.Context, lease Lease, cfg Config) (Result, error) {
 	return res, nil
 }
 
-func command(cfg Config) *exec.Cmd {
+// started is called once the command started; a test replaces it to stall Run there.
+var started = func() {}
+
+// command is the command of cfg, to run in process group pgid (0: a group of its own).
+func command(cfg Config, pgid int) *exec.Cmd {
 	var cmd *exec.Cmd
 	if cfg.Shell {
 		cmd = exec.Command("/bin/sh", "-c", strings.Join(cfg.Argv, " "))
@@ -143,7 +155,7 @@ func command(cfg Config) *exec.Cmd {
 	}
 	cmd.Env = cfg.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = cfg.Stdin, cfg.Stdout, cfg.Stderr
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = sysProcAttr(pgid)
 	// Leftover processes may hold the output pipes open; Wait must still return when the
 	// command exits, so that they can be stopped.
 	cmd.WaitDelay = pipeGrace
@@ -173,9 +185,9 @@ func start(cmd *exec.Cmd) (<-chan error, error) {
 	return exited, nil
 }
 
-// sentinel is a shell in the command's process group that SIGKILLs the whole group when the
-// pipe from this process reaches EOF, which happens when this process dies, however it dies:
-// the parent-death signal reaches only the command itself, the sentinel also its
+// sentinel is a shell that leads the command's process group and SIGKILLs the whole group
+// when the pipe from this process reaches EOF, which happens when this process dies, however
+// it dies: the parent-death signal reaches only the command itself, the sentinel also its
 // descendants. It ignores the signals Run forwards.
 type sentinel struct {
 	cmd  *exec.Cmd
@@ -184,14 +196,15 @@ type sentinel struct {
 
 const sentinelScript = `trap "" INT TERM HUP; read _; kill -9 0`
 
-func startSentinel(pgid int) (*sentinel, error) {
+// startSentinel starts the sentinel in a new process group of its own, for the command to join.
+func startSentinel() (*sentinel, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command("/bin/sh", "-c", sentinelScript)
 	cmd.Stdin = r
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	_ = r.Close()
 	if err != nil {
@@ -199,6 +212,14 @@ func startSentinel(pgid int) (*sentinel, error) {
 		return nil, err
 	}
 	return &sentinel{cmd: cmd, pipe: w}, nil
+}
+
+// pgid is the group the sentinel leads; 0 for a nil sentinel.
+func (s *sentinel) pgid() int {
+	if s == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // stop kills the sentinel alone (the group is left as it is) and reaps it. A nil sentinel is

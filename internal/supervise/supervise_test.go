@@ -22,8 +22,15 @@ import (
 // helperEnv makes the test binary act as a supervising process (see runHelper).
 const helperEnv = "LEASEHOLD_SUPERVISE_HELPER"
 
+// stallEnv makes the helper stall right after the command started, so that the test kills
+// the supervisor at the earliest moment it can.
+const stallEnv = "LEASEHOLD_SUPERVISE_STALL"
+
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(helperEnv); dir != "" {
+		if os.Getenv(stallEnv) != "" {
+			started = func() { select {} }
+		}
 		runHelper(dir)
 		return
 	}
@@ -277,11 +284,19 @@ func TestRenewalPostponesTerm(t *testing.T) {
 }
 
 // TestSupervisorKilled: kill -9 of the supervising process kills the command and the
-// processes it started.
+// processes it started, also when the supervisor dies the moment the command started.
 func TestSupervisorKilled(t *testing.T) {
+	t.Run("running", func(t *testing.T) { testSupervisorKilled(t, false) })
+	t.Run("just started", func(t *testing.T) { testSupervisorKilled(t, true) })
+}
+
+func testSupervisorKilled(t *testing.T, stall bool) {
 	dir := t.TempDir()
 	helper := exec.Command(os.Args[0], "-test.run=^$")
 	helper.Env = append(os.Environ(), helperEnv+"="+dir)
+	if stall {
+		helper.Env = append(helper.Env, stallEnv+"=1")
+	}
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
 	}
