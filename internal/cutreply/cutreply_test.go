@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -14,34 +13,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/internal/cutreply"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// serve serves h over HTTP/1 and unencrypted HTTP/2 on a free 127.0.0.1
-// port until the test ends.
-func serve(t *testing.T, h http.Handler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: h, Protocols: &p, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		<-done
-	})
-	return ln.Addr().String()
 }
 
 // h2c is an unencrypted HTTP/2 transport, closed when the test ends.
@@ -90,14 +66,14 @@ func (e *echo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // open, and the upstream request is cancelled.
 func TestServeStreamThroughReverseProxy(t *testing.T) {
 	up := &echo{ended: make(chan struct{})}
-	upstream := &url.URL{Scheme: "http", Host: serve(t, up)}
+	upstream := &url.URL{Scheme: "http", Host: servertest.Serve(t, up)}
 	rp := &httputil.ReverseProxy{
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(upstream) },
 		Transport:     h2c(t),
 		FlushInterval: -1,
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
-	proxy := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	proxy := servertest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cutreply.ServeStream(rp, w, r, func(payload []byte) bool { return string(payload) == "cut" })
 	}))
 
