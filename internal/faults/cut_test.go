@@ -48,6 +48,26 @@ type cutProxy struct {
 
 	answers    atomic.Int64 // lock-stream answers seen
 	streamCuts atomic.Int64 // lock-stream answers cut (each reset its stream)
+	unreset    atomic.Int64 // lock-stream requests read after their stream's cut
+}
+
+// readAfterCut counts the reads of a lock stream's request body that
+// returned data after the stream's cut: a stream the cut resets reads
+// nothing more (a keeper sends its next lock operation only after it has
+// the answer to the last, or a reset), while a stream left open reads the
+// caller's next message (the cancel it sends at its deadline).
+type readAfterCut struct {
+	io.ReadCloser
+	cut *atomic.Bool
+	n   *atomic.Int64
+}
+
+func (r *readAfterCut) Read(b []byte) (int, error) {
+	n, err := r.ReadCloser.Read(b)
+	if n > 0 && r.cut.Load() {
+		r.n.Add(1)
+	}
+	return n, err
 }
 
 // newCutProxy serves a cutProxy to target (host:port) on a free
@@ -83,11 +103,14 @@ var streams = []string{"/KeepAliveStream", "/Watch", "/Snapshot"}
 
 func (p *cutProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasSuffix(r.URL.Path, "/LockStream") {
+		var cut atomic.Bool
+		r.Body = &readAfterCut{ReadCloser: r.Body, cut: &cut, n: &p.unreset}
 		cutreply.ServeStream(p.rp, w, r, func([]byte) bool {
 			if p.answers.Add(1); rand.N(cutEvery) != 0 {
 				return false
 			}
 			p.streamCuts.Add(1)
+			cut.Store(true)
 			return true
 		})
 		return
@@ -177,12 +200,16 @@ func TestCutReplies(t *testing.T) {
 	for _, v := range unlearnedKept(h) {
 		t.Error(v)
 	}
-	var cuts, unary, streamCuts, answers int64
+	var cuts, unary, streamCuts, answers, unreset int64
 	for _, p := range proxies {
 		cuts += p.cuts.Load()
 		unary += p.unary.Load()
 		streamCuts += p.streamCuts.Load()
 		answers += p.answers.Load()
+		unreset += p.unreset.Load()
+	}
+	if unreset > 0 {
+		t.Errorf("%d lock-stream requests were read after their stream's answer was cut: the cut left the stream open, so the caller waited out its deadline instead of learning of the break", unreset)
 	}
 	unknown, streamUnknown, streamOps := 0, 0, 0
 	for _, r := range h.recs {
