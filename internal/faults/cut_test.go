@@ -34,8 +34,8 @@ const cutEvery = 4
 // answers on a lock stream, drawn at random (so that the answer to a
 // request's retry on a new stream is lost at times too), is swallowed and
 // the stream reset with every request still in flight on it (the node's
-// handler is cancelled). The
-// other streams (keepalive, watch, snapshot) pass untouched.
+// handler is cancelled). The other streams (keepalive, watch, snapshot)
+// pass untouched.
 type cutProxy struct {
 	addr string // where clients connect
 	srv  *http.Server
