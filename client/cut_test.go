@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -16,7 +15,7 @@ import (
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/cutreply"
-	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // cutHandler serves the real API but, while cuts > 0, cuts the reply off
@@ -131,22 +130,7 @@ func (c *cancelOnRequest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveHandler serves h on a new 127.0.0.1 port until the test ends.
 func serveHandler(t *testing.T, h http.Handler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := server.NewHTTPServer(h)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		<-done
-	})
-	return ln.Addr().String()
+	return servertest.Serve(t, h)
 }
 
 // noQuorum answers the first CreateSession with `unavailable` (no leader)

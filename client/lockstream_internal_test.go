@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // abortingLocks reads n requests from a LockStream and then resets the
@@ -32,26 +32,9 @@ func (a abortingLocks) LockStream(_ context.Context, bs *connect.BidiStream[pb.L
 }
 
 func serveLocks(t *testing.T, h leaseholdv1connect.LeaseholdServiceHandler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewLeaseholdServiceHandler(h))
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: mux, Protocols: &p}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		<-done
-	})
-	return ln.Addr().String()
+	return servertest.Serve(t, mux)
 }
 
 // A stream that breaks with requests written to it answers each of them

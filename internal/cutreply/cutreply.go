@@ -6,6 +6,7 @@ package cutreply
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"net/http"
 	"sync"
 )
@@ -50,14 +51,24 @@ func (w *headersOnly) Flush() {}
 
 // ServeStream serves the gRPC stream r with h, passing its answers (gRPC
 // envelopes) through until cut(payload) returns true for one: that answer
-// is swallowed, h's request context is canceled, and the stream is reset.
-// The request behind that answer ran on the server; the caller never
-// learns its outcome, nor that of any other request still in flight on
-// the stream. When no answer is cut, ServeStream returns once h does.
+// is swallowed, h's request context is canceled, its request body is
+// closed, and the stream is reset. The request behind that answer ran on
+// the server; the caller never learns its outcome, nor that of any other
+// request still in flight on the stream. When no answer is cut,
+// ServeStream returns once h does.
+//
+// h may be the API's own handler or a reverse proxy in front of it
+// (httputil.ReverseProxy over an HTTP/2 transport). The proxy's transport
+// copies the request body upstream in a goroutine that blocks reading it
+// and looks at the request's context only between reads; its response
+// body is broken only when that copy ends. While the caller waits for
+// answers and sends nothing, cancelling alone would leave the proxy (and
+// the caller) waiting forever: closing the request body ends the copy, so
+// the transport resets the upstream stream and the proxy returns.
 func ServeStream(h http.Handler, w http.ResponseWriter, r *http.Request, cut func(payload []byte) bool) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	cw := &envelopeCutter{ResponseWriter: w, cut: cut, cancel: cancel}
+	cw := &envelopeCutter{ResponseWriter: w, cut: cut, cancel: cancel, body: r.Body}
 	h.ServeHTTP(cw, r.WithContext(ctx))
 	cw.mu.Lock()
 	done := cw.cutDone
@@ -73,6 +84,7 @@ type envelopeCutter struct {
 	http.ResponseWriter
 	cut    func([]byte) bool
 	cancel context.CancelFunc
+	body   io.Closer // the request body, closed at the cut
 
 	mu      sync.Mutex // protects following
 	buf     []byte     // the start of an envelope not yet complete
@@ -96,6 +108,7 @@ func (w *envelopeCutter) Write(b []byte) (int, error) {
 			w.cutDone = true
 			w.buf = nil
 			w.cancel() // ends the handler, which answers nothing more
+			_ = w.body.Close()
 			return len(b), nil
 		}
 		if _, err := w.ResponseWriter.Write(env); err != nil {

@@ -86,9 +86,9 @@ func clientMain(mode string) int {
 	defer cancel()
 	var opts []client.DialOption
 	if mode == "keeper" {
-		// TestCutReplies cuts unary replies: its keepers send their lock
-		// operations as unary calls (the lock stream's own breaks are
-		// client's TestLockStreamCut and TestLockStreamBreak*).
+		// TestCutReplies cuts unary replies and lock-stream answers: a
+		// keeper sends its lock operations as unary calls, a
+		// stream-keeper on the lock stream (the client's default).
 		opts = append(opts, client.WithUnaryLocks())
 	}
 	c, err := client.Dial(ctx, env("ENDPOINTS"), opts...)
@@ -100,7 +100,7 @@ func clientMain(mode string) int {
 	switch mode {
 	case "worker":
 		runWorker(ctx, c, r, strings.Split(env("NAMES"), ","), ttl, false)
-	case "keeper":
+	case "keeper", "stream-keeper":
 		runWorker(ctx, c, r, strings.Split(env("NAMES"), ","), ttl, true)
 	case "holder":
 		runHolder(ctx, c, r, env("NAMES"), ttl)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -22,14 +23,19 @@ import (
 	"github.com/leasehold/leasehold/internal/cutreply"
 )
 
-// cutEvery is the share of unary replies a cutProxy cuts: one in cutEvery.
+// cutEvery is the share of unary replies, and of lock-stream answers, a
+// cutProxy cuts: one in cutEvery.
 const cutEvery = 4
 
 // cutProxy is an HTTP/2 (h2c) reverse proxy in front of one node's API.
 // One in cutEvery unary replies is cut after its headers: the request ran
 // to completion on the node, the caller gets the response headers and the
-// first bytes of the body, and then the stream is reset. Streams
-// (keepalive, watch, snapshot, the lock stream) pass untouched.
+// first bytes of the body, and then the stream is reset. One in cutEvery
+// answers on a lock stream, drawn at random (so that the answer to a
+// request's retry on a new stream is lost at times too), is swallowed and
+// the stream reset with every request still in flight on it (the node's
+// handler is cancelled). The other streams (keepalive, watch, snapshot)
+// pass untouched.
 type cutProxy struct {
 	addr string // where clients connect
 	srv  *http.Server
@@ -39,6 +45,29 @@ type cutProxy struct {
 
 	unary atomic.Int64 // unary calls seen
 	cuts  atomic.Int64 // replies cut
+
+	answers    atomic.Int64 // lock-stream answers seen
+	streamCuts atomic.Int64 // lock-stream answers cut (each reset its stream)
+	unreset    atomic.Int64 // lock-stream requests read after their stream's cut
+}
+
+// readAfterCut counts the reads of a lock stream's request body that
+// returned data after the stream's cut: a stream the cut resets reads
+// nothing more (a keeper sends its next lock operation only after it has
+// the answer to the last, or a reset), while a stream left open reads the
+// caller's next message (the cancel it sends at its deadline).
+type readAfterCut struct {
+	io.ReadCloser
+	cut *atomic.Bool
+	n   *atomic.Int64
+}
+
+func (r *readAfterCut) Read(b []byte) (int, error) {
+	n, err := r.ReadCloser.Read(b)
+	if n > 0 && r.cut.Load() {
+		r.n.Add(1)
+	}
+	return n, err
 }
 
 // newCutProxy serves a cutProxy to target (host:port) on a free
@@ -69,10 +98,23 @@ func newCutProxy(target string) (*cutProxy, error) {
 	return p, nil
 }
 
-// streams are the procedures that stream: never cut.
-var streams = []string{"/KeepAliveStream", "/Watch", "/Snapshot", "/LockStream"}
+// streams are the procedures that stream and are never cut.
+var streams = []string{"/KeepAliveStream", "/Watch", "/Snapshot"}
 
 func (p *cutProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/LockStream") {
+		var cut atomic.Bool
+		r.Body = &readAfterCut{ReadCloser: r.Body, cut: &cut, n: &p.unreset}
+		cutreply.ServeStream(p.rp, w, r, func([]byte) bool {
+			if p.answers.Add(1); rand.N(cutEvery) != 0 {
+				return false
+			}
+			p.streamCuts.Add(1)
+			cut.Store(true)
+			return true
+		})
+		return
+	}
 	for _, s := range streams {
 		if strings.HasSuffix(r.URL.Path, s) {
 			p.rp.ServeHTTP(w, r)
@@ -96,7 +138,9 @@ func (p *cutProxy) close() {
 
 // TestCutReplies: replies cut after their headers. Client processes reach the
 // nodes only through cutProxies, which cut one in cutEvery unary replies
-// after the request ran on the node. Every failure that may have applied
+// after the request ran on the node, and break lock streams at one in
+// cutEvery of their answers; half the keepers send their lock operations
+// on the lock stream, half as unary calls. Every failure that may have applied
 // must say outcome-unknown, never internal (P11); no token goes back
 // (P2); no acknowledged write is lost (P4); and a grant whose acquire
 // came back unclear is not kept by a session that never learned it: the
@@ -119,11 +163,16 @@ func TestCutReplies(t *testing.T) {
 		eps = append(eps, p.addr)
 	}
 	// Keepers: workers whose sessions (TTL 10 s) outlive them, so that
-	// what they hold when they stop can be read back.
+	// what they hold when they stop can be read back. Two send their lock
+	// operations as unary calls (k*), two on the lock stream (s*).
 	until := time.Now().Add(15 * time.Second)
 	var ps []*proc
 	for i := range 4 {
-		ps = append(ps, spawn(t, "keeper", fmt.Sprintf("k%d", i), strings.Join(eps, ","), names, 10*time.Second, until))
+		mode, id := "keeper", fmt.Sprintf("k%d", i)
+		if i%2 == 1 {
+			mode, id = "stream-keeper", fmt.Sprintf("s%d", i)
+		}
+		ps = append(ps, spawn(t, mode, id, strings.Join(eps, ","), names, 10*time.Second, until))
 	}
 	waitAll(t, ps, time.Until(until)+10*time.Second)
 	var recs []rec
@@ -151,20 +200,37 @@ func TestCutReplies(t *testing.T) {
 	for _, v := range unlearnedKept(h) {
 		t.Error(v)
 	}
-	var cuts, unary int64
+	var cuts, unary, streamCuts, answers, unreset int64
 	for _, p := range proxies {
 		cuts += p.cuts.Load()
 		unary += p.unary.Load()
+		streamCuts += p.streamCuts.Load()
+		answers += p.answers.Load()
+		unreset += p.unreset.Load()
 	}
-	unknown := 0
+	if unreset > 0 {
+		t.Errorf("%d lock-stream requests were read after their stream's answer was cut: the cut left the stream open, so the caller waited out its deadline instead of learning of the break", unreset)
+	}
+	unknown, streamUnknown, streamOps := 0, 0, 0
 	for _, r := range h.recs {
+		stream := strings.HasPrefix(r.Proc, "s")
+		if stream && (r.K == "grant" || r.K == "release" || r.Op == "acquire" || r.Op == "release") {
+			streamOps++
+		}
 		if r.Code == "outcome-unknown" {
 			unknown++
+			if stream && (r.Op == "acquire" || r.Op == "release") {
+				streamUnknown++
+			}
 		}
 	}
-	t.Logf("replies cut %d of %d unary calls; outcome-unknown seen by clients %d", cuts, unary, unknown)
+	t.Logf("replies cut %d of %d unary calls; lock-stream answers cut %d of %d; outcome-unknown seen by clients %d (%d of them lock operations on the stream, of %d such operations)",
+		cuts, unary, streamCuts, answers, unknown, streamUnknown, streamOps)
 	if cuts == 0 || unknown == 0 {
 		t.Errorf("coverage: replies cut %d, outcome-unknown errors %d: the cuts did not bite", cuts, unknown)
+	}
+	if streamCuts == 0 || streamOps == 0 || streamUnknown == 0 {
+		t.Errorf("coverage: lock-stream answers cut %d, lock operations of stream-keepers %d, of them outcome-unknown %d: the stream cuts did not bite", streamCuts, streamOps, streamUnknown)
 	}
 	cnt.snapshotInstalls = c.snapshotInstalls()
 	report(t, h, &cnt, o)

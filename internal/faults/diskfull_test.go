@@ -75,19 +75,21 @@ func (n *node) appliedIndex(ctx context.Context) uint64 {
 	return 0
 }
 
-// TestDiskFull is a disk-full schedule: the leader's data dir is on a 32 MiB tmpfs
-// that fills up under load (a filler file, then 64 KiB writes). The node
-// must stop by itself with an error that says so (no panic), its clients
-// must see no internal, the two others must keep serving, no
-// acknowledged write may be lost, and once space is freed the node,
-// started again on its data dir, must catch up.
+// TestDiskFull is a disk-full schedule: one node's data dir is on a 32
+// MiB tmpfs that fills up under load (a filler file, then 64 KiB writes),
+// first while the node leads, then, after it caught up again, while it
+// follows. The node must stop by itself with an error that says so (exit
+// status 12, no panic), the two others must keep serving, no acknowledged
+// write may be lost, and once space is freed the node, started again on
+// its data dir, must catch up. As leader, the writes in flight when its
+// append failed must be told so (never internal).
 func TestDiskFull(t *testing.T) {
 	c := startCluster(t)
 	ctx := t.Context()
 	keys := append([]string{"f:big"}, names...)
 	o := observe(c.endpoints(), "f:", keys)
 	var cnt counters
-	until := time.Now().Add(26 * time.Second)
+	until := time.Now().Add(22 * time.Second)
 	ps := load(t, c, 4, until)
 	time.Sleep(time.Second)
 	v := others(c, c.mustLeader(ctx))[0]
@@ -99,7 +101,32 @@ func TestDiskFull(t *testing.T) {
 	v.dir = mnt
 	c.start(v)
 	c.waitReady(v, 20*time.Second)
-	c.makeLeader(ctx, v, 15*time.Second)
+	var mine []rec
+	for i, role := range []string{"leader", "follower"} {
+		if role == "leader" {
+			c.makeLeader(ctx, v, 15*time.Second)
+		} else if c.leader(ctx, c.nodes) == v {
+			c.makeLeader(ctx, others(c, v)[0], 15*time.Second)
+		}
+		mine = append(mine, fillUp(ctx, t, c, v, mnt, role, fmt.Sprintf("big%d", i), &cnt)...)
+	}
+	t.Logf("both rounds done %v before the load ends", time.Until(until).Round(time.Millisecond))
+	waitAll(t, ps, time.Until(until)+10*time.Second)
+	h := collect(t, o, c.endpoints(), keys, ps, mine...)
+	cnt.snapshotInstalls = c.snapshotInstalls()
+	report(t, h, &cnt, o, "leader-changes")
+}
+
+// fillUp fills the tmpfs mnt that holds v's data dir while v has role
+// (leader or follower), writing 64 KiB values as proc through the cluster
+// until v stops, and checks how v stopped and that the two others keep
+// serving; then it frees the space, starts v again, and checks that it
+// catches up. It returns the writes as records and appends the time the
+// others took to confirm a leader to cnt's failover.
+func fillUp(ctx context.Context, t *testing.T, c *cluster, v *node, mnt, role, proc string, cnt *counters) []rec {
+	t.Helper()
+	logged := func() string { b, _ := os.ReadFile(v.logPath); return string(b) }
+	before := len(logged())
 	filler := fill(t, mnt, 1<<20)
 	full := time.Now()
 
@@ -107,30 +134,41 @@ func TestDiskFull(t *testing.T) {
 	v.mu.Lock()
 	cmd := v.cmd
 	v.mu.Unlock()
-	mine := writeUntil(ctx, t, c.endpoints(), "f:big", "big", 64<<10, func() bool { return v.exited() || time.Since(full) > 20*time.Second })
+	mine := writeUntil(ctx, t, c.endpoints(), "f:big", proc, 64<<10, func() bool { return v.exited() || time.Since(full) > 20*time.Second })
 	if !c.awaitExit(v, time.Second) {
-		t.Fatalf("%s still runs 20 s after its disk filled up", v.id)
+		t.Fatalf("%s (%s) still runs 20 s after its disk filled up", v.id, role)
 	}
-	log, _ := os.ReadFile(v.logPath)
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signaled() || ws.ExitStatus() == 0 {
-		t.Errorf("%s ended with %v; want an exit status > 0", v.id, cmd.ProcessState)
+	log := logged()[before:]
+	// A refused append stops the node with status 12 (unavailable); a
+	// refused term or vote ends it at once with status 1, saying so.
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok || ws.Signaled():
+		t.Errorf("%s (%s) ended with %v; want exit status 12", v.id, role, cmd.ProcessState)
+	case ws.ExitStatus() == 12:
+	case ws.ExitStatus() == 1 && strings.Contains(log, "leasehold: raftnode: the data dir refused a write"):
+		t.Logf("%s (%s): its term or vote was refused first: exit status 1", v.id, role)
+	default:
+		t.Errorf("%s (%s) ended with %v; want exit status 12", v.id, role, cmd.ProcessState)
 	}
-	if !strings.Contains(string(log), "no space left on device") {
-		t.Errorf("%s's log does not say its disk is full", v.id)
+	if !strings.Contains(log, "no space left on device") {
+		t.Errorf("%s's log does not say its disk is full (%s)", v.id, role)
 	}
-	t.Logf("%s stopped %v after its disk filled up", v.id, time.Since(full).Round(time.Millisecond))
-	// The writes in flight when the append failed are told so.
-	said := 0
-	for _, r := range mine {
-		if r.Code != "" && strings.Contains(r.Msg, "no space left on device") {
-			if said == 0 {
-				t.Logf("a write in flight: %s: %s", r.Code, r.Msg)
+	t.Logf("%s (%s) stopped (%v) %v after its disk filled up", v.id, role, cmd.ProcessState, time.Since(full).Round(time.Millisecond))
+	if role == "leader" {
+		// The writes in flight when the append failed are told so.
+		said := 0
+		for _, r := range mine {
+			if r.Code != "" && strings.Contains(r.Msg, "no space left on device") {
+				if said == 0 {
+					t.Logf("a write in flight: %s: %s", r.Code, r.Msg)
+				}
+				said++
 			}
-			said++
 		}
-	}
-	if said == 0 {
-		t.Errorf("no write in flight on %s was told its disk is full", v.id)
+		if said == 0 {
+			t.Errorf("no write in flight on %s was told its disk is full", v.id)
+		}
 	}
 	_, took := c.awaitLeader(ctx, others(c, v), leaderBound)
 	cnt.failover = append(cnt.failover, took)
@@ -147,12 +185,9 @@ func TestDiskFull(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if got := v.appliedIndex(ctx); got < target {
-		t.Errorf("%s applied index %d 15 s after its restart, want ≥ %d", v.id, got, target)
+		t.Errorf("%s (%s) applied index %d 15 s after its restart, want ≥ %d", v.id, role, got, target)
 	}
-	waitAll(t, ps, time.Until(until)+10*time.Second)
-	h := collect(t, o, c.endpoints(), keys, ps, mine...)
-	cnt.snapshotInstalls = c.snapshotInstalls()
-	report(t, h, &cnt, o, "leader-changes")
+	return mine
 }
 
 // writeUntil holds name through eps as proc and writes its KV key with

@@ -117,16 +117,25 @@ func (r fpRound) env() string {
 	return fmt.Sprintf("%s=%s:%d:%s", failpoint.Env, r.point, r.at, r.role)
 }
 
-// fpRounds arms every failpoint once, as leader and as follower in turn
-// (the reply to a client is sent by the leader only). The hit counts are
-// reached within about a second of load.
+// fpRounds arms every failpoint once for each role that reaches it:
+// leader and follower both append to their log, apply committed entries
+// and persist snapshots of their own; the reply to a client
+// (commit-reply) is sent by the leader only. The roles alternate, so that
+// a leader round follows a follower round. The hit counts are reached
+// within about a second of load.
 var fpRounds = []fpRound{
 	{failpoint.LogAppendBefore, 30, "follower"},
+	{failpoint.LogAppendBefore, 30, "leader"},
+	{failpoint.LogAppendAfter, 30, "follower"},
 	{failpoint.LogAppendAfter, 30, "leader"},
 	{failpoint.FSMApplyBefore, 50, "follower"},
+	{failpoint.FSMApplyBefore, 50, "leader"},
+	{failpoint.FSMApplyAfter, 50, "follower"},
 	{failpoint.FSMApplyAfter, 50, "leader"},
+	{failpoint.SnapshotPersistBefore, 1, "follower"},
 	{failpoint.SnapshotPersistBefore, 1, "leader"},
 	{failpoint.SnapshotPersistAfter, 1, "follower"},
+	{failpoint.SnapshotPersistAfter, 1, "leader"},
 	{failpoint.CommitReply, 20, "leader"},
 }
 
@@ -136,8 +145,8 @@ var fpRounds = []fpRound{
 // handed to it — and crashes itself (SIGKILL) at it; the two others must
 // elect or keep a leader, and the node is started again on its data dir
 // with the next failpoint armed, until every failpoint has crashed it
-// once. Snapshots every 16 entries so that the snapshot points are
-// reached.
+// once in each role that reaches it. Snapshots every 16 entries so that
+// the snapshot points are reached.
 func TestFailpoints(t *testing.T) {
 	base := "LEASEHOLD_TESTHOOK_SNAPSHOT_THRESHOLD=16"
 	c := startCluster(t, base)
@@ -151,6 +160,7 @@ func TestFailpoints(t *testing.T) {
 	time.Sleep(time.Second) // load before the first fault
 	victim := others(c, c.mustLeader(ctx))[0]
 	c.kill(victim)
+	began := time.Now()
 	for i, r := range fpRounds {
 		before := victim.reachedLines(r.point)
 		victim.env = []string{base, r.env()}
@@ -163,7 +173,7 @@ func TestFailpoints(t *testing.T) {
 			t.Errorf("failpoint %s (hit %d as %s) was armed on %s and never reached", r.point, r.at, r.role, victim.id)
 		} else {
 			cnt.failpoints++
-			t.Logf("round %d: %s crashed at %s (hit %d as %s)", i, victim.id, r.point, r.at, r.role)
+			t.Logf("round %d: %s crashed at %s (hit %d as %s) %v into the run", i, victim.id, r.point, r.at, r.role, time.Since(began).Round(time.Millisecond))
 		}
 		// P8: the two others keep or elect a leader.
 		_, took := c.awaitLeader(ctx, others(c, victim), leaderBound)
