@@ -21,8 +21,12 @@ type history struct {
 	reads  []rec       // the observer's linearizable reads
 	status []rec       // the observer's linearizable status reads
 	events []*pb.Event // lock events in commit order
-	gaps   int
-	final  map[string]rec // each key's value and token after the run
+	// resyncs are the states the watch resynced to where its events were
+	// no longer held (gaps): each replaces every event before its position
+	// in events.
+	resyncs []resync
+	gaps    int
+	final   map[string]rec // each key's value and token after the run
 }
 
 // collect gathers the records of procs and of the parent (extra), stops
@@ -67,7 +71,7 @@ func collect(t *testing.T, o *observer, eps string, keys []string, procs []*proc
 	for _, p := range procs {
 		h.recs = append(h.recs, p.records(t)...)
 	}
-	h.events, h.reads, h.gaps = o.events, o.reads, o.gaps
+	h.events, h.resyncs, h.reads, h.gaps = o.events, o.resyncs, o.reads, o.gaps
 	h.status = o.statuses
 	for _, v := range o.violations {
 		t.Error(v)
@@ -146,10 +150,15 @@ func (h *history) check(cnt *counters) []string {
 
 	// P2 in commit order and P6 on the stream: acquired tokens strictly
 	// increase; a name is never acquired while another session holds it.
+	// A resync replaces who holds what with its state.
 	var lastTok uint64
 	holder := map[string]string{}
 	seen := map[uint64]bool{}
-	for _, ev := range h.events {
+	resyncs := h.resyncs
+	for i, ev := range h.events {
+		for ; len(resyncs) > 0 && resyncs[0].at <= i; resyncs = resyncs[1:] {
+			holder = resyncs[0].holders()
+		}
 		switch ev.GetType() {
 		case pb.EventType_EVENT_TYPE_ACQUIRED:
 			if ev.GetToken() <= lastTok {
@@ -276,4 +285,21 @@ func report(t *testing.T, h *history, cnt *counters, o *observer, want ...string
 	if ops["grant"] < 10 {
 		t.Errorf("only %d grants acknowledged: the load did not run", ops["grant"])
 	}
+}
+
+// resync is a state a watch resynced to, before events[at].
+type resync struct {
+	at    int
+	state *client.Compacted
+}
+
+// holders maps each name the state shows held to its (first) holder's lease.
+func (r resync) holders() map[string]string {
+	m := map[string]string{}
+	for _, l := range r.state.GetLocks() {
+		if h := l.GetHolder(); h != nil {
+			m[l.GetName()] = h.GetLeaseId()
+		}
+	}
+	return m
 }

@@ -16,6 +16,14 @@ func TestCheckerCatches(t *testing.T) {
 	acq := func(idx, tok uint64, name, lease string) *pb.Event {
 		return &pb.Event{Type: pb.EventType_EVENT_TYPE_ACQUIRED, Index: idx, Token: tok, Name: name, LeaseId: lease}
 	}
+	// held is a watch's resync state at idx: name held by lease ("" for free).
+	held := func(idx uint64, name, lease string) *pb.WatchCompacted {
+		l := &pb.LockInfo{Name: name}
+		if lease != "" {
+			l.Holder = &pb.Holding{LeaseId: lease}
+		}
+		return &pb.WatchCompacted{Index: idx, Locks: []*pb.LockInfo{l}}
+	}
 	for _, tc := range []struct {
 		name, want string
 		h          history
@@ -27,6 +35,10 @@ func TestCheckerCatches(t *testing.T) {
 		}}},
 		{"token order in commit order", "P2", history{events: []*pb.Event{acq(1, 5, "a", "l1"), acq(2, 4, "b", "l2")}}},
 		{"two holders", "P6", history{events: []*pb.Event{acq(1, 1, "a", "l1"), acq(2, 2, "a", "l2")}}},
+		{"two holders after a resync", "P6", history{
+			events:  []*pb.Event{acq(1, 1, "a", "l1"), acq(5, 3, "a", "l3")},
+			resyncs: []resync{{at: 1, state: held(4, "a", "l2")}},
+		}},
 		{"stale write accepted", "P4", history{recs: []rec{
 			{K: "put", Name: "k", Token: 5, Value: "x", Sent: 1, Ret: 2},
 			{K: "put", Name: "k", Token: 4, Value: "y", Sent: 3, Ret: 4},
@@ -65,5 +77,15 @@ func TestCheckerCatches(t *testing.T) {
 	}
 	if cnt.expiries != 1 || cnt.staleRejections != 1 {
 		t.Errorf("counters %+v, want 1 expiry and 1 stale-token rejection", cnt)
+	}
+	// A watch that resynced past a release it never saw: the state says the
+	// name was free, so the next grant is no second holder.
+	gap := history{
+		events:  []*pb.Event{acq(1, 1, "a", "l1"), acq(5, 2, "a", "l2")},
+		resyncs: []resync{{at: 1, state: held(4, "a", "")}},
+		gaps:    1,
+	}
+	if bad := gap.check(&counters{}); len(bad) > 0 {
+		t.Errorf("a history with a resync past a release: %q", bad)
 	}
 }

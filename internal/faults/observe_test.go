@@ -25,7 +25,8 @@ type counters struct {
 type observer struct {
 	mu         sync.Mutex // protects following
 	events     []*pb.Event
-	gaps       int // watch resumptions that could not continue without a gap
+	resyncs    []resync // states the watch resynced to, where it could not continue without a gap
+	gaps       int      // len(resyncs)
 	reads      []rec
 	statuses   []rec    // linearizable status reads of the keys as lock names
 	leaders    []string // every change of the leader a node named
@@ -69,8 +70,15 @@ func (o *observer) watch(ctx context.Context, eps, prefix string) {
 	}
 	defer c.Close()
 	var last uint64
+	onCompacted := client.OnCompacted(func(st *client.Compacted) {
+		last = st.GetIndex()
+		o.mu.Lock()
+		o.gaps++
+		o.resyncs = append(o.resyncs, resync{at: len(o.events), state: st})
+		o.mu.Unlock()
+	})
 	for ctx.Err() == nil {
-		var opts []client.WatchOption
+		opts := []client.WatchOption{onCompacted}
 		if last > 0 {
 			opts = append(opts, client.FromIndex(last+1))
 		}
@@ -84,12 +92,6 @@ func (o *observer) watch(ctx context.Context, eps, prefix string) {
 		}
 		for ev, err := range events {
 			if err != nil {
-				if errors.Is(err, client.ErrCompacted) {
-					o.mu.Lock()
-					o.gaps++
-					o.mu.Unlock()
-					last = 0
-				}
 				break
 			}
 			last = ev.GetIndex()
