@@ -308,17 +308,7 @@ func TestCheckpointDueWhileClearInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, func(c *Config) { c.CheckpointInterval = time.Second })
 		release := make(chan struct{})
-		r.p.setRespond(func(ctx context.Context, _ int, cmd *fsmpb.Command) (fsm.Result, error) {
-			if cmd.GetCheckpoint() == nil {
-				return fsm.Result{}, nil
-			}
-			select {
-			case <-release:
-				return fsm.Result{}, nil
-			case <-ctx.Done():
-				return fsm.Result{}, ctx.Err()
-			}
-		})
+		r.p.holdCheckpoints(release, nil)
 		r.l.Promote([]*fsmpb.Session{{LeaseId: "a", TtlMs: 10_000, Checkpointed: true, CheckpointRemainingMs: 5000, CheckpointGeneration: 1}}, nil)
 		renewed := make(chan error, 1)
 		go func() { _, err := r.l.Renew("a"); renewed <- err }()

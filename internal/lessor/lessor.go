@@ -296,6 +296,11 @@ func (l *Lessor) demoteLocked() {
 	close(l.stop)
 	l.stop = nil
 	clear(l.sessions)
+	// An entry a renewal still holds (its clear in flight) must not look
+	// scheduled when the renewal comes back: it is on no heap any more.
+	for _, e := range l.timers {
+		e.idx = -1
+	}
 	l.timers = nil
 	clear(l.delays)
 }

@@ -29,6 +29,11 @@ type client struct {
 	rng   *rand.Rand
 	n     int // sessions created
 	waits int // acquire requests (their WaitId)
+	// sticky: keepalives go to the node that answered the last one for as
+	// long as it believes it leads, as the Go client's keepalive stream
+	// stays on its node until that node refuses or goes silent.
+	sticky bool
+	at     *node // the node of the last acknowledged keepalive (sticky)
 }
 
 // pick returns a node that believes it leads, waiting up to a few election
@@ -71,8 +76,16 @@ func (cl *client) apply(cmd *fsmpb.Command) (fsm.Result, error) {
 			}
 			return res, err
 		}
+		retryPause()
 	}
 }
+
+// retryPause is what a client waits before it tries again after a node
+// refused a request without applying it. A leader transferring its
+// leadership refuses every proposal at once while it still leads; retried
+// without a pause, such a refusal would keep the goroutine runnable and
+// stop virtual time.
+func retryPause() { time.Sleep(2 * time.Millisecond) }
 
 // createSession returns a new session, or "" when none was created for certain.
 func (cl *client) createSession(ttl time.Duration) string {
@@ -91,6 +104,7 @@ func (cl *client) createSession(ttl time.Duration) string {
 		res, err := n.apply(actx, cmd)
 		acancel()
 		if errors.Is(err, errNotLeader) {
+			retryPause()
 			continue
 		}
 		if err != nil || res.Err != nil {
@@ -98,7 +112,7 @@ func (cl *client) createSession(ttl time.Duration) string {
 		}
 		if _, l, ok := n.leading(); ok {
 			if _, err := l.Renew(lease); err == nil {
-				cl.c.acked(lease, sent, ttl)
+				cl.c.acked(lease, sent, ttl, n.barrierTerm.Load())
 			}
 		}
 		return lease
@@ -124,9 +138,11 @@ func (cl *client) keepalive(lease string, ttl time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*opTimeout)
 	defer cancel()
 	for {
-		n := cl.pick(ctx)
-		if n == nil {
-			return true // no answer: the local deadline decides
+		n := cl.at
+		if !cl.sticky || n == nil || !n.leads() {
+			if n = cl.pick(ctx); n == nil {
+				return true // no answer: the local deadline decides
+			}
 		}
 		_, l, ok := n.leading()
 		if !ok {
@@ -135,11 +151,13 @@ func (cl *client) keepalive(lease string, ttl time.Duration) bool {
 		_, err := l.Renew(lease)
 		switch {
 		case err == nil:
-			cl.c.acked(lease, sent, ttl)
+			cl.c.acked(lease, sent, ttl, n.barrierTerm.Load())
+			cl.at = n
 			return true
 		case errors.Is(err, lessor.ErrNotFound):
 			return false
 		}
+		retryPause()
 	}
 }
 

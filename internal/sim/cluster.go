@@ -28,7 +28,13 @@ type Config struct {
 	// ElectionTimeout is raft's heartbeat and election timeout. Default 200 ms.
 	ElectionTimeout time.Duration
 	// LeaderLease is raft's leader lease; the lessor's grace is twice it,
-	// as the server sets it. Default 100 ms.
+	// as the server sets it. Default 200 ms (raft's largest: the heartbeat
+	// timeout). A deposed leader that does not hear of its successor
+	// acknowledges renewals for up to the lease after its last contact
+	// with a quorum; a renewal the grace window must cover is one sent more
+	// than Margin + 2·Drift·TTL after the successor's promotion, so only a
+	// lease above Margin lets such a renewal happen at all (the server's
+	// defaults: lease 250 ms, margin 100 ms).
 	LeaderLease time.Duration
 	// Drift is the lessor's and the clients' drift bound. Default 0.02.
 	Drift float64
@@ -54,7 +60,7 @@ func (c *Config) defaults() {
 		c.ElectionTimeout = 200 * time.Millisecond
 	}
 	if c.LeaderLease == 0 {
-		c.LeaderLease = 100 * time.Millisecond
+		c.LeaderLease = 200 * time.Millisecond
 	}
 	if c.Drift == 0 {
 		c.Drift = 0.02
@@ -79,6 +85,8 @@ type Counters struct {
 	Drops            int
 	Crashes          int
 	PowerLosses      int // every node crashed at once
+	Transfers        int // leadership transfers started
+	DeposedRenewals  int // renewals a deposed leader acknowledged after its successor's promotion
 	EarlyExpiries    int // P7 failures (violations only when CheckP7)
 	SessionsLost     int // W1 sessions their holder saw end (P10; violations only when CheckP10)
 	Operations       int // client operations checked
@@ -99,6 +107,8 @@ func (c *Counters) Add(o Counters) {
 	c.Drops += o.Drops
 	c.Crashes += o.Crashes
 	c.PowerLosses += o.PowerLosses
+	c.Transfers += o.Transfers
+	c.DeposedRenewals += o.DeposedRenewals
 	c.EarlyExpiries += o.EarlyExpiries
 	c.SessionsLost += o.SessionsLost
 	c.Operations += o.Operations
@@ -109,8 +119,8 @@ func (c *Counters) Add(o Counters) {
 
 // String prints the counters on one line.
 func (c Counters) String() string {
-	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d undecided=%d",
-		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced, c.Undecided)
+	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d transfers=%d deposed_renewals=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d undecided=%d",
+		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.Transfers, c.DeposedRenewals, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced, c.Undecided)
 }
 
 // Report is the outcome of one run.
@@ -140,8 +150,10 @@ type Cluster struct {
 	hashes    map[uint64]uint64 // index → state hash, from the first node to apply it (P5)
 	expiredAt map[string]time.Time
 	lastAck   map[string]ackInfo
-	closed    map[string]bool // sessions their holder closed: their end is no expiry (P7)
+	closed    map[string]bool   // sessions their holder closed: their end is no expiry (P7)
+	freezeAt  map[int]time.Time // W4 holder → when it is to freeze (see transfer)
 	leader    string
+	promoted  uint64    // the newest term whose leader was promoted
 	healedAt  time.Time // zero unless waiting for a leader after healing
 	lockOps   []porcupine.Operation
 	putOps    []porcupine.Operation
@@ -154,7 +166,7 @@ type ackInfo struct {
 }
 
 func newCluster(cfg Config) *Cluster {
-	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), outcomes: newOutcomes(), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}, closed: map[string]bool{}}
+	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), outcomes: newOutcomes(), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}, closed: map[string]bool{}, freezeAt: map[int]time.Time{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
 	for i := range 3 {
 		rate := 1 + (rng.Float64()*2-1)*cfg.Skew
@@ -215,9 +227,10 @@ func (c *Cluster) count(p *int) {
 	*p++
 }
 
-func (c *Cluster) leaderElected(id string) {
+func (c *Cluster) leaderElected(id string, term uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.promoted = max(c.promoted, term)
 	if c.leader != "" && c.leader != id {
 		c.counters.LeaderChanges++
 	}
@@ -289,10 +302,14 @@ func (c *Cluster) checkEarlyLocked(lease string, a ackInfo, ended time.Time) {
 }
 
 // acked records a renewal (or creation) of lease sent at sent that the
-// grantor acknowledged.
-func (c *Cluster) acked(lease string, sent time.Time, ttl time.Duration) {
+// grantor, leader of term, acknowledged; a leader of a newer term was
+// promoted already when the grantor was deposed without noticing.
+func (c *Cluster) acked(lease string, sent time.Time, ttl time.Duration, term uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if term < c.promoted {
+		c.counters.DeposedRenewals++
+	}
 	if a, ok := c.lastAck[lease]; ok && a.sent.After(sent) {
 		return
 	}

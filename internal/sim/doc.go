@@ -4,9 +4,10 @@
 // the fault suite). Three hashicorp/raft nodes run the real fsm.Machine and
 // the real lessor on raft's in-memory stores and transport; a fault table
 // in front of the transport partitions nodes, cuts one direction of a
-// link, delays (and so reorders) and drops RPCs; a node can crash and
-// restart on its surviving stores; every node's lease clock runs at its
-// own rate. Client goroutines call the nodes directly, as the server's
+// link or every link into a node, delays (and so reorders) and drops RPCs;
+// the leader can hand its leadership over, cut off as it does; a node can
+// crash and restart on its surviving stores; every node's lease clock runs
+// at its own rate. Client goroutines call the nodes directly, as the server's
 // handlers do. Everything runs inside a testing/synctest bubble, so a
 // minute of cluster time takes a fraction of a second, and one seed fixes
 // the fault schedule and the workload's choices.

@@ -17,6 +17,7 @@ var mutants = []string{
 	"mutant_token_local",    // internal/fsm: one token counter per name
 	"mutant_renew_ignored",  // internal/lessor: keepalives do not move the deadline
 	"mutant_promote_early",  // internal/lessor: a new leader expires live sessions at once
+	"mutant_no_grace",       // internal/lessor: a new leader gives live sessions their TTL without the grace
 	"mutant_acquire_dedup",  // internal/fsm: a repeated Acquire of a held name is a new request
 	"mutant_read_any",       // internal/sim: reads served by any node, no leadership check
 	"mutant_resource_reads", // internal/sim: the resource checks tokens on writes only

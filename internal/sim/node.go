@@ -237,7 +237,7 @@ func (n *node) watch(r *raft.Raft, l *lessor.Lessor, notify <-chan bool, done <-
 			n.fsm.mu.Lock()
 			l.Promote(n.fsm.m.Sessions(), n.fsm.m.LockDelays())
 			n.fsm.mu.Unlock()
-			n.c.leaderElected(n.id)
+			n.c.leaderElected(n.id, term)
 		} else {
 			l.Demote()
 		}
@@ -250,14 +250,7 @@ func (n *node) watch(r *raft.Raft, l *lessor.Lessor, notify <-chan bool, done <-
 // cut off and left to apply what it committed, so that raft drops no
 // future it accepted.
 func (n *node) crash() {
-	n.c.net.set(func(nw *network) {
-		for _, p := range n.c.nodes {
-			if p != n {
-				nw.cut[[2]string{n.id, p.id}] = true
-				nw.cut[[2]string{p.id, n.id}] = true
-			}
-		}
-	})
+	n.c.net.set(func(nw *network) { cutOff(nw, n.c.nodes, n) })
 	// n.mu is not held while waiting: inside the synctest bubble a
 	// goroutine blocked on a mutex stops virtual time, and raft's shutdown
 	// waits for RPC timers.
@@ -293,6 +286,12 @@ func (n *node) leading() (*raft.Raft, *lessor.Lessor, bool) {
 		return nil, nil, false
 	}
 	return n.raft, n.lessor, true
+}
+
+// leads reports whether the node believes it leads (see leading).
+func (n *node) leads() bool {
+	_, _, ok := n.leading()
+	return ok
 }
 
 // apply proposes cmd on this node if it leads. errNotLeader means nothing

@@ -3,10 +3,13 @@
 package sim
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/leasehold/leasehold/internal/linz"
 )
@@ -17,11 +20,15 @@ const (
 	w2TTL     = 1500 * time.Millisecond
 	w1Clients = 3
 	w2Clients = 3
+	// W4: holders of the shortest lease the server grants (MinTTL).
+	w4TTL     = time.Second
+	w4Holders = 8
 )
 
 var (
 	w1Names = []string{"l0", "l1", "l2"}
 	w2Names = []string{"w0", "w1"}
+	w4Names = []string{"g0", "g1"}
 )
 
 // Run runs one seed: boot three nodes, run the workloads under the seed's
@@ -45,6 +52,10 @@ func Run(cfg Config) Report {
 	for i := range w2Clients {
 		cl := &client{c: c, id: w1Clients + i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(200+i)))}
 		wg.Go(func() { cl.fencedWrites(stop, fenced, unfenced) })
+	}
+	for i := range w4Holders {
+		cl := &client{c: c, id: w1Clients + w2Clients + i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(300+i))), sticky: true}
+		wg.Go(func() { cl.shortLease(stop) })
 	}
 	c.faults(rand.New(rand.NewPCG(cfg.Seed, 2)))
 	close(stop)
@@ -222,6 +233,70 @@ func (cl *client) fencedWrites(stop <-chan struct{}, fenced, unfenced *resource)
 	}
 }
 
+// shortLease is W4, one holder of a 1 s lease (the server's shortest): it
+// renews every 20–60 ms on the node that answered its last renewal (as the
+// Go client's keepalive stream does), now and then takes one of two names
+// its peers also try for, and stops for 1–1.25 TTL (a paused or dead
+// holder; a peer may then get its name) in 1 of 100 rounds, and when the
+// fault schedule freezes it (see transfer).
+func (cl *client) shortLease(stop <-chan struct{}) {
+	var lease string
+	var held bool
+	name := w4Names[cl.id%len(w4Names)]
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(20+cl.rng.IntN(40)) * time.Millisecond):
+		}
+		if lease == "" {
+			held = false
+			if lease = cl.createSession(w4TTL); lease == "" {
+				continue
+			}
+		}
+		if !cl.keepalive(lease, w4TTL) {
+			lease = ""
+			continue
+		}
+		if !held && cl.rng.IntN(100) == 0 {
+			switch _, out := cl.acquire(name, lease); out {
+			case linz.OutOK:
+				held = true
+			case linz.OutExpired:
+				lease = ""
+				continue
+			}
+		}
+		if cl.rng.IntN(100) == 0 || cl.c.frozen(cl.id) {
+			time.Sleep(w4TTL + time.Duration(cl.rng.Int64N(int64(w4TTL/4))))
+		}
+	}
+}
+
+// freezeHolders freezes every W4 holder once, each after its first
+// renewal past its own random instant within d from now, as a SIGSTOP of
+// client processes at random moments would.
+func (c *Cluster) freezeHolders(rng *rand.Rand, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range w4Holders {
+		c.freezeAt[w1Clients+w2Clients+i] = time.Now().Add(time.Duration(rng.Int64N(int64(d))))
+	}
+}
+
+// frozen reports, once, whether the holder id is to freeze now.
+func (c *Cluster) frozen(id int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.freezeAt[id]
+	if !ok || time.Now().Before(at) {
+		return false
+	}
+	delete(c.freezeAt, id)
+	return true
+}
+
 // faults runs the seed's fault schedule for the configured duration: one
 // fault at a time, each healed before the next.
 func (c *Cluster) faults(rng *rand.Rand) {
@@ -235,15 +310,22 @@ func (c *Cluster) faults(rng *rand.Rand) {
 		}
 		other := c.nodes[(slices.Index(c.nodes, victim)+1+rng.IntN(2))%len(c.nodes)]
 		c.failoverFrom(victim)
-		switch f := rng.IntN(6); f {
+		switch f := rng.IntN(8); f {
 		case 0:
 			c.logf("partition %s for %v", victim.id, hold)
 			c.count(&c.counters.Partitions)
 			c.isolate(victim)
 		case 1:
-			c.logf("cut %s→%s for %v", victim.id, other.id, hold)
 			c.count(&c.counters.OneWayCuts)
-			c.net.set(func(n *network) { n.cut[[2]string{victim.id, other.id}] = true })
+			if rng.IntN(2) == 0 {
+				c.logf("cut %s→%s for %v", victim.id, other.id, hold)
+				c.net.set(func(n *network) { n.cut[[2]string{victim.id, other.id}] = true })
+				break
+			}
+			// A leader that reaches its followers but hears nothing back
+			// steps down with entries they stored and will commit.
+			c.logf("cut every link into %s (requests and replies) for %v", victim.id, hold)
+			c.net.set(func(n *network) { deafen(n, c.nodes, victim) })
 		case 2:
 			d := time.Duration(5+rng.IntN(150)) * time.Millisecond
 			c.logf("delay all links up to %v for %v", d, hold)
@@ -265,21 +347,109 @@ func (c *Cluster) faults(rng *rand.Rand) {
 			for _, n := range c.nodes {
 				n.crash()
 			}
+		case 6, 7: // twice as often as the others: only a cut-off old leader shows grace at work
+			c.transfer(rng, hold)
 		}
 		time.Sleep(hold)
 		c.heal()
 	}
 }
 
-func (c *Cluster) isolate(v *node) {
-	c.net.set(func(n *network) {
-		for _, p := range c.nodes {
-			if p != v {
-				n.cut[[2]string{v.id, p.id}] = true
-				n.cut[[2]string{p.id, v.id}] = true
+// transfer moves leadership from the leader to another node, as
+// `leasehold cluster transfer-leader` and a graceful shutdown do: the
+// target gets TimeoutNow and campaigns at once, and the voters grant it
+// even though they know a leader. The moment the old leader's TimeoutNow
+// leaves, in 4 of 8 transfers it is cut off, and in 2 of 8 every link into
+// it is cut (its peers' requests and the replies to its own), so it never
+// hears of its successor and keeps acknowledging renewals until its
+// leader lease runs out; in 1 of 8 only its peers' requests are cut and
+// its own delayed, so it learns of the new term from the first delayed
+// reply; 1 of 8 is a transfer alone. Held for hold, then healed with the rest.
+// Every W4 holder is frozen at a random moment of the 250 ms after the
+// transfer starts.
+//
+// That is the interleaving the grace window exists for. The successor is
+// promoted at P, within milliseconds of the TimeoutNow, while the cut-off
+// old leader acknowledges renewals until its leader lease (200 ms) runs
+// out after its last contact, at about P + 200 ms. A renewal it
+// acknowledges was sent at s ≤ P + 200 ms, and its holder believes it
+// holds until s + TTL·(1−δ) − m. The successor expires the session no
+// earlier than P + G + TTL·(1+δ)/r (its clock runs at rate r ≤ 1 + 1.5 %
+// of the reference clock), plus up to one tick (20 ms): with the grace
+// G = 400 ms at least P + 0.4 s + 1.005·TTL, after every such holder's
+// deadline. Without the grace a W4 session (TTL 1 s) whose holder
+// renewed only on the old leader since P ends at P + 1.005–1.036 s (+ the
+// tick) while the holder believes it holds until s + 0.88 s: an early
+// expiry (P7) whenever the holder's last renewal went out more than
+// 125–156 ms (+ the tick) after P, a window of 30–80 ms at the end of
+// the 200 ms. A W4 holder renews every 20–60 ms and stays on its node,
+// so one frozen in that window has its last renewal there.
+func (c *Cluster) transfer(rng *rand.Rand, hold time.Duration) {
+	old := c.leaderNode(nil)
+	var r *raft.Raft
+	if old != nil {
+		r, _, _ = old.leading()
+	}
+	if r == nil {
+		c.logf("no leader to transfer from")
+		return
+	}
+	to := c.nodes[(slices.Index(c.nodes, old)+1+rng.IntN(2))%len(c.nodes)]
+	var how string
+	var strike func(n *network) // once the TimeoutNow passed
+	switch rng.IntN(8) {
+	case 0, 1, 2, 3:
+		how = ", cutting " + old.id + " off"
+		strike = func(n *network) { cutOff(n, c.nodes, old) }
+	case 4, 5:
+		how = ", cutting every link into " + old.id + " (requests and replies)"
+		strike = func(n *network) { deafen(n, c.nodes, old) }
+	case 6:
+		d := time.Duration(5+rng.IntN(150)) * time.Millisecond
+		how = fmt.Sprintf(", cutting the links into %s and delaying the ones out of it up to %v", old.id, d)
+		strike = func(n *network) {
+			for _, p := range c.nodes {
+				if p != old {
+					n.cut[[2]string{p.id, old.id}] = true
+					n.delay[[2]string{old.id, p.id}] = d
+				}
 			}
 		}
-	})
+	}
+	if strike != nil {
+		c.net.set(func(n *network) { n.onTimeoutNow[old.id] = strike })
+	}
+	c.logf("transfer leadership %s→%s%s for %v", old.id, to.id, how, hold)
+	c.count(&c.counters.Transfers)
+	c.freezeHolders(rng, 250*time.Millisecond)
+	if err := r.LeadershipTransferToServer(raft.ServerID(to.id), raft.ServerAddress(to.id)).Error(); err != nil {
+		c.logf("transfer %s→%s: %v", old.id, to.id, err)
+	}
+}
+
+// deafen cuts every link into v: its peers' requests and the replies to
+// its own requests, which still arrive.
+func deafen(n *network, nodes []*node, v *node) {
+	n.deaf[v.id] = true
+	for _, p := range nodes {
+		if p != v {
+			n.cut[[2]string{p.id, v.id}] = true
+		}
+	}
+}
+
+func (c *Cluster) isolate(v *node) {
+	c.net.set(func(n *network) { cutOff(n, c.nodes, v) })
+}
+
+// cutOff cuts every link of v, both directions.
+func cutOff(n *network, nodes []*node, v *node) {
+	for _, p := range nodes {
+		if p != v {
+			n.cut[[2]string{v.id, p.id}] = true
+			n.cut[[2]string{p.id, v.id}] = true
+		}
+	}
 }
 
 func (c *Cluster) everyLink(f func(n *network, k [2]string)) {

@@ -26,6 +26,6 @@ var (
 	// notApplied reports whether a failed raft.Apply certainly did not
 	// apply, as raftnode decides it: refused before it entered the log.
 	notApplied = func(err error) bool {
-		return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrEnqueueTimeout)
+		return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, raft.ErrLeadershipTransferInProgress)
 	}
 )

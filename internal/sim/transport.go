@@ -20,7 +20,8 @@ var errCut = errors.New("sim: link cut")
 
 // network is the fault table every faultTransport consults. Faults are
 // directional: cut[a][b] drops every RPC a sends to b (its requests; a
-// reply travels on the request's call). A link's delay holds each RPC for
+// reply travels on the request's call, and deaf[a] loses the replies to
+// a's). A link's delay holds each RPC for
 // a random time up to delay, so concurrent RPCs (heartbeats, appends,
 // votes) arrive reordered.
 type network struct {
@@ -28,12 +29,18 @@ type network struct {
 	cut   map[[2]string]bool
 	delay map[[2]string]time.Duration
 	drop  map[[2]string]float64
-	rng   *rand.Rand
-	rpcs  int // RPCs refused by a fault
+	// deaf[a]: every reply to an RPC a sends is lost after the target
+	// handled it, as when every packet into a is dropped.
+	deaf map[string]bool
+	// onTimeoutNow[a] runs once, when a's next TimeoutNow (a leadership
+	// transfer) has passed the table, before it is delivered.
+	onTimeoutNow map[string]func(n *network)
+	rng          *rand.Rand
+	rpcs         int // RPCs refused by a fault
 }
 
 func newNetwork(seed uint64) *network {
-	return &network{cut: map[[2]string]bool{}, delay: map[[2]string]time.Duration{}, drop: map[[2]string]float64{}, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	return &network{cut: map[[2]string]bool{}, delay: map[[2]string]time.Duration{}, drop: map[[2]string]float64{}, deaf: map[string]bool{}, onTimeoutNow: map[string]func(*network){}, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 }
 
 // verdict decides the fate of one RPC from → to: how long it is held,
@@ -57,6 +64,10 @@ func (n *network) verdict(from, to string) (d time.Duration, deliver, replyLost 
 	if max := n.delay[k]; max > 0 {
 		d = time.Duration(n.rng.Int64N(int64(max)))
 	}
+	if n.deaf[from] && !replyLost {
+		n.rpcs++
+		replyLost = true
+	}
 	return d, true, replyLost
 }
 
@@ -67,6 +78,8 @@ func (n *network) heal() {
 	clear(n.cut)
 	clear(n.delay)
 	clear(n.drop)
+	clear(n.deaf)
+	clear(n.onTimeoutNow)
 }
 
 func (n *network) set(f func(n *network)) {
@@ -89,9 +102,18 @@ var _ raft.WithClose = (*faultTransport)(nil)
 // call sends one RPC through the fault table: rpc is the inner
 // transport's call.
 func (t *faultTransport) call(target raft.ServerAddress, rpc func() error) error {
+	return t.callThen(target, nil, rpc)
+}
+
+// callThen is call, running passed (when not nil) once the RPC has passed
+// the fault table and before it is delivered.
+func (t *faultTransport) callThen(target raft.ServerAddress, passed func(), rpc func() error) error {
 	d, deliver, replyLost := t.net.verdict(t.id, t.addr(target))
 	if !deliver {
 		return errCut
+	}
+	if passed != nil {
+		passed()
 	}
 	// Every RPC takes at least minLatency, as on a network: raft retry loops
 	// without a backoff (a follower refusing appends, a snapshot sent again)
@@ -128,7 +150,17 @@ func (t *faultTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAdd
 	return t.call(target, func() error { return t.InmemTransport.InstallSnapshot(id, target, args, resp, data) })
 }
 
-// TimeoutNow sends through the fault table.
+// TimeoutNow sends through the fault table; once it passed, the sender's
+// onTimeoutNow hook (if any) runs, so a fault can strike exactly between a
+// leadership transfer's TimeoutNow and the target's campaign.
 func (t *faultTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	return t.call(target, func() error { return t.InmemTransport.TimeoutNow(id, target, args, resp) })
+	passed := func() {
+		t.net.set(func(n *network) {
+			if f := n.onTimeoutNow[t.id]; f != nil {
+				delete(n.onTimeoutNow, t.id)
+				f(n)
+			}
+		})
+	}
+	return t.callThen(target, passed, func() error { return t.InmemTransport.TimeoutNow(id, target, args, resp) })
 }
