@@ -179,13 +179,19 @@ func fillUp(ctx context.Context, t *testing.T, c *cluster, v *node, mnt, role, p
 	}
 	c.start(v)
 	c.waitReady(v, 20*time.Second)
+	// The leader retries a follower whose appends failed with a backoff
+	// that doubles up to about 10 s (hashicorp/raft's replication), so
+	// catching up may take two such waits.
 	target := c.mustLeader(ctx).appliedIndex(ctx)
-	deadline := time.Now().Add(15 * time.Second)
+	restarted := time.Now()
+	deadline := restarted.Add(30 * time.Second)
 	for v.appliedIndex(ctx) < target && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if got := v.appliedIndex(ctx); got < target {
-		t.Errorf("%s (%s) applied index %d 15 s after its restart, want ≥ %d", v.id, role, got, target)
+		t.Errorf("%s (%s) applied index %d 30 s after its restart, want ≥ %d", v.id, role, got, target)
+	} else {
+		t.Logf("%s (%s) caught up %v after its restart", v.id, role, time.Since(restarted).Round(time.Millisecond))
 	}
 	return mine
 }
