@@ -267,8 +267,8 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 		if !retryable(e.Code, req) || ctx.Err() != nil || time.Now().After(stop) {
 			return nil, opError(op, atDeadline(ctx, e, refusal, req))
 		}
-		if !c.failover(ctx, i, attempt, &backoff) {
-			return nil, opError(op, e)
+		if !c.failover(ctx, i, attempt, &backoff) { // ctx ended while waiting
+			return nil, opError(op, atDeadline(ctx, e, refusal, req))
 		}
 	}
 }
