@@ -200,17 +200,24 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	}
 	ttl, err := s.lessor.Renew(r.leaseID)
 	if err != nil {
-		if errors.Is(err, lessor.ErrNotLeader) {
+		var sess *fsmpb.Session
+		s.node.Read(func(m *fsm.Machine) { sess = m.Session(r.leaseID) })
+		switch {
+		case sess == nil:
+			return nil, api.Errorf(api.CodeLeaseExpired, "session %s ended", r.leaseID)
+		case errors.Is(err, lessor.ErrNotLeader):
 			// Granted, but leadership moved: the new leader tracks the
 			// session; report the TTL it was created with.
-			var sess *fsmpb.Session
-			s.node.Read(func(m *fsm.Machine) { sess = m.Session(r.leaseID) })
-			if sess == nil {
-				return nil, api.Errorf(api.CodeLeaseExpired, "session %s ended", r.leaseID)
-			}
 			ttl = time.Duration(sess.GetTtlMs()) * time.Millisecond
-		} else {
-			return nil, err
+		default:
+			// Granted, but this lessor did not renew the session: it
+			// proposed its expiry (which has not applied and may never:
+			// a leader resumed from a pause expires what its successor
+			// keeps) or could not clear its checkpoint. Whether the
+			// session lives on is not known here, so neither is the
+			// grant's fate: withdraw it.
+			withdraw()
+			return nil, api.Errorf(api.CodeOutcomeUnknown, "granted %q, but the session %s could not be renewed with it (%v); the grant is withdrawn", r.name, r.leaseID, err)
 		}
 	}
 	return &pb.AcquireResponse{Holding: s.signed(holdingPB(r.name, holding, owner)), TtlMs: ttl.Milliseconds()}, nil
