@@ -25,7 +25,6 @@ type history struct {
 	// no longer held (gaps): each replaces every event before its position
 	// in events.
 	resyncs []resync
-	gaps    int
 	final   map[string]rec // each key's value and token after the run
 }
 
@@ -71,7 +70,7 @@ func collect(t *testing.T, o *observer, eps string, keys []string, procs []*proc
 	for _, p := range procs {
 		h.recs = append(h.recs, p.records(t)...)
 	}
-	h.events, h.resyncs, h.reads, h.gaps = o.events, o.resyncs, o.reads, o.gaps
+	h.events, h.resyncs, h.reads = o.events, o.resyncs, o.reads
 	h.status = o.statuses
 	for _, v := range o.violations {
 		t.Error(v)
@@ -178,7 +177,7 @@ func (h *history) check(cnt *counters) []string {
 		}
 	}
 	// Every acknowledged grant was committed (the stream has no gap).
-	if h.gaps == 0 {
+	if len(h.resyncs) == 0 {
 		for _, g := range grants {
 			if !seen[g.Token] {
 				add("P5: acknowledged grant %s token %d (%s) is not in the committed stream", g.Name, g.Token, g.Proc)
@@ -274,7 +273,7 @@ func report(t *testing.T, h *history, cnt *counters, o *observer, want ...string
 	t.Logf("counters: leader changes %d, expiries %d, stale-token rejections %d, snapshot installs %d, early expiries %d, failpoints reached %d; failover %s",
 		cnt.leaderChanges, cnt.expiries, cnt.staleRejections, cnt.snapshotInstalls, cnt.earlyExpiries, cnt.failpoints, strings.Join(fo, " "))
 	t.Logf("checked: %d grants, %d puts, %d releases, %d reads, %d committed events (%d watch gaps); errors by code %v",
-		ops["grant"], ops["put"], ops["release"], len(h.reads), len(h.events), h.gaps, codes)
+		ops["grant"], ops["put"], ops["release"], len(h.reads), len(h.events), len(h.resyncs), codes)
 	fired := map[string]int{"leader-changes": cnt.leaderChanges, "expiries": cnt.expiries, "stale-token": cnt.staleRejections, "snapshot-installs": cnt.snapshotInstalls, "early-expiries": cnt.earlyExpiries}
 	fired["failpoints"] = cnt.failpoints
 	for _, w := range want {

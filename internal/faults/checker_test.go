@@ -83,7 +83,6 @@ func TestCheckerCatches(t *testing.T) {
 	gap := history{
 		events:  []*pb.Event{acq(1, 1, "a", "l1"), acq(5, 2, "a", "l2")},
 		resyncs: []resync{{at: 1, state: held(4, "a", "")}},
-		gaps:    1,
 	}
 	if bad := gap.check(&counters{}); len(bad) > 0 {
 		t.Errorf("a history with a resync past a release: %q", bad)

@@ -26,7 +26,6 @@ type observer struct {
 	mu         sync.Mutex // protects following
 	events     []*pb.Event
 	resyncs    []resync // states the watch resynced to, where it could not continue without a gap
-	gaps       int      // len(resyncs)
 	reads      []rec
 	statuses   []rec    // linearizable status reads of the keys as lock names
 	leaders    []string // every change of the leader a node named
@@ -73,7 +72,6 @@ func (o *observer) watch(ctx context.Context, eps, prefix string) {
 	onCompacted := client.OnCompacted(func(st *client.Compacted) {
 		last = st.GetIndex()
 		o.mu.Lock()
-		o.gaps++
 		o.resyncs = append(o.resyncs, resync{at: len(o.events), state: st})
 		o.mu.Unlock()
 	})
