@@ -5,7 +5,6 @@ go 1.26.0
 replace github.com/leasehold/leasehold => ../
 
 require (
-	connectrpc.com/connect v1.21.1
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/leasehold/leasehold v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
@@ -19,6 +18,7 @@ require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
+	connectrpc.com/connect v1.21.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

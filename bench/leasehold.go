@@ -14,10 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
-
-	pb "github.com/leasehold/leasehold/api/leaseholdv1"
-	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
 )
 
@@ -188,16 +184,10 @@ func (l *leasehold) Dial(ctx context.Context) (conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	raw := leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: &http.Transport{Protocols: &p}}, "http://"+l.addr, connect.WithGRPC())
-	return &lhConn{c: c, raw: raw}, nil
+	return &lhConn{c: c}, nil
 }
 
-type lhConn struct {
-	c   *client.Client
-	raw leaseholdv1connect.LeaseholdServiceClient // for Churn's explicit KeepAlive
-}
+type lhConn struct{ c *client.Client }
 
 func (c *lhConn) Close() error { return c.c.Close() }
 
@@ -209,19 +199,18 @@ func (c *lhConn) NewSession(ctx context.Context, ttl time.Duration) (session, er
 	return lhSession{s}, nil
 }
 
-// Churn is CreateSession, KeepAlive, CloseSession: the Go client's Session
-// renews only in the background, so the generated client sends them.
+// Churn is CreateSession, one KeepAlive and CloseSession, as the Go client
+// sends them (on its lock stream, where the server takes them there).
 func (c *lhConn) Churn(ctx context.Context, ttl time.Duration) error {
-	res, err := c.raw.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: ttl.Milliseconds(), Owner: "bench"}))
+	s, err := c.c.NewSession(ctx, client.WithTTL(ttl), client.WithOwner("bench"))
 	if err != nil {
 		return err
 	}
-	id := res.Msg.GetLeaseId()
-	if _, err := c.raw.KeepAlive(ctx, connect.NewRequest(&pb.KeepAliveRequest{LeaseId: id})); err != nil {
+	if _, err := c.c.RenewSession(ctx, s.ID()); err != nil {
+		_ = s.Close(ctx)
 		return err
 	}
-	_, err = c.raw.CloseSession(ctx, connect.NewRequest(&pb.CloseSessionRequest{LeaseId: id}))
-	return err
+	return s.Close(ctx)
 }
 
 type lhSession struct{ s *client.Session }

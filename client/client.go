@@ -77,9 +77,10 @@ func WithRetryTimeout(d time.Duration) DialOption {
 	return func(o *dialOptions) { o.retryTimeout = d }
 }
 
-// WithUnaryLocks sends Acquire, TryAcquire and Release as one unary RPC
-// each instead of as messages on the Client's lock stream (one
-// LockStream per endpoint, the default).
+// WithUnaryLocks sends the lock calls (Acquire, TryAcquire, Release and
+// withdrawals) and the session calls (CreateSession, KeepAlive,
+// CloseSession) as one unary RPC each instead of as messages on the
+// Client's lock stream (one LockStream per endpoint, the default).
 func WithUnaryLocks() DialOption {
 	return func(o *dialOptions) { o.unaryLocks = true }
 }

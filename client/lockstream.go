@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +18,8 @@ import (
 // Lock operations of a Client
 //
 // Acquire, TryAcquire, Release and the withdrawal of an attempt
-// (CancelWait) travel as messages on one long-lived LockStream per
+// (CancelWait), and the session operations (CreateSession, KeepAlive,
+// CloseSession), travel as messages on one long-lived LockStream per
 // endpoint, each with a request id, answered out of order:
 //
 //	call ─► lockSlot (one per endpoint) ─► lockStream: pending[id] ─► sender goroutine ─► bs.Send
@@ -42,7 +45,10 @@ import (
 //     Acquire withdraws its wait).
 //
 // A server without LockStream (an older version) answers unimplemented
-// before reading any request; the endpoint then uses the unary RPCs.
+// before reading any request; the endpoint then uses the unary RPCs. A
+// server whose stream does not list the session operations in its
+// response header (api.StreamOpsHeader) refuses them, changing nothing;
+// the endpoint then sends those as unary RPCs.
 //
 // Lock order: lockSlot.mu before lockStream.mu.
 
@@ -57,10 +63,11 @@ type lockSlot struct {
 
 	wg sync.WaitGroup // every goroutine of every stream of the slot
 
-	mu     sync.Mutex  // protects following
-	st     *lockStream // the stream requests go to; nil until needed or after it broke
-	unary  bool        // the endpoint has no LockStream: use the unary RPCs
-	closed bool
+	mu        sync.Mutex  // protects following
+	st        *lockStream // the stream requests go to; nil until needed or after it broke
+	unary     bool        // the endpoint has no LockStream: use the unary RPCs
+	noSession bool        // its LockStream has no session operations: send them as unary RPCs
+	closed    bool
 }
 
 // lockStream is one LockStream to one endpoint.
@@ -75,6 +82,8 @@ type lockStream struct {
 	pending map[uint64]*lockReq
 	next    uint64 // the last id used
 	err     error  // why the stream broke; nil while it works
+	heard   bool   // an answer came, so the response header is known
+	session bool   // the header lists the session operations
 }
 
 // lockReq is one request on a stream.
@@ -86,11 +95,13 @@ type lockReq struct {
 	err  error
 }
 
-// stream returns the slot's working stream, opening one when there is none.
-func (ls *lockSlot) stream() (*lockStream, bool) {
+// stream returns the slot's working stream, opening one when there is
+// none; false when requests of this kind (session operations or not) go
+// as unary RPCs.
+func (ls *lockSlot) stream(session bool) (*lockStream, bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.unary || ls.closed {
+	if ls.unary || ls.closed || session && ls.noSession {
 		return nil, false
 	}
 	if ls.st != nil {
@@ -148,6 +159,10 @@ func (ls *lockSlot) open() *lockStream {
 				return
 			}
 			st.mu.Lock()
+			if !st.heard {
+				st.heard = true
+				st.session = slices.Contains(strings.Split(st.bs.ResponseHeader().Get(api.StreamOpsHeader), ","), api.StreamOpsSession)
+			}
 			r := st.pending[m.GetId()]
 			delete(st.pending, m.GetId())
 			st.mu.Unlock()
@@ -221,14 +236,16 @@ func (ls *lockSlot) close() {
 }
 
 // do sends the request op on the slot's stream and waits for its answer,
-// or for ctx. ok false: the endpoint has no LockStream; use the unary RPC.
+// or for ctx. ok false: the endpoint takes no such request on its
+// LockStream (or has none); use the unary RPC.
 func (ls *lockSlot) do(ctx context.Context, op func(*pb.LockStreamRequest)) (resp *pb.LockStreamResponse, ok bool, err error) {
-	st, ok := ls.stream()
+	r := &lockReq{msg: &pb.LockStreamRequest{}, done: make(chan struct{})}
+	op(r.msg)
+	session := sessionOp(r.msg)
+	st, ok := ls.stream(session)
 	if !ok {
 		return nil, false, nil
 	}
-	r := &lockReq{msg: &pb.LockStreamRequest{}, done: make(chan struct{})}
-	op(r.msg)
 	if d, has := ctx.Deadline(); has {
 		r.msg.TimeoutMs = max(time.Until(d).Milliseconds()+1, 1)
 	}
@@ -268,10 +285,34 @@ func (ls *lockSlot) do(ctx context.Context, op func(*pb.LockStreamRequest)) (res
 	if r.err != nil {
 		return nil, true, r.err
 	}
+	if session && !st.sessionOps() {
+		// An older server's refusal of an operation it does not know.
+		ls.mu.Lock()
+		ls.noSession = true
+		ls.mu.Unlock()
+		return nil, false, nil
+	}
 	if e := r.resp.GetError(); e != nil {
 		return nil, true, api.ToConnect(&api.Error{Code: api.Code(e.GetCode()), Message: r.resp.GetMessage(), LastToken: e.GetLastToken(), LeaderAddr: e.GetLeaderApiAddr()})
 	}
 	return r.resp, true, nil
+}
+
+// sessionOps reports whether the stream's server takes the session
+// operations; it is known once an answer came.
+func (st *lockStream) sessionOps() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.session
+}
+
+// sessionOp reports whether m is a session operation (see api.StreamOpsSession).
+func sessionOp(m *pb.LockStreamRequest) bool {
+	switch m.GetOp().(type) {
+	case *pb.LockStreamRequest_CreateSession, *pb.LockStreamRequest_KeepAlive, *pb.LockStreamRequest_CloseSession:
+		return true
+	}
+	return false
 }
 
 // abandon drops r from the requests in flight after its caller gave up,
@@ -324,6 +365,18 @@ var (
 		m.Op = &pb.LockStreamRequest_CancelWait{CancelWait: r}
 	},
 		(*pb.LockStreamResponse).GetCancelWait, lsc.CancelWait)
+	createSessionOp = streamed(func(m *pb.LockStreamRequest, r *pb.CreateSessionRequest) {
+		m.Op = &pb.LockStreamRequest_CreateSession{CreateSession: r}
+	},
+		(*pb.LockStreamResponse).GetCreateSession, lsc.CreateSession)
+	keepAliveOp = streamed(func(m *pb.LockStreamRequest, r *pb.KeepAliveRequest) {
+		m.Op = &pb.LockStreamRequest_KeepAlive{KeepAlive: r}
+	},
+		(*pb.LockStreamResponse).GetKeepAlive, lsc.KeepAlive)
+	closeSessionOp = streamed(func(m *pb.LockStreamRequest, r *pb.CloseSessionRequest) {
+		m.Op = &pb.LockStreamRequest_CloseSession{CloseSession: r}
+	},
+		(*pb.LockStreamResponse).GetCloseSession, lsc.CloseSession)
 )
 
 // ctxError is the error of a request its caller's ctx ended, as connect

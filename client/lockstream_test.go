@@ -5,11 +5,13 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/api"
@@ -300,5 +302,97 @@ func TestLockStreamUnimplementedUsesUnary(t *testing.T) {
 	}
 	if n := streams.Load(); n != 1 {
 		t.Fatalf("%d LockStreams were tried, want 1 (then unary)", n)
+	}
+}
+
+// olderLockStream is the LockStream of a server that predates the session
+// operations on it: it refuses every request as an operation it does not
+// know, without the header that lists them.
+type olderLockStream struct {
+	leaseholdv1connect.UnimplementedLeaseholdServiceHandler
+	received atomic.Int32
+}
+
+func (o *olderLockStream) LockStream(_ context.Context, st *connect.BidiStream[pb.LockStreamRequest, pb.LockStreamResponse]) error {
+	for {
+		m, err := st.Receive()
+		if err != nil {
+			return nil
+		}
+		o.received.Add(1)
+		err = st.Send(&pb.LockStreamResponse{Id: m.GetId(), Error: &pb.ErrorDetail{Code: string(api.CodeInvalidArgument)},
+			Message: "a lock stream request needs one of acquire, try_acquire, release, cancel_wait"})
+		if err != nil {
+			return nil
+		}
+	}
+}
+
+// The session operations travel on the lock stream: no unary
+// CreateSession, KeepAlive or CloseSession reaches the server. Against a
+// server whose stream does not take them, the client learns so from its
+// first refusal (which changed nothing) and sends them as unary RPCs.
+func TestLockStreamSessionOps(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	sessionRPCs := []string{
+		leaseholdv1connect.LeaseholdServiceCreateSessionProcedure,
+		leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
+		leaseholdv1connect.LeaseholdServiceCloseSessionProcedure,
+	}
+	var unary atomic.Int32
+	count := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if slices.Contains(sessionRPCs, r.URL.Path) {
+				unary.Add(1)
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	use := func(c *client.Client, lock bool) {
+		t.Helper()
+		s := newSession(t, c, client.WithTTL(30*time.Second))
+		var l *client.Lock
+		if lock {
+			var err error
+			if l, err = s.TryAcquire(ctx, "sops:"+s.ID()); err != nil {
+				t.Fatalf("TryAcquire: %v", err)
+			}
+		}
+		if ttl, err := c.RenewSession(ctx, s.ID()); err != nil || ttl != 30*time.Second {
+			t.Fatalf("RenewSession: %v, %v", ttl, err)
+		}
+		if err := s.Close(ctx); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if l != nil {
+			if info, err := c.Status(ctx, l.Name()); err != nil || info.GetHolder() != nil {
+				t.Fatalf("after Close: %v, %v", info, err)
+			}
+		}
+		if _, err := c.RenewSession(ctx, s.ID()); !errors.Is(err, client.ErrLeaseExpired) {
+			t.Fatalf("RenewSession of the closed session: %v, want lease-expired", err)
+		}
+	}
+
+	use(dial(t, serveHandler(t, count(ts.srv.Handler()))), true)
+	if n := unary.Load(); n != 0 {
+		t.Fatalf("%d unary session RPCs reached a server whose lock stream takes them, want 0", n)
+	}
+
+	older := &olderLockStream{}
+	_, oldStream := leaseholdv1connect.NewLeaseholdServiceHandler(older)
+	mux := http.NewServeMux()
+	mux.Handle(leaseholdv1connect.LeaseholdServiceLockStreamProcedure, oldStream)
+	mux.Handle("/", ts.srv.Handler())
+	c := dial(t, serveHandler(t, count(mux)))
+	for range 2 {
+		use(c, false) // the older stream refuses lock operations too
+	}
+	if n := older.received.Load(); n != 1 {
+		t.Fatalf("the older server's lock stream received %d session operations, want 1 (then unary)", n)
+	}
+	if n := unary.Load(); n != 8 {
+		t.Fatalf("%d unary session RPCs reached the older server, want 8 (create, renew, close, renew; two sessions)", n)
 	}
 }

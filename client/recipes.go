@@ -72,7 +72,7 @@ func (c *Client) ListSessions(ctx context.Context, opts ...ReadOption) ([]*Sessi
 // for tools that keep alive a session another process created; a Session
 // renews itself.
 func (c *Client) RenewSession(ctx context.Context, leaseID string) (time.Duration, error) {
-	res, err := call(ctx, c, "keepalive", locks, lsc.KeepAlive, &pb.KeepAliveRequest{LeaseId: leaseID})
+	res, err := call(ctx, c, "keepalive", asEndpoint, keepAliveOp, &pb.KeepAliveRequest{LeaseId: leaseID})
 	if err != nil {
 		return 0, err
 	}
@@ -82,7 +82,7 @@ func (c *Client) RenewSession(ctx context.Context, leaseID string) (time.Duratio
 // CloseSessionID ends the session leaseID, releasing its locks without
 // lock-delay, and returns the names it released.
 func (c *Client) CloseSessionID(ctx context.Context, leaseID string) ([]string, error) {
-	res, err := call(ctx, c, "close session", locks, lsc.CloseSession, &pb.CloseSessionRequest{LeaseId: leaseID})
+	res, err := call(ctx, c, "close session", asEndpoint, closeSessionOp, &pb.CloseSessionRequest{LeaseId: leaseID})
 	if err != nil {
 		return nil, err
 	}

@@ -88,7 +88,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "client: drift must be in [0, 1) and margin ≥ 0"}
 	}
 	sent := time.Now()
-	res, err := call(ctx, c, "create session", locks, lsc.CreateSession, &pb.CreateSessionRequest{TtlMs: o.ttl.Milliseconds(), Owner: o.owner, Sequencers: o.sequencers})
+	res, err := call(ctx, c, "create session", asEndpoint, createSessionOp, &pb.CreateSessionRequest{TtlMs: o.ttl.Milliseconds(), Owner: o.owner, Sequencers: o.sequencers})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func (s *Session) lose(err error) {
 func (s *Session) Close(ctx context.Context) error {
 	s.stopKeepalive()
 	s.lose(ErrSessionClosed)
-	_, err := call(ctx, s.c, "close session", locks, lsc.CloseSession, &pb.CloseSessionRequest{LeaseId: s.id})
+	_, err := call(ctx, s.c, "close session", asEndpoint, closeSessionOp, &pb.CloseSessionRequest{LeaseId: s.id})
 	if errors.Is(err, ErrLeaseExpired) {
 		return nil // already gone: nothing is held
 	}

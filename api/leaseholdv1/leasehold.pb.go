@@ -962,6 +962,9 @@ type LockStreamRequest struct {
 	//	*LockStreamRequest_Release
 	//	*LockStreamRequest_CancelWait
 	//	*LockStreamRequest_Cancel
+	//	*LockStreamRequest_CreateSession
+	//	*LockStreamRequest_KeepAlive
+	//	*LockStreamRequest_CloseSession
 	Op            isLockStreamRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1063,6 +1066,33 @@ func (x *LockStreamRequest) GetCancel() uint64 {
 	return 0
 }
 
+func (x *LockStreamRequest) GetCreateSession() *CreateSessionRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamRequest_CreateSession); ok {
+			return x.CreateSession
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetKeepAlive() *KeepAliveRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamRequest_KeepAlive); ok {
+			return x.KeepAlive
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetCloseSession() *CloseSessionRequest {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamRequest_CloseSession); ok {
+			return x.CloseSession
+		}
+	}
+	return nil
+}
+
 type isLockStreamRequest_Op interface {
 	isLockStreamRequest_Op()
 }
@@ -1089,6 +1119,18 @@ type LockStreamRequest_Cancel struct {
 	Cancel uint64 `protobuf:"varint,7,opt,name=cancel,proto3,oneof"`
 }
 
+type LockStreamRequest_CreateSession struct {
+	CreateSession *CreateSessionRequest `protobuf:"bytes,8,opt,name=create_session,json=createSession,proto3,oneof"`
+}
+
+type LockStreamRequest_KeepAlive struct {
+	KeepAlive *KeepAliveRequest `protobuf:"bytes,9,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
+}
+
+type LockStreamRequest_CloseSession struct {
+	CloseSession *CloseSessionRequest `protobuf:"bytes,10,opt,name=close_session,json=closeSession,proto3,oneof"`
+}
+
 func (*LockStreamRequest_Acquire) isLockStreamRequest_Op() {}
 
 func (*LockStreamRequest_TryAcquire) isLockStreamRequest_Op() {}
@@ -1098,6 +1140,12 @@ func (*LockStreamRequest_Release) isLockStreamRequest_Op() {}
 func (*LockStreamRequest_CancelWait) isLockStreamRequest_Op() {}
 
 func (*LockStreamRequest_Cancel) isLockStreamRequest_Op() {}
+
+func (*LockStreamRequest_CreateSession) isLockStreamRequest_Op() {}
+
+func (*LockStreamRequest_KeepAlive) isLockStreamRequest_Op() {}
+
+func (*LockStreamRequest_CloseSession) isLockStreamRequest_Op() {}
 
 type LockStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1113,6 +1161,9 @@ type LockStreamResponse struct {
 	//	*LockStreamResponse_TryAcquire
 	//	*LockStreamResponse_Release
 	//	*LockStreamResponse_CancelWait
+	//	*LockStreamResponse_CreateSession
+	//	*LockStreamResponse_KeepAlive
+	//	*LockStreamResponse_CloseSession
 	Op            isLockStreamResponse_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1212,6 +1263,33 @@ func (x *LockStreamResponse) GetCancelWait() *CancelWaitResponse {
 	return nil
 }
 
+func (x *LockStreamResponse) GetCreateSession() *CreateSessionResponse {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamResponse_CreateSession); ok {
+			return x.CreateSession
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamResponse) GetKeepAlive() *KeepAliveResponse {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamResponse_KeepAlive); ok {
+			return x.KeepAlive
+		}
+	}
+	return nil
+}
+
+func (x *LockStreamResponse) GetCloseSession() *CloseSessionResponse {
+	if x != nil {
+		if x, ok := x.Op.(*LockStreamResponse_CloseSession); ok {
+			return x.CloseSession
+		}
+	}
+	return nil
+}
+
 type isLockStreamResponse_Op interface {
 	isLockStreamResponse_Op()
 }
@@ -1232,6 +1310,18 @@ type LockStreamResponse_CancelWait struct {
 	CancelWait *CancelWaitResponse `protobuf:"bytes,7,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
 }
 
+type LockStreamResponse_CreateSession struct {
+	CreateSession *CreateSessionResponse `protobuf:"bytes,8,opt,name=create_session,json=createSession,proto3,oneof"`
+}
+
+type LockStreamResponse_KeepAlive struct {
+	KeepAlive *KeepAliveResponse `protobuf:"bytes,9,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
+}
+
+type LockStreamResponse_CloseSession struct {
+	CloseSession *CloseSessionResponse `protobuf:"bytes,10,opt,name=close_session,json=closeSession,proto3,oneof"`
+}
+
 func (*LockStreamResponse_Acquire) isLockStreamResponse_Op() {}
 
 func (*LockStreamResponse_TryAcquire) isLockStreamResponse_Op() {}
@@ -1239,6 +1329,12 @@ func (*LockStreamResponse_TryAcquire) isLockStreamResponse_Op() {}
 func (*LockStreamResponse_Release) isLockStreamResponse_Op() {}
 
 func (*LockStreamResponse_CancelWait) isLockStreamResponse_Op() {}
+
+func (*LockStreamResponse_CreateSession) isLockStreamResponse_Op() {}
+
+func (*LockStreamResponse_KeepAlive) isLockStreamResponse_Op() {}
+
+func (*LockStreamResponse_CloseSession) isLockStreamResponse_Op() {}
 
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3828,7 +3924,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\tR\terrorCode\x127\n" +
-	"\aresults\x18\x04 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"\xde\x02\n" +
+	"\aresults\x18\x04 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"\xb6\x04\n" +
 	"\x11LockStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -3839,8 +3935,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\arelease\x18\x05 \x01(\v2\x1c.leasehold.v1.ReleaseRequestH\x00R\arelease\x12B\n" +
 	"\vcancel_wait\x18\x06 \x01(\v2\x1f.leasehold.v1.CancelWaitRequestH\x00R\n" +
 	"cancelWait\x12\x18\n" +
-	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancelB\x04\n" +
-	"\x02op\"\xf5\x02\n" +
+	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancel\x12K\n" +
+	"\x0ecreate_session\x18\b \x01(\v2\".leasehold.v1.CreateSessionRequestH\x00R\rcreateSession\x12?\n" +
+	"\n" +
+	"keep_alive\x18\t \x01(\v2\x1e.leasehold.v1.KeepAliveRequestH\x00R\tkeepAlive\x12H\n" +
+	"\rclose_session\x18\n" +
+	" \x01(\v2!.leasehold.v1.CloseSessionRequestH\x00R\fcloseSessionB\x04\n" +
+	"\x02op\"\xd0\x04\n" +
 	"\x12LockStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.leasehold.v1.ErrorDetailR\x05error\x12\x18\n" +
@@ -3850,7 +3951,12 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"tryAcquire\x129\n" +
 	"\arelease\x18\x06 \x01(\v2\x1d.leasehold.v1.ReleaseResponseH\x00R\arelease\x12C\n" +
 	"\vcancel_wait\x18\a \x01(\v2 .leasehold.v1.CancelWaitResponseH\x00R\n" +
-	"cancelWaitB\x04\n" +
+	"cancelWait\x12L\n" +
+	"\x0ecreate_session\x18\b \x01(\v2#.leasehold.v1.CreateSessionResponseH\x00R\rcreateSession\x12@\n" +
+	"\n" +
+	"keep_alive\x18\t \x01(\v2\x1f.leasehold.v1.KeepAliveResponseH\x00R\tkeepAlive\x12I\n" +
+	"\rclose_session\x18\n" +
+	" \x01(\v2\".leasehold.v1.CloseSessionResponseH\x00R\fcloseSessionB\x04\n" +
 	"\x02op\"0\n" +
 	"\x13CloseSessionRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"2\n" +
@@ -4141,81 +4247,87 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	21, // 5: leasehold.v1.LockStreamRequest.try_acquire:type_name -> leasehold.v1.TryAcquireRequest
 	23, // 6: leasehold.v1.LockStreamRequest.release:type_name -> leasehold.v1.ReleaseRequest
 	24, // 7: leasehold.v1.LockStreamRequest.cancel_wait:type_name -> leasehold.v1.CancelWaitRequest
-	7,  // 8: leasehold.v1.LockStreamResponse.error:type_name -> leasehold.v1.ErrorDetail
-	20, // 9: leasehold.v1.LockStreamResponse.acquire:type_name -> leasehold.v1.AcquireResponse
-	22, // 10: leasehold.v1.LockStreamResponse.try_acquire:type_name -> leasehold.v1.TryAcquireResponse
-	26, // 11: leasehold.v1.LockStreamResponse.release:type_name -> leasehold.v1.ReleaseResponse
-	25, // 12: leasehold.v1.LockStreamResponse.cancel_wait:type_name -> leasehold.v1.CancelWaitResponse
-	0,  // 13: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
-	27, // 14: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
-	0,  // 15: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
-	27, // 16: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
-	27, // 17: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
-	0,  // 18: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
-	27, // 19: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
-	28, // 20: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
-	27, // 21: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
-	30, // 22: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
-	30, // 23: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
-	1,  // 24: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	35, // 25: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	37, // 26: leasehold.v1.WatchResponse.compacted:type_name -> leasehold.v1.WatchCompacted
-	30, // 27: leasehold.v1.WatchCompacted.locks:type_name -> leasehold.v1.LockInfo
-	45, // 28: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
-	49, // 29: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	49, // 30: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	49, // 31: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
-	8,  // 32: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
-	10, // 33: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	13, // 34: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
-	17, // 35: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
-	19, // 36: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	21, // 37: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
-	23, // 38: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	24, // 39: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
-	15, // 40: leasehold.v1.LeaseholdService.LockStream:input_type -> leasehold.v1.LockStreamRequest
-	29, // 41: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	32, // 42: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	34, // 43: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	38, // 44: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
-	40, // 45: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
-	42, // 46: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
-	2,  // 47: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
-	4,  // 48: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
-	50, // 49: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	52, // 50: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	54, // 51: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	56, // 52: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	47, // 53: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
-	44, // 54: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
-	9,  // 55: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	11, // 56: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	14, // 57: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	18, // 58: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	20, // 59: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	22, // 60: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	26, // 61: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	25, // 62: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
-	16, // 63: leasehold.v1.LeaseholdService.LockStream:output_type -> leasehold.v1.LockStreamResponse
-	31, // 64: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	33, // 65: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	36, // 66: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	39, // 67: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
-	41, // 68: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
-	43, // 69: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
-	3,  // 70: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
-	6,  // 71: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
-	51, // 72: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	53, // 73: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	55, // 74: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	57, // 75: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	48, // 76: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
-	46, // 77: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
-	55, // [55:78] is the sub-list for method output_type
-	32, // [32:55] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	8,  // 8: leasehold.v1.LockStreamRequest.create_session:type_name -> leasehold.v1.CreateSessionRequest
+	10, // 9: leasehold.v1.LockStreamRequest.keep_alive:type_name -> leasehold.v1.KeepAliveRequest
+	17, // 10: leasehold.v1.LockStreamRequest.close_session:type_name -> leasehold.v1.CloseSessionRequest
+	7,  // 11: leasehold.v1.LockStreamResponse.error:type_name -> leasehold.v1.ErrorDetail
+	20, // 12: leasehold.v1.LockStreamResponse.acquire:type_name -> leasehold.v1.AcquireResponse
+	22, // 13: leasehold.v1.LockStreamResponse.try_acquire:type_name -> leasehold.v1.TryAcquireResponse
+	26, // 14: leasehold.v1.LockStreamResponse.release:type_name -> leasehold.v1.ReleaseResponse
+	25, // 15: leasehold.v1.LockStreamResponse.cancel_wait:type_name -> leasehold.v1.CancelWaitResponse
+	9,  // 16: leasehold.v1.LockStreamResponse.create_session:type_name -> leasehold.v1.CreateSessionResponse
+	11, // 17: leasehold.v1.LockStreamResponse.keep_alive:type_name -> leasehold.v1.KeepAliveResponse
+	18, // 18: leasehold.v1.LockStreamResponse.close_session:type_name -> leasehold.v1.CloseSessionResponse
+	0,  // 19: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	27, // 20: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
+	0,  // 21: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	27, // 22: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
+	27, // 23: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
+	0,  // 24: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
+	27, // 25: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
+	28, // 26: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
+	27, // 27: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
+	30, // 28: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
+	30, // 29: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
+	1,  // 30: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
+	35, // 31: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
+	37, // 32: leasehold.v1.WatchResponse.compacted:type_name -> leasehold.v1.WatchCompacted
+	30, // 33: leasehold.v1.WatchCompacted.locks:type_name -> leasehold.v1.LockInfo
+	45, // 34: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
+	49, // 35: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	49, // 36: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	49, // 37: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	8,  // 38: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
+	10, // 39: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	13, // 40: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
+	17, // 41: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
+	19, // 42: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	21, // 43: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
+	23, // 44: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
+	24, // 45: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	15, // 46: leasehold.v1.LeaseholdService.LockStream:input_type -> leasehold.v1.LockStreamRequest
+	29, // 47: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	32, // 48: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	34, // 49: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	38, // 50: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
+	40, // 51: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
+	42, // 52: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
+	2,  // 53: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
+	4,  // 54: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
+	50, // 55: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	52, // 56: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	54, // 57: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	56, // 58: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	47, // 59: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	44, // 60: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
+	9,  // 61: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	11, // 62: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	14, // 63: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	18, // 64: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	20, // 65: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	22, // 66: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	26, // 67: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	25, // 68: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	16, // 69: leasehold.v1.LeaseholdService.LockStream:output_type -> leasehold.v1.LockStreamResponse
+	31, // 70: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	33, // 71: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	36, // 72: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	39, // 73: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
+	41, // 74: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
+	43, // 75: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
+	3,  // 76: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
+	6,  // 77: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
+	51, // 78: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	53, // 79: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	55, // 80: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	57, // 81: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	48, // 82: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	46, // 83: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
+	61, // [61:84] is the sub-list for method output_type
+	38, // [38:61] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -4229,12 +4341,18 @@ func file_leasehold_v1_leasehold_proto_init() {
 		(*LockStreamRequest_Release)(nil),
 		(*LockStreamRequest_CancelWait)(nil),
 		(*LockStreamRequest_Cancel)(nil),
+		(*LockStreamRequest_CreateSession)(nil),
+		(*LockStreamRequest_KeepAlive)(nil),
+		(*LockStreamRequest_CloseSession)(nil),
 	}
 	file_leasehold_v1_leasehold_proto_msgTypes[14].OneofWrappers = []any{
 		(*LockStreamResponse_Acquire)(nil),
 		(*LockStreamResponse_TryAcquire)(nil),
 		(*LockStreamResponse_Release)(nil),
 		(*LockStreamResponse_CancelWait)(nil),
+		(*LockStreamResponse_CreateSession)(nil),
+		(*LockStreamResponse_KeepAlive)(nil),
+		(*LockStreamResponse_CloseSession)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

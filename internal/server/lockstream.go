@@ -18,7 +18,8 @@ import (
 
 // The lock stream
 //
-// LockStream carries Acquire, TryAcquire, Release and CancelWait as
+// LockStream carries Acquire, TryAcquire, Release and CancelWait, and the
+// session operations CreateSession, KeepAlive and CloseSession, as
 // messages on one long-lived bidirectional stream per client:
 //
 //	receive loop ─► id in flight? ─► one goroutine per request ─► the unary handler
@@ -191,6 +192,7 @@ func (g *flushGate) release() {
 func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream[pb.LockStreamRequest, pb.LockStreamResponse]) error {
 	c := &lockStreamConn{h: h, stream: stream, header: stream.RequestHeader(), peer: stream.Peer().Addr, proto: stream.Peer().Protocol}
 	c.gate, _ = ctx.Value(flushGateKey{}).(*flushGate)
+	stream.ResponseHeader().Set(api.StreamOpsHeader, api.StreamOpsSession)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in := receiveAll(sctx, stream.Receive)
@@ -306,8 +308,18 @@ func (c *lockStreamConn) op(ctx context.Context, m *pb.LockStreamRequest, authEr
 	case *pb.LockStreamRequest_CancelWait:
 		res, err := streamOp(ctx, c, authErr, leaseholdv1connect.LeaseholdServiceCancelWaitProcedure, op.CancelWait, h.CancelWait)
 		return streamAnswer(m.GetId(), wrapIf(res, func(r *pb.CancelWaitResponse) any { return &pb.LockStreamResponse_CancelWait{CancelWait: r} }), err)
+	case *pb.LockStreamRequest_CreateSession:
+		res, err := streamOp(ctx, c, authErr, leaseholdv1connect.LeaseholdServiceCreateSessionProcedure, op.CreateSession, h.CreateSession)
+		return streamAnswer(m.GetId(), wrapIf(res, func(r *pb.CreateSessionResponse) any { return &pb.LockStreamResponse_CreateSession{CreateSession: r} }), err)
+	case *pb.LockStreamRequest_KeepAlive:
+		res, err := streamOp(ctx, c, authErr, leaseholdv1connect.LeaseholdServiceKeepAliveProcedure, op.KeepAlive, h.KeepAlive)
+		return streamAnswer(m.GetId(), wrapIf(res, func(r *pb.KeepAliveResponse) any { return &pb.LockStreamResponse_KeepAlive{KeepAlive: r} }), err)
+	case *pb.LockStreamRequest_CloseSession:
+		res, err := streamOp(ctx, c, authErr, leaseholdv1connect.LeaseholdServiceCloseSessionProcedure, op.CloseSession, h.CloseSession)
+		return streamAnswer(m.GetId(), wrapIf(res, func(r *pb.CloseSessionResponse) any { return &pb.LockStreamResponse_CloseSession{CloseSession: r} }), err)
 	}
-	return streamAnswer(m.GetId(), nil, api.Errorf(api.CodeInvalidArgument, "a lock stream request needs one of acquire, try_acquire, release, cancel_wait"))
+	return streamAnswer(m.GetId(), nil, api.Errorf(api.CodeInvalidArgument,
+		"a lock stream request needs one of acquire, try_acquire, release, cancel_wait, create_session, keep_alive, close_session"))
 }
 
 func wrapIf[Res any](res *Res, wrap func(*Res) any) any {
@@ -335,6 +347,12 @@ func streamAnswer(id uint64, op any, err error) *pb.LockStreamResponse {
 	case *pb.LockStreamResponse_Release:
 		out.Op = o
 	case *pb.LockStreamResponse_CancelWait:
+		out.Op = o
+	case *pb.LockStreamResponse_CreateSession:
+		out.Op = o
+	case *pb.LockStreamResponse_KeepAlive:
+		out.Op = o
+	case *pb.LockStreamResponse_CloseSession:
 		out.Op = o
 	}
 	return out

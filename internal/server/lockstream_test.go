@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,77 @@ func TestLockStreamOutOfOrder(t *testing.T) {
 	waitQueued(t, c.Client, "oo:x")
 }
 
+func lsCreate(id uint64, ttlMs int64, owner string) *pb.LockStreamRequest {
+	return &pb.LockStreamRequest{Id: id, Op: &pb.LockStreamRequest_CreateSession{CreateSession: &pb.CreateSessionRequest{TtlMs: ttlMs, Owner: owner}}}
+}
+
+func lsKeepAlive(id uint64, lease string) *pb.LockStreamRequest {
+	return &pb.LockStreamRequest{Id: id, Op: &pb.LockStreamRequest_KeepAlive{KeepAlive: &pb.KeepAliveRequest{LeaseId: lease}}}
+}
+
+func lsClose(id uint64, lease string) *pb.LockStreamRequest {
+	return &pb.LockStreamRequest{Id: id, Op: &pb.LockStreamRequest_CloseSession{CloseSession: &pb.CloseSessionRequest{LeaseId: lease}}}
+}
+
+// The session operations travel on the stream as their unary RPCs: a
+// session created there holds locks, is renewed and is closed (its locks
+// released) there, and the response header says the stream takes them.
+// Bad input is refused alone and changes nothing.
+func TestLockStreamSessionOps(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{})
+	ls := openLockStream(t, c.Client)
+	lsSend(t, ls, lsCreate(1, 60_000, "S"))
+	lsSend(t, ls, lsCreate(2, 0, "S"))
+	lsSend(t, ls, lsCreate(3, 60_000, strings.Repeat("o", 1000)))
+	got := lsRecv(t, ls, 1, 2, 3)
+	if h := ls.ResponseHeader().Get(api.StreamOpsHeader); h != api.StreamOpsSession {
+		t.Fatalf("response header %s = %q, want %q", api.StreamOpsHeader, h, api.StreamOpsSession)
+	}
+	cs := got[1].GetCreateSession()
+	if cs.GetLeaseId() == "" || cs.GetTtlMs() != 60_000 || cs.GetOwner() != "S" {
+		t.Fatalf("CreateSession answered %v", got[1])
+	}
+	for _, id := range []uint64{2, 3} {
+		if lsCode(got[id]) != api.CodeInvalidArgument {
+			t.Errorf("bad CreateSession %d answered %v, want invalid-argument", id, got[id])
+		}
+	}
+	lease := cs.GetLeaseId()
+	lsSend(t, ls, lsTry(4, "so:x", lease))
+	lsSend(t, ls, lsKeepAlive(5, lease))
+	lsSend(t, ls, lsKeepAlive(6, ""))
+	got = lsRecv(t, ls, 4, 5, 6)
+	if got[4].GetTryAcquire().GetHolding().GetLeaseId() != lease {
+		t.Fatalf("TryAcquire with the stream's session answered %v", got[4])
+	}
+	if ka := got[5].GetKeepAlive(); ka.GetLeaseId() != lease || ka.GetTtlMs() != 60_000 {
+		t.Fatalf("KeepAlive answered %v", got[5])
+	}
+	if lsCode(got[6]) != api.CodeInvalidArgument {
+		t.Errorf("KeepAlive without a lease id answered %v, want invalid-argument", got[6])
+	}
+	sessions, err := c.Client.ListSessions(ctxT(t), req(&pb.ListSessionsRequest{}))
+	mustOK(t, "ListSessions", err)
+	if n := len(sessions.Msg.GetSessions()); n != 1 {
+		t.Fatalf("%d sessions after one CreateSession and two refused ones, want 1", n)
+	}
+	lsSend(t, ls, lsClose(7, lease))
+	if m := lsRecv(t, ls, 7)[7]; !slices.Equal(m.GetCloseSession().GetReleased(), []string{"so:x"}) {
+		t.Fatalf("CloseSession answered %v, want so:x released", m)
+	}
+	if status(t, c.Client, "so:x").GetHolder() != nil {
+		t.Fatal("so:x is still held after its session was closed")
+	}
+	lsSend(t, ls, lsKeepAlive(8, lease))
+	lsSend(t, ls, lsClose(9, lease))
+	got = lsRecv(t, ls, 8, 9)
+	for _, id := range []uint64{8, 9} {
+		if lsCode(got[id]) != api.CodeLeaseExpired {
+			t.Errorf("request %d for the closed session answered %v, want lease-expired", id, got[id])
+		}
+	}
+}
+
 // A request's timeout and a cancel message end it as a deadline and a
 // cancel end the unary RPC: a queued Acquire withdraws its wait. A stream
 // that ends with an Acquire queued withdraws it too.
@@ -203,10 +275,25 @@ func TestLockStreamAuthPerMessage(t *testing.T) {
 		t.Fatal("eve's refused release changed the holding")
 	}
 
+	// A session created on the stream belongs to the stream's caller.
+	lsSend(t, als, lsCreate(4, 60_000, "alice"))
+	streamLease := lsRecv(t, als, 4)[4].GetCreateSession().GetLeaseId()
+	lsSend(t, els, lsKeepAlive(2, streamLease))
+	lsSend(t, els, lsClose(3, streamLease))
+	for id, m := range lsRecv(t, els, 2, 3) {
+		if lsCode(m) != api.CodePermissionDenied {
+			t.Fatalf("eve's request %d for alice's session answered %v, want permission-denied", id, m)
+		}
+	}
+	lsSend(t, als, lsKeepAlive(5, streamLease))
+	if m := lsRecv(t, als, 5)[5]; m.GetKeepAlive().GetLeaseId() != streamLease {
+		t.Fatalf("alice renewing her session after eve's refused close: %v", m)
+	}
+
 	_, err = ops.auth.RevokeToken(ctx, req(&pb.RevokeTokenRequest{Id: alice.GetId()}))
 	mustOK(t, "revoke alice's token", err)
-	lsSend(t, als, lsTry(3, "job:2", lease))
-	if m := lsRecv(t, als, 3)[3]; lsCode(m) != api.CodePermissionDenied {
+	lsSend(t, als, lsTry(6, "job:2", lease))
+	if m := lsRecv(t, als, 6)[6]; lsCode(m) != api.CodePermissionDenied {
 		t.Fatalf("a message after alice's token was revoked answered %v, want permission-denied", m)
 	}
 	if status(t, ops.locks, "job:2").GetHolder() != nil {

@@ -127,12 +127,15 @@ type LeaseholdServiceClient interface {
 	// (and releases the grant if it raced with the withdrawal). Nodes send it
 	// to the leader on behalf of an Acquire they served; clients need not.
 	CancelWait(context.Context, *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error)
-	// LockStream carries Acquire, TryAcquire, Release and CancelWait as
-	// messages with a client request id on one long-lived stream, answered
-	// out of order as each completes. Each message is one operation: checked,
-	// limited, authorized, counted and logged as the unary RPC of its kind,
-	// and answered after its command was committed (fsync'd), as the unary
-	// RPC is. A node that does not lead forwards each message to the leader.
+	// LockStream carries Acquire, TryAcquire, Release and CancelWait, and
+	// CreateSession, KeepAlive and CloseSession, as messages with a client
+	// request id on one long-lived stream, answered out of order as each
+	// completes. Each message is one operation: checked, limited, authorized,
+	// counted and logged as the unary RPC of its kind, and answered after its
+	// command was committed (fsync'd), as the unary RPC is. A node that does
+	// not lead forwards each message to the leader. A server that takes the
+	// session operations on the stream says so in the response header
+	// Leasehold-Stream-Ops (a comma-separated list: "session").
 	LockStream(context.Context) *connect.BidiStreamForClient[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse]
 	// Status describes one lock name.
 	Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error)
@@ -397,12 +400,15 @@ type LeaseholdServiceHandler interface {
 	// (and releases the grant if it raced with the withdrawal). Nodes send it
 	// to the leader on behalf of an Acquire they served; clients need not.
 	CancelWait(context.Context, *connect.Request[leaseholdv1.CancelWaitRequest]) (*connect.Response[leaseholdv1.CancelWaitResponse], error)
-	// LockStream carries Acquire, TryAcquire, Release and CancelWait as
-	// messages with a client request id on one long-lived stream, answered
-	// out of order as each completes. Each message is one operation: checked,
-	// limited, authorized, counted and logged as the unary RPC of its kind,
-	// and answered after its command was committed (fsync'd), as the unary
-	// RPC is. A node that does not lead forwards each message to the leader.
+	// LockStream carries Acquire, TryAcquire, Release and CancelWait, and
+	// CreateSession, KeepAlive and CloseSession, as messages with a client
+	// request id on one long-lived stream, answered out of order as each
+	// completes. Each message is one operation: checked, limited, authorized,
+	// counted and logged as the unary RPC of its kind, and answered after its
+	// command was committed (fsync'd), as the unary RPC is. A node that does
+	// not lead forwards each message to the leader. A server that takes the
+	// session operations on the stream says so in the response header
+	// Leasehold-Stream-Ops (a comma-separated list: "session").
 	LockStream(context.Context, *connect.BidiStream[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse]) error
 	// Status describes one lock name.
 	Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error)
