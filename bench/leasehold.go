@@ -122,10 +122,12 @@ func (l *leasehold) Start(ctx context.Context, dir string) error {
 	return nil
 }
 
-// waitNode waits until node i answers /healthz.
+// waitNode waits until node i is ready (/readyz: it has a leader and has
+// applied the committed log), as etcd's ReadyNotify waits for its server:
+// the first workload must not time an election.
 func (l *leasehold) waitNode(ctx context.Context, i int) error {
 	return l.procs[i].waitReady(ctx, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.addrs[i]+"/healthz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.addrs[i]+"/readyz", nil)
 		if err != nil {
 			return err
 		}
@@ -135,7 +137,7 @@ func (l *leasehold) waitNode(ctx context.Context, i int) error {
 		}
 		_ = res.Body.Close()
 		if res.StatusCode != http.StatusOK {
-			return fmt.Errorf("healthz: %s", res.Status)
+			return fmt.Errorf("readyz: %s", res.Status)
 		}
 		return nil
 	})
