@@ -22,7 +22,7 @@ import (
 // session operations CreateSession, KeepAlive and CloseSession, as
 // messages on one long-lived bidirectional stream per client:
 //
-//	receive loop ─► id in flight? ─► one goroutine per request ─► the unary handler
+//	receive loop ─► id in flight? ─► a worker per request (workers.go) ─► the unary handler
 //	     ▲                                                        (h.Acquire, ...)
 //	     └── cancel{id}: ends that request's context       answer {id, op | error} ─► send (one at a time)
 //
@@ -282,7 +282,9 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 				rctx, stop = context.WithTimeout(base, time.Duration(ms)*time.Millisecond)
 			}
 			inflight[id] = stop
-			wg.Go(func() {
+			wg.Add(1)
+			h.s.work.run(func() {
+				defer wg.Done()
 				resp := c.op(rctx, m, authErr)
 				stop()
 				c.send(resp)

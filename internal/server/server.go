@@ -110,6 +110,7 @@ type Server struct {
 	lessor *lessor.Lessor
 	hub    *hub
 	feed   *web.Feed // the dashboard's event feed
+	work   *workers  // run the messages of every LockStream
 	met    *metrics
 	lim    *limiter
 	http   *http.Client // for forwarding to the leader
@@ -171,6 +172,7 @@ func Open(cfg Config) (*Server, error) {
 		stop:    make(chan struct{}),
 		drain:   make(chan struct{}),
 	}
+	s.work = newWorkers(s.stop)
 	s.audit = cfg.Logger.With("component", "audit")
 	met, err := newMetrics(reg, s)
 	if err != nil {
