@@ -56,8 +56,8 @@ func TestAccessLog(t *testing.T) {
 	}
 	mustOK(t, "close requests", ks.CloseRequest())
 	mustOK(t, "close responses", ks.CloseResponse())
-	if code, _ := httpGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz = %d", code)
+	if code, body := httpGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz = %d %q", code, body)
 	}
 	// A stream's line is written when its handler returns, which may be
 	// after the client has closed its side: wait for it.

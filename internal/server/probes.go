@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -29,17 +30,30 @@ type Readiness struct {
 	AppliedIndex uint64
 }
 
+// readyCatchUp is how long a readiness check waits for the entries that
+// were committed when it began to be applied. Under writes the commit
+// index is always a little ahead of the applied index (an entry is
+// committed, then handed to the state machine): that is not "behind". A
+// node replaying a backlog (after a restart, or a follower catching up)
+// does not close the gap in that time.
+const readyCatchUp = 250 * time.Millisecond
+
 // Readiness reports whether the node can serve: it knows a leader and has
-// applied every entry it knows to be committed.
+// applied, within readyCatchUp, every entry it knew to be committed when
+// asked.
 func (s *Server) Readiness() Readiness {
 	r := s.node.Raft()
 	id, _ := s.node.Leader()
 	rd := Readiness{LeaderID: id, CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex()}
+	for deadline := time.Now().Add(readyCatchUp); id != "" && rd.AppliedIndex < rd.CommitIndex && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		rd.AppliedIndex = r.AppliedIndex()
+	}
 	switch {
 	case id == "":
 		rd.Reason = "no leader"
 	case rd.AppliedIndex < rd.CommitIndex:
-		rd.Reason = fmt.Sprintf("applied index %d behind commit index %d", rd.AppliedIndex, rd.CommitIndex)
+		rd.Reason = fmt.Sprintf("applied index %d behind commit index %d for %v", rd.AppliedIndex, rd.CommitIndex, readyCatchUp)
 	default:
 		rd.Ready = true
 	}

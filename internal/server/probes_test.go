@@ -4,11 +4,13 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -20,6 +22,7 @@ import (
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	grpcstatus "google.golang.org/grpc/status"
 
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
@@ -168,4 +171,43 @@ func TestReflection(t *testing.T) {
 		t.Fatalf("v1alpha lists %d services, want %d", n, len(want))
 	}
 	_ = sta.CloseSend()
+}
+
+// TestReadyUnderWrites: a leader that keeps up with a steady stream of
+// writes is ready. Its commit index runs ahead of its applied index for
+// the moment each entry takes to apply; /readyz and grpc.health.v1 must
+// not read that moment as "behind" (a readiness probe that did would take
+// the busiest node out of service).
+func TestReadyUnderWrites(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{})
+	lease := newSession(t, c.Client, 60_000, "w").GetLeaseId()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			name := fmt.Sprintf("ready:%d", w)
+			for i := 0; i < 2000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h := acquire(t, c.Client, name, lease)
+				_, err := c.Client.Release(ctxT(t), req(&pb.ReleaseRequest{Name: name, LeaseId: lease, Token: h.GetToken()}))
+				mustOK(t, "Release", err)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(stop)
+	hc := healthpb.NewHealthClient(grpcConn(t, c.Addr))
+	for i := range 100 {
+		if code, body := httpGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK {
+			t.Fatalf("probe %d under writes: /readyz = %d %q", i, code, body)
+		}
+		resp, err := hc.Check(ctxT(t), &healthpb.HealthCheckRequest{})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("probe %d under writes: health Check = %v, %v", i, resp.GetStatus(), err)
+		}
+	}
 }
