@@ -26,5 +26,5 @@ go test -race -count=1 -tags leasehold_failpoints ./internal/failpoint
 # detector too; needs root
 # (a network namespace per node). See docs/reliability.md.
 go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/faults
-# Fault suite, tier 3: every fuzz target for 15 s (docs/reliability.md).
-bash scripts/fuzz.sh 15
+# Fault suite, tier 3: every fuzz target for 8 s (docs/reliability.md; longer: bash scripts/fuzz.sh 60).
+bash scripts/fuzz.sh 8
