@@ -84,7 +84,9 @@
 // to the session (its deadline, or its next checkpoint): a tick looks only
 // at the sessions whose time came, and a renewal moves no heap entry (a
 // popped entry whose deadline moved is pushed back). Idle sessions cost
-// nothing per tick.
+// nothing per tick, and the loop sleeps through ticks with nothing due: a
+// leader whose sessions all renew wakes only when a checkpoint or a
+// deadline comes, one with none never.
 package lessor
 
 import (
@@ -132,7 +134,10 @@ type Config struct {
 	// Grace is added to every deadline on Promote: the old leader's longest
 	// authority window. Default 500 ms; must be ≥ 0.
 	Grace time.Duration
-	// Tick is how often deadlines are checked. Default 50 ms; floor 1 ms.
+	// Tick is the grid deadlines are checked on: a deadline is acted on
+	// within one Tick after it, and never twice within one Tick. A tick
+	// with nothing due is skipped (an idle lessor does not wake). Default
+	// 50 ms; floor 1 ms.
 	Tick time.Duration
 	// MaxInflight bounds concurrent Expire/EndLockDelay proposals. Default 64.
 	MaxInflight int
@@ -193,6 +198,8 @@ type Lessor struct {
 	timers   timerHeap              // every tracked session not in flight, by entry.at
 	delays   map[delayKey]time.Time // lock-delay → earliest end
 	closed   bool
+	wakeAt   time.Time     // when the sleeping loop looks next (farFuture: nothing scheduled); zero while it looks
+	wake     chan struct{} // cap 1: something is due before wakeAt
 
 	wg sync.WaitGroup // the loop and in-flight proposals
 }
@@ -225,7 +232,7 @@ func New(cfg Config, p Proposer) (*Lessor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Lessor{cfg: cfg, proposer: p, sessions: map[string]*entry{}, delays: map[delayKey]time.Time{}}, nil
+	return &Lessor{cfg: cfg, proposer: p, sessions: map[string]*entry{}, delays: map[delayKey]time.Time{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // grantorTTL is how long the grantor waits, from its answer, before it may
@@ -337,9 +344,42 @@ func (l *Lessor) scheduleAtLocked(e *entry, at time.Time) {
 	e.at = at
 	if e.idx >= 0 {
 		heap.Fix(&l.timers, e.idx)
-		return
+	} else {
+		heap.Push(&l.timers, e)
 	}
-	heap.Push(&l.timers, e)
+	l.wakeForLocked(at)
+}
+
+// delayLocked records that lock-delay k ends at at.
+func (l *Lessor) delayLocked(k delayKey, at time.Time) {
+	l.delays[k] = at
+	l.wakeForLocked(at)
+}
+
+// wakeForLocked makes the sleeping loop plan again when something comes
+// due before it means to look.
+func (l *Lessor) wakeForLocked(at time.Time) {
+	if !l.wakeAt.IsZero() && at.Before(l.wakeAt) {
+		l.wakeAt = time.Time{}
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// nextLocked is the earliest time anything is scheduled; false: nothing is.
+func (l *Lessor) nextLocked() (time.Time, bool) {
+	var next time.Time
+	if len(l.timers) > 0 {
+		next = l.timers[0].at
+	}
+	for _, at := range l.delays {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next, !next.IsZero()
 }
 
 func (l *Lessor) removeLocked(e *entry) {
@@ -504,18 +544,36 @@ func (l *Lessor) Observe(res *fsm.Result) {
 		}
 	}
 	for _, d := range res.LockDelays {
-		l.delays[delayKey{d.Name, d.Token}] = now.Add(l.grantorTTL(time.Duration(d.Ms) * time.Millisecond))
+		l.delayLocked(delayKey{d.Name, d.Token}, now.Add(l.grantorTTL(time.Duration(d.Ms)*time.Millisecond)))
 	}
 }
 
+// loop runs the ticks. It looks at the lessor on a grid of Tick from its
+// last look, at the first point of the grid after the earliest thing
+// scheduled, and sleeps while nothing is: a due deadline is acted on
+// within a Tick, no two looks are closer than a Tick, and an idle lessor
+// costs no wakeups.
 func (l *Lessor) loop(stop chan struct{}) {
 	sem := make(chan struct{}, l.cfg.MaxInflight)
+	last := l.cfg.Clock.Now()
 	for {
+		l.mu.Lock()
+		var timer <-chan time.Time
+		l.wakeAt = farFuture
+		if next, ok := l.nextLocked(); ok {
+			ticks := max(next.Sub(last)/l.cfg.Tick+1, 1)
+			l.wakeAt = last.Add(ticks * l.cfg.Tick)
+			timer = l.cfg.Clock.After(l.wakeAt.Sub(l.cfg.Clock.Now()))
+		}
+		l.mu.Unlock()
 		select {
 		case <-stop:
 			return
-		case <-l.cfg.Clock.After(l.cfg.Tick):
+		case <-l.wake:
+			continue // something came due earlier: plan again
+		case <-timer:
 		}
+		last = l.cfg.Clock.Now()
 		expires, other := l.due()
 		jobs := make([]func(), 0, len(expires)+len(other))
 		for _, e := range expires {
@@ -538,11 +596,15 @@ func (l *Lessor) loop(stop chan struct{}) {
 	}
 }
 
+// farFuture is the wakeAt of a loop with nothing scheduled.
+var farFuture = time.Unix(1<<62, 0)
+
 // due collects what came due: sessions to expire (marked in flight),
 // checkpoints (batched) and lock-delays to end.
 func (l *Lessor) due() (expires []*entry, cmds []*fsmpb.Command) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.wakeAt = time.Time{} // looking now: whatever is scheduled meanwhile is planned after
 	now := l.cfg.Clock.Now()
 	var cps []*fsmpb.SessionCheckpoint
 	for len(l.timers) > 0 && now.After(l.timers[0].at) {
@@ -663,7 +725,7 @@ func (l *Lessor) retryDelay(d *fsmpb.EndLockDelay) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.leading {
-		l.delays[delayKey{d.GetName(), d.GetToken()}] = l.cfg.Clock.Now()
+		l.delayLocked(delayKey{d.GetName(), d.GetToken()}, l.cfg.Clock.Now())
 	}
 }
 
