@@ -18,8 +18,49 @@ import (
 // on every Linux this runs on).
 const clkTck = 100
 
-// procCPU returns the user+system CPU time process pid has used.
+// procCPU returns the CPU time process pid has used: the sum over its
+// threads of the scheduler's run time (/proc/PID/task/TID/schedstat, in
+// nanoseconds), or user+system time from /proc/PID/stat (in 10 ms ticks,
+// too coarse for a quiet server) where schedstat is missing.
 func procCPU(pid int) (time.Duration, error) {
+	if d, err := schedCPU(pid); err == nil {
+		return d, nil
+	}
+	return statCPU(pid)
+}
+
+// schedCPU is the run time of pid's live threads. A Go server's threads
+// live as long as it does, so none of its time is lost to a thread that
+// ended.
+func schedCPU(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread ended meanwhile
+		}
+		if err != nil {
+			return 0, err
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("/proc/%d/task/%s/schedstat: empty", pid, t.Name())
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
+
+// statCPU is pid's user+system time from /proc/PID/stat.
+func statCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err

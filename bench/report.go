@@ -177,7 +177,8 @@ const singleNotes = `- Every system durable: leasehold ` + "`serve`" + ` default
   ` + "`client/v3/concurrency`" + ` Session + Mutex; Redis with ` + "`--appendonly yes --appendfsync always`" + ` locked with
   go-redsync (key with expiry, waiters poll with redsync's default delays; no sessions, so no
   session rows).
-- Server CPU is read from /proc/PID/stat of the server process; client CPU is the harness's own
+- Server CPU is the scheduler's run time of the server process's threads
+  (/proc/PID/task/*/schedstat, in nanoseconds); client CPU is the harness's own
   rusage; keepalive renewals are counted as sessions × window / (TTL/3). Client bytes/session is
   the harness's live heap and stacks after GC, per session.
 - Server fsyncs/pair: fsync and fdatasync calls of the server process over the run, counted
@@ -196,7 +197,8 @@ const clusterNotes = `- Every system durable: leasehold ` + "`serve`" + ` defaul
   (` + "`embed`" + ` defaults: heartbeat 100 ms, election timeout 1 s), each member the harness's
   binary started again as a process of its own. The clients get every node's endpoint
   (leasehold's client fails over between them; etcd's balances over them).
-- Server CPU is read from /proc/PID/stat of the three server processes, summed; client CPU is
+- Server CPU is the scheduler's run time of the three server processes' threads
+  (/proc/PID/task/*/schedstat), summed; client CPU is
   the harness's own rusage. Server fsyncs/pair: fsync and fdatasync calls of the three server
   processes over the run, counted with perf's syscall tracepoints (the row is left out where
   perf cannot attach).

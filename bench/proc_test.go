@@ -1,0 +1,43 @@
+package main
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestProcCPU: the server CPU meter counts a burst of work to well under
+// /proc/PID/stat's 10 ms tick, and agrees with it over a longer one.
+func TestProcCPU(t *testing.T) {
+	pid := os.Getpid()
+	// burn works for d of CPU time, then sleeps: a running thread's run
+	// time is brought up to date when it leaves the CPU.
+	burn := func(d time.Duration) {
+		for end := selfCPU() + d; selfCPU() < end; {
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s0, err := schedCPU(pid)
+	if err != nil {
+		t.Fatalf("schedstat: %v", err)
+	}
+	st0, err := statCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	burn(3 * time.Millisecond)
+	s1, _ := schedCPU(pid)
+	if d := s1 - s0; d < 2*time.Millisecond || d > 50*time.Millisecond {
+		t.Fatalf("3 ms of work read as %v", d)
+	}
+	burn(300 * time.Millisecond)
+	s2, _ := schedCPU(pid)
+	st2, _ := statCPU(pid)
+	sched, stat := s2-s0, st2-st0
+	if diff := sched - stat; diff < -30*time.Millisecond || diff > 30*time.Millisecond {
+		t.Fatalf("over ~300 ms of work: schedstat %v, stat %v", sched, stat)
+	}
+	if got, _ := procCPU(pid); got < s2 {
+		t.Fatalf("procCPU = %v, less than schedstat's %v read before it", got, s2)
+	}
+}
