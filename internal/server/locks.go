@@ -140,10 +140,18 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	}
 	w := s.hub.wait(r.name, r.leaseID)
 	defer s.hub.unwait(w)
-	var heldBefore bool
+	var heldBefore, queued bool
 	s.node.Read(func(m *fsm.Machine) {
-		heldBefore = holdingOf(m.Lock(r.name), r.leaseID) != nil
+		info := m.Lock(r.name)
+		heldBefore = holdingOf(info, r.leaseID) != nil
+		queued = !r.try && !heldBefore && len(info.Waiters) > 0
 	})
+	if queued {
+		// Behind others: it joins the queue with the next release (ride.go).
+		if err := s.ride(ctx, r.name); err != nil {
+			return nil, err
+		}
+	}
 	withdraw := func() {
 		if !heldBefore {
 			s.cancelWait(r.name, r.leaseID, r.waitID)
@@ -326,6 +334,7 @@ func (h *lockService) Release(ctx context.Context, req *connect.Request[pb.Relea
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+		h.s.releasing(m.GetName())
 		res, err := h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_Release{Release: &fsmpb.Release{Name: m.GetName(), LeaseId: m.GetLeaseId(), Token: m.GetToken()}}})
 		if err != nil {
 			return nil, err

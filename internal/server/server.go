@@ -113,6 +113,7 @@ type Server struct {
 	work   *workers  // run the messages of every LockStream
 	met    *metrics
 	lim    *limiter
+	rides  rides        // queued acquires waiting for a release (ride.go)
 	http   *http.Client // for forwarding to the leader
 	authState
 
