@@ -11,3 +11,9 @@ const (
 	StreamOpsHeader  = "Leasehold-Stream-Ops"
 	StreamOpsSession = "session"
 )
+
+// LeaderHeader is a response header of a follower: the API address of the
+// leader it forwarded the request to (on a LockStream: the leader when the
+// stream opened). A client that has the leader among its endpoints sends
+// its next calls there, sparing every call the follower's hop.
+const LeaderHeader = "Leasehold-Leader"

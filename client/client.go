@@ -19,7 +19,9 @@
 // was not applied). Calls that may have applied — leadership moved, or the
 // connection broke after the request was sent — return ErrOutcomeUnknown
 // instead of being retried, except where a retry is harmless (CreateSession,
-// Acquire, TryAcquire, KeepAlive, CloseSession).
+// Acquire, TryAcquire, KeepAlive, CloseSession). A follower serves a call by
+// forwarding it to the leader and names the leader in its answer; when the
+// leader is one of the endpoints, the next calls go to it directly.
 package client
 
 import (
@@ -251,6 +253,7 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 		c.mu.Unlock()
 		resp, err := f(pick(c.eps[i]), ctx, connect.NewRequest(req))
 		if err == nil {
+			c.preferLeader(resp.Header().Get(api.LeaderHeader))
 			return resp.Msg, nil
 		}
 		e := c.opts.dialHint(classify(ctx, err, req), err)
@@ -313,6 +316,32 @@ func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Dur
 		*backoff = min(2**backoff, 100*time.Millisecond) // an election takes ~1 s
 	}
 	return true
+}
+
+// preferLeader makes the endpoint a follower named as the leader
+// (api.LeaderHeader) the one calls go to first, when it is one of c's
+// endpoints; the follower's hop is then spared. Failover moves on from it
+// as from any endpoint.
+func (c *Client) preferLeader(leader string) {
+	if leader == "" {
+		return
+	}
+	for j, e := range c.eps {
+		if hostPort(e.addr) == leader {
+			c.mu.Lock()
+			c.cur = j
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+// hostPort is endpoint ep without its scheme.
+func hostPort(ep string) string {
+	if _, rest, ok := strings.Cut(ep, "://"); ok {
+		ep = rest
+	}
+	return strings.TrimSuffix(ep, "/")
 }
 
 func (c *Client) addrs() string {

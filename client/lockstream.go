@@ -159,13 +159,17 @@ func (ls *lockSlot) open() *lockStream {
 				return
 			}
 			st.mu.Lock()
-			if !st.heard {
+			first := !st.heard
+			if first {
 				st.heard = true
 				st.session = slices.Contains(strings.Split(st.bs.ResponseHeader().Get(api.StreamOpsHeader), ","), api.StreamOpsSession)
 			}
 			r := st.pending[m.GetId()]
 			delete(st.pending, m.GetId())
 			st.mu.Unlock()
+			if first {
+				ls.c.preferLeader(st.bs.ResponseHeader().Get(api.LeaderHeader))
+			}
 			if r != nil {
 				r.resp = m
 				close(r.done)

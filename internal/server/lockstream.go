@@ -193,6 +193,9 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 	c := &lockStreamConn{h: h, stream: stream, header: stream.RequestHeader(), peer: stream.Peer().Addr, proto: stream.Peer().Protocol}
 	c.gate, _ = ctx.Value(flushGateKey{}).(*flushGate)
 	stream.ResponseHeader().Set(api.StreamOpsHeader, api.StreamOpsSession)
+	if !h.s.node.IsLeader() {
+		h.s.tellLeader(stream.ResponseHeader())
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in := receiveAll(sctx, stream.Receive)

@@ -442,7 +442,19 @@ func onLeaderVia[C, Req, Res any](
 	s.setForwardHeaders(ctx, fwd.Header())
 	s.met.forwarded.Inc()
 	res, err := remote(c, ctx, fwd)
-	return res, forwardErr(err)
+	if err != nil {
+		return nil, forwardErr(err)
+	}
+	s.tellLeader(res.Header())
+	return res, nil
+}
+
+// tellLeader names the leader in the response header h of a request this
+// follower serves (api.LeaderHeader).
+func (s *Server) tellLeader(h http.Header) {
+	if addr, err := s.leaderAPIAddr(); err == nil {
+		h.Set(api.LeaderHeader, addr)
+	}
 }
 
 // forwardErr passes on the leader's answer, and classifies a failure to

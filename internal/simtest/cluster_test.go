@@ -5,6 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -481,5 +485,84 @@ func TestTransferLeaderToTheLeader(t *testing.T) {
 	}
 	if got != leader.ID {
 		t.Fatalf("transfer to the leader %s answered %q", leader.ID, got)
+	}
+}
+
+// forwarded reads leasehold_forwarded_total from the node at addr.
+func forwarded(t *testing.T, addr string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "leasehold_forwarded_total "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(n)
+		}
+	}
+	t.Fatalf("no leasehold_forwarded_total on %s", addr)
+	return 0
+}
+
+// A client whose first endpoint is a follower learns the leader from the
+// follower's answer and sends its next calls there: the follower forwards
+// only the first, on the lock stream and with unary calls alike.
+func TestClientGoesToTheLeader(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []client.DialOption
+	}{{"stream", nil}, {"unary", []client.DialOption{client.WithUnaryLocks()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			c := Start(t, 3, Options{})
+			ctx := ctxT(t, 20*time.Second)
+			leader, fs := c.Leader(), c.Followers()
+			for _, f := range fs { // each follower forwards (it knows the leader's address)
+				s, err := dial(t, f.Addr).NewSession(ctx)
+				if err != nil {
+					t.Fatalf("a session through %s alone: %v", f.ID, err)
+				}
+				if err := s.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cl, err := client.Dial(ctx, fs[0].Addr+","+fs[1].Addr+","+leader.Addr, mode.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			before, other := forwarded(t, fs[0].Addr), forwarded(t, fs[1].Addr)
+			s, err := cl.NewSession(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const pairs = 50
+			for i := range pairs {
+				l, err := s.Acquire(ctx, fmt.Sprint("lead:", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := forwarded(t, fs[0].Addr) - before; n > 2 {
+				t.Fatalf("the follower forwarded %d of %d calls; want the client at the leader after the first", n, 2*pairs+2)
+			}
+			if n := forwarded(t, fs[1].Addr) - other; n != 0 {
+				t.Fatalf("the other follower forwarded %d calls", n)
+			}
+		})
 	}
 }
