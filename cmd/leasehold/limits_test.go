@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // TestCLILimitFlag: serve --limit sets a limit, and a refusal reaches the
@@ -125,24 +123,5 @@ func TestCLIWatchFloodBounded(t *testing.T) {
 // serverGoroutines reads go_goroutines from the server's /metrics.
 func serverGoroutines(t *testing.T, addr string) int {
 	t.Helper()
-	res, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(body)) {
-		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no go_goroutines in /metrics")
-	return 0
+	return int(servertest.Metric(t, addr, "go_goroutines"))
 }

@@ -5,10 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 func TestMain(m *testing.M) {
@@ -491,26 +488,7 @@ func TestTransferLeaderToTheLeader(t *testing.T) {
 // forwarded reads leasehold_forwarded_total from the node at addr.
 func forwarded(t *testing.T, addr string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "leasehold_forwarded_total "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return int(n)
-		}
-	}
-	t.Fatalf("no leasehold_forwarded_total on %s", addr)
-	return 0
+	return int(servertest.Metric(t, addr, "leasehold_forwarded_total"))
 }
 
 // A client whose first endpoint is a follower learns the leader from the
