@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"testing"
 	"time"
 )
@@ -39,5 +40,17 @@ func TestProcCPU(t *testing.T) {
 	}
 	if got, _ := procCPU(pid); got < s2 {
 		t.Fatalf("procCPU = %v, less than schedstat's %v read before it", got, s2)
+	}
+}
+
+// TestCommit: the measured build is named by its commit, marked dirty only
+// when Go code or modules differ from it.
+func TestCommit(t *testing.T) {
+	got := commit("..")
+	if !regexp.MustCompile(`^[0-9a-f]{7,}(-dirty)?$`).MatchString(got) {
+		t.Fatalf("commit(..) = %q", got)
+	}
+	if got := commit(t.TempDir()); got != "unknown" {
+		t.Fatalf("commit of a directory outside git = %q, want unknown", got)
 	}
 }

@@ -308,12 +308,22 @@ func loadavg() string {
 	return strings.Fields(string(b))[0]
 }
 
+// commit names the commit the measured leasehold was built from, with
+// "-dirty" when the tree's Go code or modules differ from it (the
+// harness's own output, docs/bench, does not count).
 func commit(src string) string {
-	cmd := exec.Command("git", "describe", "--always", "--dirty")
-	cmd.Dir = src
-	out, err := cmd.Output()
+	git := func(args ...string) (string, error) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = src
+		out, err := cmd.Output()
+		return string(bytes.TrimSpace(out)), err
+	}
+	rev, err := git("rev-parse", "--short", "HEAD")
 	if err != nil {
 		return "unknown"
 	}
-	return string(bytes.TrimSpace(out))
+	if changed, err := git("status", "--porcelain", "--", "*.go", "go.mod", "go.sum"); err != nil || changed != "" {
+		rev += "-dirty"
+	}
+	return rev
 }
