@@ -2,7 +2,10 @@ package main
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -44,13 +47,42 @@ func TestProcCPU(t *testing.T) {
 }
 
 // TestCommit: the measured build is named by its commit, marked dirty only
-// when Go code or modules differ from it.
+// when Go code or modules differ from it: the harness's own output in the
+// tree does not count.
 func TestCommit(t *testing.T) {
-	got := commit("..")
-	if !regexp.MustCompile(`^[0-9a-f]{7,}(-dirty)?$`).MatchString(got) {
-		t.Fatalf("commit(..) = %q", got)
+	dir := t.TempDir()
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
 	}
-	if got := commit(t.TempDir()); got != "unknown" {
+	write := func(name, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := commit(dir); got != "unknown" {
 		t.Fatalf("commit of a directory outside git = %q, want unknown", got)
+	}
+	git("init", "-q")
+	write("main.go", "package main\n")
+	write("docs/bench/results.md", "old\n")
+	git("add", ".")
+	git("commit", "-q", "-m", "x")
+	clean := regexp.MustCompile(`^[0-9a-f]{7,}$`)
+	write("docs/bench/results.md", "new\n")
+	if got := commit(dir); !clean.MatchString(got) {
+		t.Fatalf("with only the results changed: %q, want the bare commit", got)
+	}
+	write("main.go", "package main\n\nfunc f() {}\n")
+	if got := commit(dir); !strings.HasSuffix(got, "-dirty") || !clean.MatchString(strings.TrimSuffix(got, "-dirty")) {
+		t.Fatalf("with Go code changed: %q, want COMMIT-dirty", got)
 	}
 }
