@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 )
 
@@ -38,9 +39,10 @@ type Readiness struct {
 // does not close the gap in that time.
 const readyCatchUp = 250 * time.Millisecond
 
-// Readiness reports whether the node can serve: it knows a leader and has
-// applied, within readyCatchUp, every entry it knew to be committed when
-// asked.
+// Readiness reports whether the node can serve: it knows a leader, and
+// that leader's API address when it is another node (a follower forwards
+// writes there), and has applied, within readyCatchUp, every entry it knew
+// to be committed when asked.
 func (s *Server) Readiness() Readiness {
 	r := s.node.Raft()
 	id, _ := s.node.Leader()
@@ -49,9 +51,17 @@ func (s *Server) Readiness() Readiness {
 		time.Sleep(time.Millisecond)
 		rd.AppliedIndex = r.AppliedIndex()
 	}
+	var unknown *api.Error
+	if id != "" && id != s.node.ID() {
+		if _, err := s.leaderAPIAddr(); err != nil {
+			unknown = api.FromError(err)
+		}
+	}
 	switch {
 	case id == "":
 		rd.Reason = "no leader"
+	case unknown != nil:
+		rd.Reason = unknown.Message
 	case rd.AppliedIndex < rd.CommitIndex:
 		rd.Reason = fmt.Sprintf("applied index %d behind commit index %d for %v", rd.AppliedIndex, rd.CommitIndex, readyCatchUp)
 	default:

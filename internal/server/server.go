@@ -124,6 +124,11 @@ type Server struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
+	// elected wakes registerLoop when this node becomes the leader, so that
+	// it registers its API address at once (followers cannot forward
+	// before, and are not ready).
+	elected chan struct{}
+
 	// drain is closed when Serve starts shutting down, or by Close: calls
 	// that may wait without bound (a queued Acquire, a Watch) then end with
 	// unavailable instead of holding the graceful shutdown open.
@@ -171,6 +176,7 @@ func Open(cfg Config) (*Server, error) {
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
 		http:    withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret),
 		stop:    make(chan struct{}),
+		elected: make(chan struct{}, 1),
 		drain:   make(chan struct{}),
 	}
 	s.work = newWorkers(s.stop)
@@ -266,6 +272,10 @@ func (s *Server) onLeadership(leader bool) {
 		s.lessor.Demote()
 		return
 	}
+	select {
+	case s.elected <- struct{}{}:
+	default:
+	}
 	// Promote under the state's read lock: an entry applied after the read
 	// reaches Observe only after Promote, so no session created in between
 	// is missed (untracked, it would never expire).
@@ -275,7 +285,8 @@ func (s *Server) onLeadership(leader bool) {
 }
 
 // registerLoop records this node's API address in the replicated state, so
-// that followers can forward to it when it leads. It retries until done.
+// that followers can forward to it when it leads. It retries until done,
+// every 500 ms and whenever this node is elected.
 func (s *Server) registerLoop() {
 	for {
 		var have string
@@ -292,6 +303,7 @@ func (s *Server) registerLoop() {
 		select {
 		case <-s.stop:
 			return
+		case <-s.elected:
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

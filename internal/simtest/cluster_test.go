@@ -5,12 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/server"
@@ -542,5 +547,37 @@ func TestClientGoesToTheLeader(t *testing.T) {
 				t.Fatalf("the other follower forwarded %d calls", n)
 			}
 		})
+	}
+}
+
+// A follower is ready only when it can forward: it knows the leader's API
+// address, which the leader registers in the replicated state soon after
+// it is elected. From the election on, a follower is either not ready,
+// saying why, or it forwards a write.
+func TestFollowerReadyOnlyWhenItCanForward(t *testing.T) {
+	c := Start(t, 3, Options{})
+	ctx := ctxT(t, 20*time.Second)
+	c.Leader()
+	elected := time.Now()
+	for _, f := range c.Followers() {
+		rpc := leaseholdv1connect.NewLeaseholdServiceClient(http.DefaultClient, "http://"+f.Addr) // one attempt per call
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rd := f.Server().Readiness()
+			if rd.Ready {
+				if _, err := rpc.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 5000})); err != nil {
+					t.Fatalf("follower %s is ready, but a session through it failed: %v", f.ID, err)
+				}
+				t.Logf("follower %s ready %v after the election", f.ID, time.Since(elected).Round(time.Millisecond))
+				break
+			}
+			if rd.Reason != "no leader" && !strings.Contains(rd.Reason, "has not registered its API address") {
+				t.Fatalf("follower %s not ready: %q", f.ID, rd.Reason)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("follower %s not ready after 10 s: %s", f.ID, rd.Reason)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
