@@ -64,10 +64,11 @@ export class Client {
   constructor(opts: ConnectOptions) {
     const list = typeof opts.endpoints === "string" ? opts.endpoints.split(",") : opts.endpoints;
     const make = opts.transport ?? ((baseUrl: string) => createConnectTransport({ baseUrl }));
+    const prefer = (leader: string | null) => this.#preferLeader(leader);
     this.#eps = list
       .map((e) => e.trim())
       .filter((e) => e !== "")
-      .map((addr) => ({ addr, rpc: createClient(LeaseholdService, make(baseUrl(addr))) }));
+      .map((addr) => ({ addr, rpc: createClient(LeaseholdService, leaderAware(make(baseUrl(addr)), prefer)) }));
     if (this.#eps.length === 0) {
       throw new LeaseholdError(Code.InvalidArgument, "no endpoints given");
     }
@@ -113,6 +114,18 @@ export class Client {
         backoff = Math.min(2 * backoff, 100);
       }
     }
+  }
+
+  /**
+   * #preferLeader makes the leader a follower named in its answer (the
+   * Leasehold-Leader response header) the endpoint calls go to first, when
+   * it is one of the client's endpoints; the follower's hop is then spared.
+   * Failover moves on from it as from any endpoint.
+   */
+  #preferLeader(leader: string | null): void {
+    if (!leader) return;
+    const j = this.#eps.findIndex((e) => hostPort(e.addr) === leader);
+    if (j >= 0) this.#cur = j;
   }
 
   /**
@@ -300,6 +313,30 @@ function baseUrl(addr: string): string {
     return addr.replace(/\/+$/, "");
   }
   return "http://" + addr;
+}
+
+/** hostPort is the endpoint addr without its scheme. */
+function hostPort(addr: string): string {
+  return addr.replace(/^[a-z]+:\/\//, "").replace(/\/+$/, "");
+}
+
+/** LEADER_HEADER names the leader in a follower's answer to a request it forwarded. */
+const LEADER_HEADER = "Leasehold-Leader";
+
+/** leaderAware wraps t so that every answer's LEADER_HEADER is passed to prefer. */
+function leaderAware(t: Transport, prefer: (leader: string | null) => void): Transport {
+  return {
+    async unary(method, signal, timeoutMs, header, input, contextValues) {
+      const res = await t.unary(method, signal, timeoutMs, header, input, contextValues);
+      prefer(res.header.get(LEADER_HEADER));
+      return res;
+    },
+    async stream(method, signal, timeoutMs, header, input, contextValues) {
+      const res = await t.stream(method, signal, timeoutMs, header, input, contextValues);
+      prefer(res.header.get(LEADER_HEADER));
+      return res;
+    },
+  };
 }
 
 /** retryable reports whether a call of kind that failed with err may be sent again. */

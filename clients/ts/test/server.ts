@@ -2,6 +2,7 @@
 // started on a free loopback port with a temporary data dir, stopped by PID.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -98,6 +99,41 @@ export class Server {
     await this.stop();
     rmSync(this.dataDir, { recursive: true, force: true });
   }
+}
+
+/** freePort returns a loopback port nothing listens on now. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      srv.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
+    });
+  });
+}
+
+/** startCluster starts a new cluster of n voters on loopback and waits until each is ready. */
+export async function startCluster(n: number): Promise<Server[]> {
+  const raft = await Promise.all(Array.from({ length: n }, async (_, i) => ({ id: `n${i + 1}`, addr: `127.0.0.1:${await freePort()}` })));
+  const bootstrap = raft.map((r) => `${r.id}=${r.addr}`).join(",");
+  const nodes = raft.map((r) => new Server(["--node-id", r.id, "--raft-addr", r.addr, "--bootstrap", bootstrap]));
+  try {
+    await Promise.all(nodes.map((s) => s.start()));
+  } catch (e) {
+    await Promise.all(nodes.map((s) => s.close()));
+    throw e;
+  }
+  return nodes;
+}
+
+/** metric returns the value of the sample named name (labels included) on server addr's /metrics, 0 when absent. */
+export async function metric(addr: string, name: string): Promise<number> {
+  const text = await (await fetch(`http://${addr}/metrics`)).text();
+  for (const line of text.split("\n")) {
+    if (line.startsWith(name + " ")) return Number(line.slice(name.length + 1));
+  }
+  return 0;
 }
 
 /** until resolves when cond() holds, polling, or rejects after ms. */
