@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -396,23 +397,37 @@ func (c *cluster) waitReady(n *node, within time.Duration) {
 // deposed leader cut off from the others may still say so: awaitLeader
 // confirms with a write.
 func (c *cluster) leader(ctx context.Context, among []*node) *node {
-	hc := &http.Client{Timeout: time.Second}
 	for _, n := range among {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.apiAddr()+"/metrics", nil)
-		if err != nil {
-			continue
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			continue
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err == nil && strings.Contains(string(b), "\nleasehold_is_leader 1\n") {
+		if v, ok := metricAt(ctx, n.apiAddr(), "leasehold_is_leader"); ok && v == 1 {
 			return n
 		}
 	}
 	return nil
+}
+
+// metricAt is the value of the sample name (without labels) on the
+// /metrics of the node at addr; false when it cannot be read.
+func metricAt(ctx context.Context, addr, name string) (float64, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, false
+	}
+	resp, err := (&http.Client{Timeout: time.Second}).Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
 
 // awaitLeader polls until a majority of among names one leader that

@@ -5,12 +5,9 @@ package faults
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -56,23 +53,8 @@ func fill(t *testing.T, dir string, leave int64) string {
 
 // appliedIndex is the applied index n's /metrics report, or 0.
 func (n *node) appliedIndex(ctx context.Context) uint64 {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.apiAddr()+"/metrics", nil)
-	if err != nil {
-		return 0
-	}
-	resp, err := (&http.Client{Timeout: time.Second}).Do(req)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "leasehold_raft_applied_index "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return uint64(f)
-		}
-	}
-	return 0
+	v, _ := metricAt(ctx, n.apiAddr(), "leasehold_raft_applied_index")
+	return uint64(v)
 }
 
 // TestDiskFull is a disk-full schedule: one node's data dir is on a 32

@@ -5,6 +5,8 @@ package faults
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +30,7 @@ type observer struct {
 	resyncs    []resync // states the watch resynced to, where it could not continue without a gap
 	reads      []rec
 	statuses   []rec    // linearizable status reads of the keys as lock names
-	leaders    []string // every change of the leader a node named
+	leaders    []string // every change of the leader a node named, as ID@term
 	violations []string
 
 	stop func()
@@ -144,14 +146,23 @@ func (o *observer) pollLeader(ctx context.Context, eps string) {
 	for {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, id, err := c.Members(qctx)
-		cancel()
 		if err == nil && id != "" {
+			// A leader killed and elected again leads in a new term: a
+			// change of leader as much as another node's election.
+			var term float64
+			for _, ep := range strings.Split(eps, ",") {
+				if v, ok := metricAt(qctx, ep, "leasehold_raft_term"); ok {
+					term = max(term, v)
+				}
+			}
+			lead := fmt.Sprintf("%s@%.0f", id, term)
 			o.mu.Lock()
-			if n := len(o.leaders); n == 0 || o.leaders[n-1] != id {
-				o.leaders = append(o.leaders, id)
+			if n := len(o.leaders); n == 0 || o.leaders[n-1] != lead {
+				o.leaders = append(o.leaders, lead)
 			}
 			o.mu.Unlock()
 		}
+		cancel()
 		select {
 		case <-ctx.Done():
 			return
