@@ -217,14 +217,14 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}()
 	n.storage = newStorageGuard(cfg.Logger, cfg.DataDir)
-	mark := &snapshotMark{}
-	logs, err := raft.NewLogCache(512, withMetrics(withFailpoints(suffixKeepingLogStore{guardedLogStore{store, n.storage}, mark, cfg.Logger}), cfg.Metrics))
-	if err != nil {
-		return nil, err
-	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	kept, marking, follow := KeepSuffixOnInstall(guardedLogStore{store, n.storage}, snaps, cfg.Logger)
+	logs, err := raft.NewLogCache(512, withMetrics(withFailpoints(kept), cfg.Metrics))
+	if err != nil {
+		return nil, err
 	}
 	n.fsm.snapshotIndex = func() uint64 {
 		if metas, err := snaps.List(); err == nil && len(metas) > 0 {
@@ -324,12 +324,12 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, guardedStableStore{store, n.storage}, markingSnapshotStore{snaps, mark}, n.trans)
+	r, err := raft.NewRaft(rc, n.fsm, logs, guardedStableStore{store, n.storage}, marking, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
 	n.raft = r
-	mark.follow(r)
+	follow(r)
 	ok = true
 	obs := make(chan raft.Observation, 64)
 	r.RegisterObserver(raft.NewObserver(obs, false, healthFilter))

@@ -63,6 +63,15 @@ type suffixKeepingLogStore struct {
 	logger *slog.Logger
 }
 
+// KeepSuffixOnInstall wraps the log store and the snapshot store of one
+// raft instance as described above (the log store is the inner one, below
+// any cache). Call follow with the raft instance once it runs, so that the
+// log store can read raft's commit index.
+func KeepSuffixOnInstall(logs raft.LogStore, snaps raft.SnapshotStore, logger *slog.Logger) (raft.LogStore, raft.SnapshotStore, func(*raft.Raft)) {
+	mark := &snapshotMark{}
+	return suffixKeepingLogStore{logs, mark, logger}, markingSnapshotStore{snaps, mark}, mark.follow
+}
+
 // maxAppendEntries is raft's MaxAppendEntries, which Open leaves at
 // raft.DefaultConfig's value.
 var maxAppendEntries = uint64(raft.DefaultConfig().MaxAppendEntries)

@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
+	"github.com/leasehold/leasehold/internal/raftnode"
 )
 
 // Errors of a node's operations, as a client sees them.
@@ -197,10 +198,13 @@ func (n *node) start(bootstrap bool) error {
 			return err
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, n.logs, n.store, n.snaps, n.trans)
+	// The server's guard against hashicorp/raft#697 (raftnode.KeepSuffixOnInstall).
+	logs, snaps, follow := raftnode.KeepSuffixOnInstall(n.logs, n.snaps, slog.New(slog.DiscardHandler))
+	r, err := raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)
 	if err != nil {
 		return err
 	}
+	follow(r)
 	n.fsm.mu.Lock()
 	n.fsm.running = true
 	n.fsm.mu.Unlock()
@@ -364,7 +368,9 @@ func (n *node) readIndex(ctx context.Context) error {
 
 // walStore is the node's log store as raft sees raft-wal, the server's
 // log store: monotonic, so a follower that installs a snapshot drops its
-// whole log instead of compacting it. (Compacted, a follower's log can keep
+// whole log instead of compacting it (unless the server's guard against
+// hashicorp/raft#697, which wraps it in start, keeps the entries after the
+// snapshot). (Compacted, a follower's log can keep
 // entries past the snapshot from an older term while losing the snapshot's
 // own index; the leader then walks back without a backoff and sends the
 // snapshot again, without end — inside the synctest bubble virtual time
