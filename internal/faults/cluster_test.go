@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // Timing of the binary (raftnode and lessor defaults): raft draws each
@@ -380,17 +380,20 @@ func (c *cluster) waitReady(n *node, within time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(within)
 	hc := &http.Client{Timeout: time.Second}
+	last := "no answer"
 	for time.Now().Before(deadline) {
 		resp, err := hc.Get("http://" + n.apiAddr() + "/readyz")
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return
 			}
+			last = strings.TrimSpace(string(body))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.t.Fatalf("%s not ready within %v", n.id, within)
+	c.t.Fatalf("%s not ready within %v: %s", n.id, within, last)
 }
 
 // leader returns a node of among whose /metrics say it leads, or nil. A
@@ -398,36 +401,11 @@ func (c *cluster) waitReady(n *node, within time.Duration) {
 // confirms with a write.
 func (c *cluster) leader(ctx context.Context, among []*node) *node {
 	for _, n := range among {
-		if v, ok := metricAt(ctx, n.apiAddr(), "leasehold_is_leader"); ok && v == 1 {
+		if v, err := servertest.ReadMetric(ctx, n.apiAddr(), "leasehold_is_leader"); err == nil && v == 1 {
 			return n
 		}
 	}
 	return nil
-}
-
-// metricAt is the value of the sample name (without labels) on the
-// /metrics of the node at addr; false when it cannot be read.
-func metricAt(ctx context.Context, addr, name string) (float64, bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return 0, false
-	}
-	resp, err := (&http.Client{Timeout: time.Second}).Do(req)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
 }
 
 // awaitLeader polls until a majority of among names one leader that

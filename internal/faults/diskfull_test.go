@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // mountTmpfs mounts a tmpfs of size bytes on a new directory (unmounted,
@@ -53,7 +54,7 @@ func fill(t *testing.T, dir string, leave int64) string {
 
 // appliedIndex is the applied index n's /metrics report, or 0.
 func (n *node) appliedIndex(ctx context.Context) uint64 {
-	v, _ := metricAt(ctx, n.apiAddr(), "leasehold_raft_applied_index")
+	v, _ := servertest.ReadMetric(ctx, n.apiAddr(), "leasehold_raft_applied_index")
 	return uint64(v)
 }
 
@@ -112,12 +113,15 @@ func fillUp(ctx context.Context, t *testing.T, c *cluster, v *node, mnt, role, p
 	filler := fill(t, mnt, 1<<20)
 	full := time.Now()
 
-	// 64 KiB writes until the node stops.
+	// 64 KiB writes until the node's disk refuses one. Writes after that
+	// would be what the node must store when it catches up, in the space
+	// the filler leaves: a fast machine could fill it again.
 	v.mu.Lock()
 	cmd := v.cmd
 	v.mu.Unlock()
-	mine := writeUntil(ctx, t, c.endpoints(), "f:big", proc, 64<<10, func() bool { return v.exited() || time.Since(full) > 20*time.Second })
-	if !c.awaitExit(v, time.Second) {
+	refused := func() bool { return strings.Contains(logged()[before:], "no space left on device") }
+	mine := writeUntil(ctx, t, c.endpoints(), "f:big", proc, 64<<10, func() bool { return v.exited() || refused() || time.Since(full) > 20*time.Second })
+	if !c.awaitExit(v, max(20*time.Second-time.Since(full), time.Second)) {
 		t.Fatalf("%s (%s) still runs 20 s after its disk filled up", v.id, role)
 	}
 	log := logged()[before:]
@@ -159,11 +163,13 @@ func fillUp(ctx context.Context, t *testing.T, c *cluster, v *node, mnt, role, p
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	c.start(v)
-	c.waitReady(v, 20*time.Second)
 	// The leader retries a follower whose appends failed with a backoff
 	// that doubles up to about 10 s (hashicorp/raft's replication), so
-	// catching up may take two such waits.
+	// catching up may take two such waits; and a follower is ready only once
+	// its state names the leader's API address, which a node with no
+	// snapshot learns by applying its log again.
+	c.start(v)
+	c.waitReady(v, 45*time.Second)
 	target := c.mustLeader(ctx).appliedIndex(ctx)
 	restarted := time.Now()
 	deadline := restarted.Add(30 * time.Second)

@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // counters is a schedule's coverage: what its faults made happen.
@@ -151,7 +152,7 @@ func (o *observer) pollLeader(ctx context.Context, eps string) {
 			// change of leader as much as another node's election.
 			var term float64
 			for _, ep := range strings.Split(eps, ",") {
-				if v, ok := metricAt(qctx, ep, "leasehold_raft_term"); ok {
+				if v, err := servertest.ReadMetric(qctx, ep, "leasehold_raft_term"); err == nil {
 					term = max(term, v)
 				}
 			}

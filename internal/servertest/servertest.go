@@ -342,27 +342,37 @@ func h2cClient() *http.Client {
 }
 
 // Metric reads the value of the unlabelled metric name from the /metrics of
-// the server at addr (host:port, cleartext).
+// the server at addr (host:port, cleartext), failing t when it cannot.
 func Metric(t testing.TB, addr, name string) float64 {
 	t.Helper()
-	res, err := http.Get("http://" + addr + "/metrics")
+	v, err := ReadMetric(context.Background(), addr, name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return v
+}
+
+// ReadMetric reads the value of the unlabelled metric name from the
+// /metrics of the server at addr (host:port, cleartext), waiting at most a
+// second for the answer.
+func ReadMetric(ctx context.Context, addr, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	res, err := (&http.Client{Timeout: time.Second}).Do(req)
+	if err != nil {
+		return 0, err
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	for line := range strings.Lines(string(body)) {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	t.Fatalf("servertest: no %s in the /metrics of %s", name, addr)
-	return 0
+	return 0, fmt.Errorf("servertest: no %s in the /metrics of %s", name, addr)
 }
