@@ -3,14 +3,15 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/fence/gateway"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // TestGatewayMaxKeys: beyond MaxKeys a request for a new key gets 507 resource-exhausted
@@ -42,7 +43,8 @@ func TestGatewayMaxKeys(t *testing.T) {
 func TestGatewayAdmin(t *testing.T) {
 	u := newUpstream(t)
 	cfg := config(t, u, "")
-	cfg.Listen, cfg.AdminListen = freeAddr(t), freeAddr(t)
+	ports := servertest.FreePorts(t, 2)
+	cfg.Listen, cfg.AdminListen = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	g, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -93,16 +95,6 @@ func TestGatewayAdmin(t *testing.T) {
 	if u.count() != seen {
 		t.Fatal("an admin request reached the upstream")
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // eventuallyOK retries f (a connection to a server that may not listen yet) for up to 5 s.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 var binary string
@@ -39,17 +39,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// freePort returns a port that was free a moment ago on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 type proc struct {
@@ -85,8 +74,9 @@ func (p *proc) kill() {
 func newProcs(t *testing.T, n int) []*proc {
 	t.Helper()
 	var procs []*proc
+	ports := servertest.FreePorts(t, 2*n)
 	for i := range n {
-		p := &proc{id: fmt.Sprintf("n%d", i+1), api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), raft: fmt.Sprintf("127.0.0.1:%d", freePort(t)), dir: t.TempDir()}
+		p := &proc{id: fmt.Sprintf("n%d", i+1), api: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), raft: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]), dir: t.TempDir()}
 		f, err := os.Create(filepath.Join(t.TempDir(), p.id+".log"))
 		if err != nil {
 			t.Fatal(err)

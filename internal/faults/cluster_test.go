@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -161,30 +160,11 @@ type cluster struct {
 	links map[string][]*link // by source node id ("host" for the test)
 }
 
-// freePorts returns n distinct ports that were free on 127.0.0.1 a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var lns []net.Listener
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
-
 // startCluster starts three nodes (env: test hooks for every node) and
 // waits until each answers /readyz.
 func startCluster(t *testing.T, env ...string) *cluster {
 	t.Helper()
-	ports := freePorts(t, 6)
+	ports := servertest.FreePorts(t, 6)
 	c := &cluster{t: t, links: map[string][]*link{}}
 	var boot []string
 	for i := range 3 {

@@ -29,3 +29,22 @@ func Serve(t testing.TB, h http.Handler) string {
 	})
 	return ln.Addr().String()
 }
+
+// FreePorts returns n distinct ports that were free on 127.0.0.1 a moment
+// ago. All n are held open until the last is chosen, so the kernel cannot
+// hand the same port out twice (a cluster given one port for two of its
+// addresses fails to bootstrap); another process may still take one before
+// the caller binds it.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}

@@ -101,21 +101,29 @@ export class Server {
   }
 }
 
-/** freePort returns a loopback port nothing listens on now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === "object" && addr ? resolve(addr.port) : reject(new Error("no port"))));
-    });
+/** freePorts returns n distinct loopback ports nothing listens on now: all n are held open until the last is chosen. */
+async function freePorts(n: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from({ length: n }, () => {
+      const srv = createServer();
+      return new Promise<typeof srv>((resolve, reject) => {
+        srv.once("error", reject);
+        srv.listen(0, "127.0.0.1", () => resolve(srv));
+      });
+    }),
+  );
+  const ports = servers.map((srv) => {
+    const addr = srv.address();
+    if (typeof addr !== "object" || !addr) throw new Error("no port");
+    return addr.port;
   });
+  await Promise.all(servers.map((srv) => new Promise((r) => srv.close(r))));
+  return ports;
 }
 
 /** startCluster starts a new cluster of n voters on loopback and waits until each is ready. */
 export async function startCluster(n: number): Promise<Server[]> {
-  const raft = await Promise.all(Array.from({ length: n }, async (_, i) => ({ id: `n${i + 1}`, addr: `127.0.0.1:${await freePort()}` })));
+  const raft = (await freePorts(n)).map((port, i) => ({ id: `n${i + 1}`, addr: `127.0.0.1:${port}` }));
   const bootstrap = raft.map((r) => `${r.id}=${r.addr}`).join(",");
   const nodes = raft.map((r) => new Server(["--node-id", r.id, "--raft-addr", r.addr, "--bootstrap", bootstrap]));
   try {
