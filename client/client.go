@@ -323,17 +323,25 @@ func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Dur
 // endpoints; the follower's hop is then spared. Failover moves on from it
 // as from any endpoint.
 func (c *Client) preferLeader(leader string) {
-	if leader == "" {
-		return
+	if j := c.endpointOf(leader); j >= 0 {
+		c.mu.Lock()
+		c.cur = j
+		c.mu.Unlock()
+	}
+}
+
+// endpointOf is the index of the endpoint at API address addr (host:port),
+// or -1 when addr is empty or none is.
+func (c *Client) endpointOf(addr string) int {
+	if addr == "" {
+		return -1
 	}
 	for j, e := range c.eps {
-		if hostPort(e.addr) == leader {
-			c.mu.Lock()
-			c.cur = j
-			c.mu.Unlock()
-			return
+		if hostPort(e.addr) == addr {
+			return j
 		}
 	}
+	return -1
 }
 
 // hostPort is endpoint ep without its scheme.

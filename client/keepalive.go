@@ -30,7 +30,9 @@ import (
 // batches queue behind each other). A batch not answered in time, a broken
 // stream, or a retryable refusal (not-leader, unavailable) moves the stream
 // to the next endpoint and sends the renewals again, until each session's
-// local safe deadline decides. A renewal confirmed for a batch sent at t moves the session's
+// local safe deadline decides. An answer from a follower names the leader
+// (leader_api_addr); when that is one of the Client's endpoints the stream
+// moves there once no batch is in flight, sparing the follower's hop. A renewal confirmed for a batch sent at t moves the session's
 // deadline to t + TTL·(1−drift) − margin. lease-expired is final.
 //
 // Lock order: keeper.mu before Session.mu.
@@ -180,6 +182,7 @@ func (k *keeper) loop() {
 		lastAnswer time.Time // of the current stream
 		failures   int       // consecutive stream failures
 		pause      time.Time
+		moveTo     = -1 // the leader's endpoint, named by a follower on the stream
 		timer      = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
@@ -190,6 +193,9 @@ func (k *keeper) loop() {
 		st.close()
 		st, lastAnswer = nil, time.Time{}
 		ep = (ep + 1) % len(k.c.eps)
+		if moveTo >= 0 {
+			ep, moveTo = moveTo, -1
+		}
 		failures++
 		retry := now
 		if failures%len(k.c.eps) == 0 { // every endpoint failed: wait a little
@@ -262,10 +268,18 @@ func (k *keeper) loop() {
 			lastAnswer = now
 			b := inflight[0]
 			inflight = inflight[1:]
-			if k.settle(now, b, r.msg) {
-				failures = 0
-			} else {
+			if j := k.c.endpointOf(r.msg.GetLeaderApiAddr()); j >= 0 && j != ep {
+				moveTo = j
+			}
+			if !k.settle(now, b, r.msg) {
 				fail(now) // a retryable refusal: the node cannot renew; try the next
+				continue
+			}
+			failures = 0
+			if moveTo >= 0 && len(inflight) == 0 {
+				st.close()
+				st, lastAnswer = nil, time.Time{}
+				ep, moveTo = moveTo, -1
 			}
 		}
 		if len(inflight) > 0 && !time.Now().Before(inflight[0].deadline(lastAnswer)) {

@@ -170,6 +170,9 @@ func (ls *lockSlot) open() *lockStream {
 			if first {
 				ls.c.preferLeader(st.bs.ResponseHeader().Get(api.LeaderHeader))
 			}
+			// A node that lost the lead since the stream opened names the
+			// new leader in each answer it forwarded.
+			ls.c.preferLeader(m.GetLeaderApiAddr())
 			if r != nil {
 				r.resp = m
 				close(r.done)

@@ -883,7 +883,11 @@ type KeepAliveStreamResponse struct {
 	// error_code is set when this renewal was refused (lease-expired, ...).
 	ErrorCode string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	// results answers a request with lease_ids.
-	Results       []*KeepAliveResult `protobuf:"bytes,4,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*KeepAliveResult `protobuf:"bytes,4,rep,name=results,proto3" json:"results,omitempty"`
+	// leader_api_addr is set when the node that answered does not lead (it
+	// forwarded the renewals): the leader's API address, where a client
+	// should move its stream.
+	LeaderApiAddr string `protobuf:"bytes,5,opt,name=leader_api_addr,json=leaderApiAddr,proto3" json:"leader_api_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +948,13 @@ func (x *KeepAliveStreamResponse) GetResults() []*KeepAliveResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *KeepAliveStreamResponse) GetLeaderApiAddr() string {
+	if x != nil {
+		return x.LeaderApiAddr
+	}
+	return ""
 }
 
 type LockStreamRequest struct {
@@ -1164,7 +1175,11 @@ type LockStreamResponse struct {
 	//	*LockStreamResponse_CreateSession
 	//	*LockStreamResponse_KeepAlive
 	//	*LockStreamResponse_CloseSession
-	Op            isLockStreamResponse_Op `protobuf_oneof:"op"`
+	Op isLockStreamResponse_Op `protobuf_oneof:"op"`
+	// leader_api_addr is set when the node that answered does not lead (it
+	// forwarded the request): the leader's API address, where a client
+	// should send its next requests.
+	LeaderApiAddr string `protobuf:"bytes,11,opt,name=leader_api_addr,json=leaderApiAddr,proto3" json:"leader_api_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1288,6 +1303,13 @@ func (x *LockStreamResponse) GetCloseSession() *CloseSessionResponse {
 		}
 	}
 	return nil
+}
+
+func (x *LockStreamResponse) GetLeaderApiAddr() string {
+	if x != nil {
+		return x.LeaderApiAddr
+	}
+	return ""
 }
 
 type isLockStreamResponse_Op interface {
@@ -3918,13 +3940,14 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"error_code\x18\x03 \x01(\tR\terrorCode\"P\n" +
 	"\x16KeepAliveStreamRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1b\n" +
-	"\tlease_ids\x18\x02 \x03(\tR\bleaseIds\"\xa3\x01\n" +
+	"\tlease_ids\x18\x02 \x03(\tR\bleaseIds\"\xcb\x01\n" +
 	"\x17KeepAliveStreamResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\tR\terrorCode\x127\n" +
-	"\aresults\x18\x04 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"\xb6\x04\n" +
+	"\aresults\x18\x04 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\x12&\n" +
+	"\x0fleader_api_addr\x18\x05 \x01(\tR\rleaderApiAddr\"\xb6\x04\n" +
 	"\x11LockStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -3941,7 +3964,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"keep_alive\x18\t \x01(\v2\x1e.leasehold.v1.KeepAliveRequestH\x00R\tkeepAlive\x12H\n" +
 	"\rclose_session\x18\n" +
 	" \x01(\v2!.leasehold.v1.CloseSessionRequestH\x00R\fcloseSessionB\x04\n" +
-	"\x02op\"\xd0\x04\n" +
+	"\x02op\"\xf8\x04\n" +
 	"\x12LockStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
 	"\x05error\x18\x02 \x01(\v2\x19.leasehold.v1.ErrorDetailR\x05error\x12\x18\n" +
@@ -3956,7 +3979,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"keep_alive\x18\t \x01(\v2\x1f.leasehold.v1.KeepAliveResponseH\x00R\tkeepAlive\x12I\n" +
 	"\rclose_session\x18\n" +
-	" \x01(\v2\".leasehold.v1.CloseSessionResponseH\x00R\fcloseSessionB\x04\n" +
+	" \x01(\v2\".leasehold.v1.CloseSessionResponseH\x00R\fcloseSession\x12&\n" +
+	"\x0fleader_api_addr\x18\v \x01(\tR\rleaderApiAddrB\x04\n" +
 	"\x02op\"0\n" +
 	"\x13CloseSessionRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"2\n" +

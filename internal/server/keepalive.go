@@ -128,7 +128,8 @@ func (h *lockService) renewBatch(ctx context.Context, ids []string) []*pb.KeepAl
 }
 
 // KeepAliveStream renews on this node when it leads, and otherwise forwards
-// each message to the leader as one (batched) KeepAlive. One response per
+// each message to the leader as one (batched) KeepAlive and names the
+// leader in its answer (leader_api_addr). One response per
 // request, in order: a request with lease_id gets lease_id, ttl_ms and
 // error_code; one with lease_ids gets results. It ends when the caller
 // closes its side, or at once when the server shuts down.
@@ -167,6 +168,7 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 			one := h.renewBatch(ctx, []string{id})[0]
 			resp.LeaseId, resp.TtlMs, resp.ErrorCode = id, one.GetTtlMs(), one.GetErrorCode()
 		}
+		resp.LeaderApiAddr = h.s.leaderHint()
 		if err := stream.Send(resp); err != nil {
 			return err
 		}

@@ -36,7 +36,9 @@ import (
 // access log count it under its unary procedure (observeOp, logStreamOp).
 //
 // A node that does not lead forwards each message to the leader as its
-// unary RPC (onLeader), so a client may keep its stream on any node.
+// unary RPC (onLeader), so a client may keep its stream on any node; each
+// such answer names the leader (leader_api_addr), so that a client whose
+// stream stayed on a node that lost the lead learns where to go.
 //
 // When the stream ends, by the client or a broken connection, every
 // request in flight is cancelled as a unary call is when its caller goes
@@ -193,9 +195,7 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 	c := &lockStreamConn{h: h, stream: stream, header: stream.RequestHeader(), peer: stream.Peer().Addr, proto: stream.Peer().Protocol}
 	c.gate, _ = ctx.Value(flushGateKey{}).(*flushGate)
 	stream.ResponseHeader().Set(api.StreamOpsHeader, api.StreamOpsSession)
-	if !h.s.node.IsLeader() {
-		h.s.tellLeader(stream.ResponseHeader())
-	}
+	h.s.tellLeader(stream.ResponseHeader())
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in := receiveAll(sctx, stream.Receive)
@@ -290,6 +290,7 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 				defer wg.Done()
 				resp := c.op(rctx, m, authErr)
 				stop()
+				resp.LeaderApiAddr = h.s.leaderHint()
 				c.send(resp)
 				done <- id
 			})

@@ -464,9 +464,20 @@ func onLeaderVia[C, Req, Res any](
 // tellLeader names the leader in the response header h of a request this
 // follower serves (api.LeaderHeader).
 func (s *Server) tellLeader(h http.Header) {
-	if addr, err := s.leaderAPIAddr(); err == nil {
+	if addr := s.leaderHint(); addr != "" {
 		h.Set(api.LeaderHeader, addr)
 	}
+}
+
+// leaderHint is the leader's API address when this node does not lead and
+// knows it, else "": what a follower names in its answers so that clients
+// come to the leader.
+func (s *Server) leaderHint() string {
+	if s.node.IsLeader() {
+		return ""
+	}
+	addr, _ := s.leaderAPIAddr()
+	return addr
 }
 
 // forwardErr passes on the leader's answer, and classifies a failure to
