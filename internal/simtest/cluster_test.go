@@ -490,6 +490,20 @@ func TestTransferLeaderToTheLeader(t *testing.T) {
 	}
 }
 
+// acquireRelease acquires and releases the locks prefix0..prefix(n-1) in turn.
+func acquireRelease(ctx context.Context, t *testing.T, s *client.Session, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		l, err := s.Acquire(ctx, fmt.Sprint(prefix, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // forwarded reads leasehold_forwarded_total from the node at addr.
 func forwarded(t *testing.T, addr string) int {
 	t.Helper()
@@ -528,15 +542,7 @@ func TestClientGoesToTheLeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			const pairs = 50
-			for i := range pairs {
-				l, err := s.Acquire(ctx, fmt.Sprint("lead:", i))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			acquireRelease(ctx, t, s, "lead:", pairs)
 			if err := s.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -563,18 +569,7 @@ func TestStreamsFollowTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
-	pairs := func(n int) {
-		t.Helper()
-		for i := range n {
-			l, err := s.Acquire(ctx, fmt.Sprint("follow:", i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	pairs := func(n int) { acquireRelease(ctx, t, s, "follow:", n) }
 	pairs(5) // both streams are open at the leader
 	time.Sleep(300 * time.Millisecond)
 	target := c.Followers()[0]
