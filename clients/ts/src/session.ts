@@ -2,8 +2,8 @@
 // locks held under them.
 import type { Holding } from "./gen/leasehold/v1/leasehold_pb.js";
 import type { Client } from "./client.js";
-import { sleep } from "./client.js";
 import { Code, LeaseholdError, LeaseLostError, ReleasedError, SessionClosedError } from "./errors.js";
+import { keeperOf, now, type Renewal } from "./keeper.js";
 
 /** Options of Client.session. */
 export interface SessionOptions {
@@ -57,9 +57,6 @@ export interface Lock {
 /** cancelWaitTimeoutMs bounds the withdrawal of an attempt whose outcome is unknown. */
 const cancelWaitTimeoutMs = 5000;
 
-/** now is a monotonic clock in milliseconds. */
-const now = () => performance.now();
-
 /**
  * Session is one lease: a TTL kept alive in the background, under which
  * any number of locks are held. It counts the lease from the moment it SENT
@@ -73,6 +70,10 @@ const now = () => performance.now();
  * section. The server frees the lock no earlier than TTL·(1+drift) after
  * it answered, so while clock rates differ by less than drift the holder
  * stops first. Pauses can still let a write out late: pass the token.
+ *
+ * The sessions of one Client are renewed together (keeper.ts): renewals
+ * due within 50 ms of each other share one KeepAlive call of up to 1000
+ * lease ids.
  */
 export class Session {
   readonly client: Client;
@@ -86,9 +87,8 @@ export class Session {
 
   #deadline: number; // the local safe deadline (performance.now() time)
   readonly #lost = new AbortController(); // aborts when the lease may be lost or the session closed
-  readonly #stop = new AbortController(); // aborts on close/orphan: stops the keepalive
   #timer: ReturnType<typeof setTimeout> | undefined; // the deadline timer
-  readonly #loop: Promise<void>; // the keepalive loop, ended by #stop
+  readonly #renewal: Renewal; // this session in its Client's keeper
   readonly #held = new Map<string, { lock: Lock; end: (reason: unknown) => void }>(); // by name
   readonly #naming = new Map<string, Promise<void>>(); // by name: the tail of the acquires running
 
@@ -102,7 +102,16 @@ export class Session {
     this.#keepaliveMs = o.keepaliveMs > 0 ? o.keepaliveMs : ttlMs / 3;
     this.#deadline = this.#safeDeadline(sent);
     this.#armDeadline();
-    this.#loop = this.#keepalive();
+    this.#renewal = {
+      id,
+      keepaliveMs: this.#keepaliveMs,
+      next: sent + this.#keepaliveMs,
+      inflight: false,
+      deadline: () => this.#deadline,
+      renewed: (at) => this.#renewedAt(at),
+      expired: (e) => this.#lose(new LeaseLostError(e.message, { cause: e })),
+    };
+    keeperOf(client).add(this.#renewal);
   }
 
   /** create asks the server for a session and starts its keepalive. */
@@ -168,41 +177,8 @@ export class Session {
   #lose(reason: unknown): void {
     if (this.#lost.signal.aborted) return;
     clearTimeout(this.#timer);
-    this.#stop.abort(reason);
+    keeperOf(this.client).remove(this.#renewal);
     this.#lost.abort(reason);
-  }
-
-  async #keepalive(): Promise<void> {
-    const stop = this.#stop.signal;
-    let next = now() + this.#keepaliveMs;
-    while (!stop.aborted) {
-      try {
-        await sleep(Math.max(next - now(), 0), stop);
-      } catch {
-        return;
-      }
-      // Each attempt gets a short deadline, so one hung request cannot use
-      // up the time left for retries before the local deadline.
-      const sent = now();
-      const attempt = Math.max(Math.floor(Math.min(this.#deadline - sent, this.#keepaliveMs)), 1);
-      try {
-        await this.client.call(
-          "keepalive",
-          "idempotent",
-          (rpc, signal) => rpc.keepAlive({ leaseId: this.id }, { signal }),
-          AbortSignal.any([stop, AbortSignal.timeout(attempt)]),
-        );
-        this.#renewedAt(sent);
-        next = sent + this.#keepaliveMs;
-      } catch (e) {
-        if (stop.aborted) return;
-        if (e instanceof LeaseholdError && e.code === Code.LeaseExpired) {
-          this.#lose(new LeaseLostError(e.message, { cause: e }));
-          return;
-        }
-        next = now() + Math.min(this.#keepaliveMs, 200); // transient: the deadline decides
-      }
-    }
   }
 
   /**
@@ -211,7 +187,6 @@ export class Session {
    */
   async close(opts: { signal?: AbortSignal } = {}): Promise<void> {
     this.#lose(new SessionClosedError());
-    await this.#loop;
     try {
       await this.client.call("close session", "idempotent", (rpc, signal) => rpc.closeSession({ leaseId: this.id }, { signal }), opts.signal);
     } catch (e) {
@@ -222,12 +197,12 @@ export class Session {
 
   /**
    * orphan stops the keepalive without ending the session: the server
-   * expires it after its TTL. The signal aborts at once with a
-   * LeaseLostError: this Session no longer knows whether it holds.
+   * expires it one TTL after its last renewal (a renewal already on its way
+   * may still land). The signal aborts at once with a LeaseLostError: this
+   * Session no longer knows whether it holds.
    */
   async orphan(): Promise<void> {
     this.#lose(new LeaseLostError("session orphaned"));
-    await this.#loop;
   }
 
   /**

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, connect, EventType, isCode, LeaseLostError, type Event } from "../src/index.js";
 import { nodeTransport } from "../src/node.js";
-import { aborted, Server, until } from "./server.js";
+import { aborted, metric, Server, until } from "./server.js";
 
 describe("keepalive", () => {
   const server = new Server();
@@ -21,6 +21,50 @@ describe("keepalive", () => {
       assert.equal((await c.status("k:alive"))?.holder?.token, l.token);
     } finally {
       await s.close();
+    }
+  });
+
+  test("the sessions of one client share their renewals", async () => {
+    const c = connect({ endpoints: [server.addr], transport: nodeTransport() });
+    const calls = () => metric(server.addr, 'leasehold_rpc_total{code="ok",method="KeepAlive"}');
+    const n = 20;
+    const sessions = await Promise.all(Array.from({ length: n }, () => c.session({ ttlMs: 3000, keepaliveMs: 200 })));
+    try {
+      const d0 = Math.max(...sessions.map((s) => s.deadline));
+      const before = await calls();
+      await new Promise((r) => setTimeout(r, 1000)); // about 5 renewals of each session
+      const made = (await calls()) - before;
+      for (const s of sessions) {
+        assert.equal(s.signal.aborted, false);
+        assert.ok(s.deadline > d0 + 400, `a session's deadline moved ${s.deadline - d0} ms in 1 s of renewals every 200 ms`);
+      }
+      // One call per session and renewal would be about 100.
+      assert.ok(made >= 3 && made <= 15, `${made} KeepAlive calls renewed ${n} sessions for 1 s`);
+    } finally {
+      await Promise.all(sessions.map((s) => s.close()));
+    }
+  });
+
+  test("a session the server expired is lost at once, the others go on", async () => {
+    const c = connect({ endpoints: [server.addr], transport: nodeTransport() });
+    const a = await c.session({ ttlMs: 3000, keepaliveMs: 200 });
+    const b = await c.session({ ttlMs: 3000, keepaliveMs: 200 });
+    try {
+      // Another client closes a's session on the server behind a's back.
+      const other = connect({ endpoints: [server.addr], transport: nodeTransport() });
+      await other.call("close session", "idempotent", (rpc, signal) => rpc.closeSession({ leaseId: a.id }, { signal }));
+      const reason = await Promise.race([
+        aborted(a.signal),
+        new Promise((_, reject) => setTimeout(() => reject(new Error("the expired session's signal never aborted")), 2000)),
+      ]);
+      assert.ok(reason instanceof LeaseLostError, `reason ${reason}`);
+      assert.match(String((reason as Error).message), /expired/);
+      assert.ok(performance.now() < a.deadline, "lost on the server's word, before the local deadline");
+      const d = b.deadline;
+      await until("b renewed", () => b.deadline > d);
+      assert.equal(b.signal.aborted, false);
+    } finally {
+      await b.close();
     }
   });
 
