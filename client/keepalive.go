@@ -32,8 +32,9 @@ import (
 // to the next endpoint and sends the renewals again, until each session's
 // local safe deadline decides. An answer from a follower names the leader
 // (leader_api_addr); when that is one of the Client's endpoints the stream
-// moves there once no batch is in flight, sparing the follower's hop. A renewal confirmed for a batch sent at t moves the session's
-// deadline to t + TTL·(1−drift) − margin. lease-expired is final.
+// moves there once no batch is in flight, sparing the follower's hop. A
+// renewal confirmed for a batch sent at t moves the session's deadline to
+// t + TTL·(1−drift) − margin. lease-expired is final.
 //
 // Lock order: keeper.mu before Session.mu.
 
