@@ -1,14 +1,15 @@
 // Renewals of a Client's sessions: one loop per Client renews every live
 // session with KeepAlive calls that carry up to maxBatch lease ids each.
-// Renewals due within coalesceMs of each other go in the same call, so
-// sessions fall into step and share calls, as the Go client's sessions
-// share the messages of its keepalive stream.
+// When a call is sent, every session whose renewal is due within a quarter
+// of its keepalive interval (at least coalesceMs) goes with it, renewed a
+// little early: sessions created at different times fall into step after
+// one round and share calls from then on.
 import type { Client } from "./client.js";
 import { Code, LeaseholdError } from "./errors.js";
 
 /** maxBatch bounds the lease ids of one KeepAlive call (the server takes 10,000). */
 const maxBatch = 1000;
-/** coalesceMs: renewals due this soon join the call sent now. */
+/** coalesceMs: renewals due this soon join the call sent now (or within a quarter of their interval, when longer). */
 const coalesceMs = 50;
 /** retryMs bounds the wait before a renewal that was not confirmed is sent again. */
 const retryMs = 200;
@@ -87,12 +88,18 @@ export class Keeper {
 
   async #loop(): Promise<void> {
     while (this.#renewals.size > 0) {
-      const soon = now() + coalesceMs;
+      const t = now();
       const due: Renewal[] = [];
+      const soon: Renewal[] = []; // they go with the due ones, if any
       let wakeAt = Infinity;
       for (const r of this.#renewals) {
         if (r.inflight) continue;
-        if (r.next <= soon) due.push(r);
+        if (r.next <= t) due.push(r);
+        else if (r.next <= t + Math.max(coalesceMs, r.keepaliveMs / 4)) soon.push(r);
+        else wakeAt = Math.min(wakeAt, r.next);
+      }
+      for (const r of soon) {
+        if (due.length > 0) due.push(r);
         else wakeAt = Math.min(wakeAt, r.next);
       }
       for (let i = 0; i < due.length; i += maxBatch) {

@@ -71,9 +71,9 @@ const cancelWaitTimeoutMs = 5000;
  * it answered, so while clock rates differ by less than drift the holder
  * stops first. Pauses can still let a write out late: pass the token.
  *
- * The sessions of one Client are renewed together (keeper.ts): renewals
- * due within 50 ms of each other share one KeepAlive call of up to 1000
- * lease ids.
+ * The sessions of one Client are renewed together (keeper.ts), in
+ * KeepAlive calls of up to 1000 lease ids; a renewal due within a quarter
+ * of its interval goes, a little early, with the call being sent.
  */
 export class Session {
   readonly client: Client;
