@@ -42,7 +42,7 @@ const (
 	maxKeepAliveAttempt = time.Second
 	maxKeepAliveBatch   = 1000                  // lease ids per message (the server takes 10,000)
 	keepAliveRetry      = 50 * time.Millisecond // a refused renewal is sent again after this
-	keepAliveCoalesce   = 50 * time.Millisecond // renewals due this soon join the current message
+	keepAliveCoalesce   = 50 * time.Millisecond // renewals due this soon join the current message (or within a quarter of their interval, when longer)
 	maxQueuedMessages   = 1024                  // messages waiting for the stream (a million sessions)
 )
 
@@ -55,8 +55,9 @@ type keeper struct {
 
 	mu       sync.Mutex // protects following
 	sessions map[*Session]struct{}
-	queue    kaHeap // every registered session, by Session.ka.at
-	running  bool   // the loop goroutine runs
+	queue    kaHeap        // every registered session, by Session.ka.at
+	running  bool          // the loop goroutine runs
+	quarter  time.Duration // the largest keepalive interval of a session added, over 4
 	closed   bool
 	wake     chan struct{} // cap 1: the loop must look at the queue again
 
@@ -94,6 +95,7 @@ func (k *keeper) add(s *Session, sent time.Time) {
 	}
 	defer k.mu.Unlock()
 	k.sessions[s] = struct{}{}
+	k.quarter = max(k.quarter, s.opts.keepalive/4)
 	k.scheduleLocked(s, s.Deadline())
 	if !k.running {
 		k.running = true
@@ -300,11 +302,17 @@ func (k *keeper) collect(now time.Time, paused bool) (due, lost []*Session, wake
 		k.running = false
 		return nil, nil, time.Time{}, true
 	}
-	// Renewals due within the coalescing window go now, with the ones due
-	// already: sessions fall into step and share messages.
+	// Renewals due within the coalescing window go now. When any does, it
+	// takes with it every renewal due within a quarter of its session's
+	// interval: renewed a little early, sessions created at different times
+	// fall into step after one round and share messages from then on.
 	soon := now.Add(keepAliveCoalesce)
+	horizon := soon
+	if !paused && len(k.queue) > 0 && !k.queue[0].ka.at.After(soon) {
+		horizon = now.Add(max(keepAliveCoalesce, k.quarter))
+	}
 	var popped []*Session
-	for len(k.queue) > 0 && !k.queue[0].ka.at.After(soon) {
+	for len(k.queue) > 0 && !k.queue[0].ka.at.After(horizon) {
 		s := heap.Pop(&k.queue).(*Session)
 		deadline := s.Deadline()
 		if !now.Before(deadline) {
@@ -312,13 +320,15 @@ func (k *keeper) collect(now time.Time, paused bool) (due, lost []*Session, wake
 			lost = append(lost, s)
 			continue
 		}
-		if !s.ka.inflight && !soon.Before(s.ka.next) {
-			if paused {
+		switch {
+		case s.ka.inflight:
+		case paused:
+			if !soon.Before(s.ka.next) {
 				s.ka.next = now.Add(keepAliveRetry)
-			} else {
-				s.ka.inflight = true
-				due = append(due, s)
 			}
+		case !now.Add(max(keepAliveCoalesce, s.opts.keepalive/4)).Before(s.ka.next):
+			s.ka.inflight = true
+			due = append(due, s)
 		}
 		popped = append(popped, s)
 	}

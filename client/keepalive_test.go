@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/netfault"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // runServer is the helper process of the memory measurements: a server in
@@ -220,5 +221,39 @@ func TestKeepAliveMovesOffStalledEndpoint(t *testing.T) {
 	}
 	if d := time.Until(s.Deadline()); d < ttl/3 {
 		t.Fatalf("local deadline only %v ahead after 3 TTLs on the other endpoint", d)
+	}
+}
+
+// TestSessionsFallIntoStep: sessions created at different times fall into
+// step after one round of renewals and share keepalive messages from then
+// on: a renewal due within a quarter of its interval goes, a little early,
+// with the one due now.
+func TestSessionsFallIntoStep(t *testing.T) {
+	ts := startServer(t)
+	c := dial(t, ts.Addr)
+	const n = 20
+	var sessions []*client.Session
+	for range n {
+		sessions = append(sessions, newSession(t, c, client.WithTTL(3*time.Second), client.WithKeepAliveInterval(time.Second)))
+		time.Sleep(10 * time.Millisecond) // created over 200 ms or more
+	}
+	defer closeAll(sessions)
+	time.Sleep(1500 * time.Millisecond) // the first round of renewals
+	d0 := make([]time.Time, n)
+	for i, s := range sessions {
+		d0[i] = s.Deadline()
+	}
+	before := servertest.Metric(t, ts.Addr, "leasehold_keepalive_messages_total")
+	time.Sleep(2 * time.Second) // two more rounds
+	made := servertest.Metric(t, ts.Addr, "leasehold_keepalive_messages_total") - before
+	for i, s := range sessions {
+		if moved := s.Deadline().Sub(d0[i]); moved <= time.Second {
+			t.Errorf("session %d's deadline moved %v in 2 s of renewals every second", i, moved)
+		}
+	}
+	// A message per session and renewal would be about 40; a 50 ms window
+	// alone leaves a group per 50 ms of creation time (8 or more).
+	if made < 1 || made > 6 {
+		t.Fatalf("%v keepalive messages renewed %d sessions for 2 s; want 1 to 6", made, n)
 	}
 }

@@ -29,6 +29,7 @@ type metrics struct {
 	forwarded        prometheus.Counter
 	leader           prometheus.Gauge
 	keepaliveStreams prometheus.Gauge
+	keepaliveMsgs    prometheus.Counter
 	logAppendSeconds prometheus.Histogram
 	logAppendEntries prometheus.Histogram
 	fsmApplySeconds  prometheus.Histogram
@@ -65,6 +66,9 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		keepaliveStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasehold_keepalive_streams", Help: "KeepAliveStream streams open on this node.",
 		}),
+		keepaliveMsgs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasehold_keepalive_messages_total", Help: "KeepAliveStream requests this node answered (each renews one session or a batch).",
+		}),
 		logAppendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "leasehold_raft_log_append_seconds", Help: "Time to append a batch of entries to the Raft log store, fsync included.",
 			Buckets: latencyBuckets,
@@ -85,7 +89,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	})
 	build.Set(1)
 	for _, c := range []prometheus.Collector{
-		m.rpcs, m.rpcSeconds, m.events, m.kvWrites, m.applySeconds, m.forwarded, m.leader, m.keepaliveStreams,
+		m.rpcs, m.rpcSeconds, m.events, m.kvWrites, m.applySeconds, m.forwarded, m.leader, m.keepaliveStreams, m.keepaliveMsgs,
 		m.logAppendSeconds, m.logAppendEntries, m.fsmApplySeconds, build, stateCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
