@@ -51,8 +51,9 @@ type Client struct {
 	eps    []endpoint
 	keeper *keeper // renews every session over one stream
 
-	mu  sync.Mutex // protects following
-	cur int        // index of the endpoint calls go to first
+	mu     sync.Mutex  // protects following
+	cur    int         // index of the endpoint calls go to first
+	failed []time.Time // by endpoint: when a call or stream to it last failed
 }
 
 type endpoint struct {
@@ -302,6 +303,7 @@ func atDeadline(ctx context.Context, e, refusal *api.Error, req any) *api.Error 
 // and, once every endpoint was tried, waits backoff (growing it). It
 // reports false when ctx ended while waiting.
 func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Duration) bool {
+	c.noteFailure(i)
 	c.mu.Lock()
 	if c.cur == i {
 		c.cur = (i + 1) % len(c.eps)
@@ -320,28 +322,50 @@ func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Dur
 
 // preferLeader makes the endpoint a follower named as the leader
 // (api.LeaderHeader) the one calls go to first, when it is one of c's
-// endpoints; the follower's hop is then spared. Failover moves on from it
-// as from any endpoint.
+// endpoints and no call or stream to it failed within leaderBackoff; the
+// follower's hop is then spared. Failover moves on from it as from any
+// endpoint.
 func (c *Client) preferLeader(leader string) {
-	if j := c.endpointOf(leader); j >= 0 {
+	if j := c.leaderEndpoint(leader); j >= 0 {
 		c.mu.Lock()
 		c.cur = j
 		c.mu.Unlock()
 	}
 }
 
-// endpointOf is the index of the endpoint at API address addr (host:port),
-// or -1 when addr is empty or none is.
-func (c *Client) endpointOf(addr string) int {
+// leaderBackoff: an endpoint a call or stream failed on is not taken as
+// the leader on a follower's word for this long, so that a leader this
+// client cannot reach is not tried again after every answer.
+const leaderBackoff = 30 * time.Second
+
+// leaderEndpoint is the index of the endpoint at API address addr
+// (host:port), or -1 when addr is empty, none is, or a call or stream to
+// it failed within leaderBackoff.
+func (c *Client) leaderEndpoint(addr string) int {
 	if addr == "" {
 		return -1
 	}
 	for j, e := range c.eps {
 		if hostPort(e.addr) == addr {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.failed != nil && time.Since(c.failed[j]) < leaderBackoff {
+				return -1
+			}
 			return j
 		}
 	}
 	return -1
+}
+
+// noteFailure records that a call or stream to endpoint i failed.
+func (c *Client) noteFailure(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed == nil {
+		c.failed = make([]time.Time, len(c.eps))
+	}
+	c.failed[i] = time.Now()
 }
 
 // hostPort is endpoint ep without its scheme.

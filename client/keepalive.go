@@ -32,8 +32,9 @@ import (
 // to the next endpoint and sends the renewals again, until each session's
 // local safe deadline decides. An answer from a follower names the leader
 // (leader_api_addr); when that is one of the Client's endpoints the stream
-// moves there once no batch is in flight, sparing the follower's hop. A
-// renewal confirmed for a batch sent at t moves the session's deadline to
+// moves there once no batch is in flight, sparing the follower's hop,
+// unless a call or stream to it failed within leaderBackoff (a leader this
+// client cannot reach). A renewal confirmed for a batch sent at t moves the session's deadline to
 // t + TTL·(1−drift) − margin. lease-expired is final.
 //
 // Lock order: keeper.mu before Session.mu.
@@ -193,6 +194,7 @@ func (k *keeper) loop() {
 	// fail drops the stream and makes every renewal in flight due again on
 	// the next endpoint.
 	fail := func(now time.Time) {
+		k.c.noteFailure(ep)
 		st.close()
 		st, lastAnswer = nil, time.Time{}
 		ep = (ep + 1) % len(k.c.eps)
@@ -271,7 +273,7 @@ func (k *keeper) loop() {
 			lastAnswer = now
 			b := inflight[0]
 			inflight = inflight[1:]
-			if j := k.c.endpointOf(r.msg.GetLeaderApiAddr()); j >= 0 && j != ep {
+			if j := k.c.leaderEndpoint(r.msg.GetLeaderApiAddr()); j >= 0 && j != ep {
 				moveTo = j
 			}
 			if !k.settle(now, b, r.msg) {

@@ -10,9 +10,14 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/netfault"
 	"github.com/leasehold/leasehold/internal/servertest"
@@ -255,5 +260,68 @@ func TestSessionsFallIntoStep(t *testing.T) {
 	// alone leaves a group per 50 ms of creation time (8 or more).
 	if made < 1 || made > 6 {
 		t.Fatalf("%v keepalive messages renewed %d sessions for 2 s; want 1 to 6", made, n)
+	}
+}
+
+// farLeader is a follower whose leader the client cannot reach: it renews
+// every session it is asked to and names leader as the leader.
+type farLeader struct {
+	leaseholdv1connect.UnimplementedLeaseholdServiceHandler
+	leader  string
+	streams atomic.Int32
+}
+
+func (f *farLeader) CreateSession(context.Context, *connect.Request[pb.CreateSessionRequest]) (*connect.Response[pb.CreateSessionResponse], error) {
+	return connect.NewResponse(&pb.CreateSessionResponse{LeaseId: "0123456789abcdef0123456789abcdef", TtlMs: 2000}), nil
+}
+
+func (f *farLeader) CloseSession(context.Context, *connect.Request[pb.CloseSessionRequest]) (*connect.Response[pb.CloseSessionResponse], error) {
+	return connect.NewResponse(&pb.CloseSessionResponse{}), nil
+}
+
+func (f *farLeader) KeepAliveStream(_ context.Context, st *connect.BidiStream[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]) error {
+	f.streams.Add(1)
+	for {
+		m, err := st.Receive()
+		if err != nil {
+			return nil
+		}
+		resp := &pb.KeepAliveStreamResponse{LeaderApiAddr: f.leader}
+		for _, id := range m.GetLeaseIds() {
+			resp.Results = append(resp.Results, &pb.KeepAliveResult{LeaseId: id, TtlMs: 2000})
+		}
+		if err := st.Send(resp); err != nil {
+			return nil
+		}
+	}
+}
+
+// TestKeepAliveStaysWhenTheLeaderIsUnreachable: a follower names a leader
+// this client cannot reach (connections open, nothing comes back). The
+// keepalive stream tries the leader once, gives up after the attempt's
+// deadline and goes back to the follower, and does not try the leader again
+// for a while: the session keeps renewing through the follower.
+func TestKeepAliveStaysWhenTheLeaderIsUnreachable(t *testing.T) {
+	f := &farLeader{}
+	_, h := leaseholdv1connect.NewLeaseholdServiceHandler(f)
+	addr := serveHandler(t, h)
+	stalled, err := netfault.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stalled.Close)
+	stalled.Stall()
+	f.leader = stalled.Addr()
+	c := dial(t, addr+","+stalled.Addr())
+	s := newSession(t, c, client.WithKeepAliveInterval(200*time.Millisecond))
+	select {
+	case <-s.Done():
+		t.Fatalf("session lost: %v", s.Err())
+	case <-time.After(4 * time.Second):
+	}
+	// One stream before the move and one after it failed; each further
+	// move to the unreachable leader would have cost another.
+	if n := f.streams.Load(); n > 2 {
+		t.Fatalf("%d keepalive streams opened on the follower in 4 s; want the unreachable leader tried once", n)
 	}
 }
