@@ -60,6 +60,7 @@ export class Client {
   readonly #eps: Endpoint[];
   readonly #retryTimeoutMs: number;
   #cur = 0; // index of the endpoint calls go to first
+  readonly #failedAt: number[]; // by endpoint: when a call to it last failed (Date.now())
 
   constructor(opts: ConnectOptions) {
     const list = typeof opts.endpoints === "string" ? opts.endpoints.split(",") : opts.endpoints;
@@ -73,6 +74,7 @@ export class Client {
       throw new LeaseholdError(Code.InvalidArgument, "no endpoints given");
     }
     this.#retryTimeoutMs = opts.retryTimeoutMs ?? 10_000;
+    this.#failedAt = this.#eps.map(() => -Infinity);
   }
 
   /**
@@ -106,6 +108,7 @@ export class Client {
       if (!retryable(err, kind) || signal?.aborted || Date.now() > stop) {
         throw opError(op, err);
       }
+      this.#failedAt[i] = Date.now();
       if (this.#cur === i) {
         this.#cur = (i + 1) % this.#eps.length;
       }
@@ -119,13 +122,14 @@ export class Client {
   /**
    * #preferLeader makes the leader a follower named in its answer (the
    * Leasehold-Leader response header) the endpoint calls go to first, when
-   * it is one of the client's endpoints; the follower's hop is then spared.
-   * Failover moves on from it as from any endpoint.
+   * it is one of the client's endpoints and no call to it failed within
+   * leaderBackoffMs; the follower's hop is then spared. Failover moves on
+   * from it as from any endpoint.
    */
   #preferLeader(leader: string | null): void {
     if (!leader) return;
     const j = this.#eps.findIndex((e) => hostPort(e.addr) === leader);
-    if (j >= 0) this.#cur = j;
+    if (j >= 0 && Date.now() - this.#failedAt[j] >= leaderBackoffMs) this.#cur = j;
   }
 
   /**
@@ -299,6 +303,7 @@ export class Client {
         if (Date.now() - failingSince > this.#retryTimeoutMs) {
           throw opError("watch", err);
         }
+        this.#failedAt[i] = Date.now();
         if (this.#cur === i) this.#cur = (i + 1) % this.#eps.length;
         opened++;
         await sleep(backoff, signal).catch(() => undefined);
@@ -319,6 +324,13 @@ function baseUrl(addr: string): string {
 function hostPort(addr: string): string {
   return addr.replace(/^[a-z]+:\/\//, "").replace(/\/+$/, "");
 }
+
+/**
+ * leaderBackoffMs: an endpoint a call failed on is not taken as the leader
+ * on a follower's word for this long, so that a leader this client cannot
+ * reach is not tried again after every answer.
+ */
+const leaderBackoffMs = 30_000;
 
 /** LEADER_HEADER names the leader in a follower's answer to a request it forwarded. */
 const LEADER_HEADER = "Leasehold-Leader";

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, connect, EventType, isCode, LeaseholdError, LeaseLostError, ReleasedError, type Client, type Event } from "../src/index.js";
+import type { Transport } from "@connectrpc/connect";
 import { nodeTransport } from "../src/node.js";
 import { Server, until } from "./server.js";
 
@@ -184,5 +185,42 @@ describe("leasehold client", () => {
     await both.kvPut("t:failover", "v", l.token);
     assert.equal((await both.kvGet("t:failover")).token, l.token);
     await s.close();
+  });
+
+  test("a leader the client cannot reach is tried once, not after every answer", async () => {
+    const stopped = new Server();
+    await stopped.start();
+    const gone = stopped.addr;
+    await stopped.close();
+    // The live endpoint answers as a follower naming the gone one as the leader.
+    let toGone = 0;
+    const transport = (baseUrl: string): Transport => {
+      const t = nodeTransport()(baseUrl);
+      if (baseUrl.endsWith(gone)) {
+        return {
+          unary: (...a) => {
+            toGone++;
+            return t.unary(...a);
+          },
+          stream: (...a) => {
+            toGone++;
+            return t.stream(...a);
+          },
+        };
+      }
+      return {
+        unary: async (...a) => {
+          const res = await t.unary(...a);
+          res.header.set("Leasehold-Leader", gone);
+          return res;
+        },
+        stream: (...a) => t.stream(...a),
+      };
+    };
+    const c2 = connect({ endpoints: [server.addr, gone], transport });
+    for (let i = 0; i < 10; i++) {
+      await c2.status("t:far");
+    }
+    assert.equal(toGone, 1, "calls sent to the unreachable leader");
   });
 });
