@@ -272,7 +272,7 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 		if !retryable(e.Code, req) || ctx.Err() != nil || time.Now().After(stop) {
 			return nil, opError(op, atDeadline(ctx, e, refusal, req))
 		}
-		if !c.failover(ctx, i, attempt, &backoff) { // ctx ended while waiting
+		if !c.failover(ctx, i, attempt, &backoff, err) { // ctx ended while waiting
 			return nil, opError(op, atDeadline(ctx, e, refusal, req))
 		}
 	}
@@ -299,11 +299,13 @@ func atDeadline(ctx context.Context, e, refusal *api.Error, req any) *api.Error 
 	return &api.Error{Code: refusal.Code, Message: refusal.Message + " (retried until the deadline)", LeaderAddr: refusal.LeaderAddr}
 }
 
-// failover moves calls off endpoint i after the attempt-th failed attempt
-// and, once every endpoint was tried, waits backoff (growing it). It
-// reports false when ctx ended while waiting.
-func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Duration) bool {
-	c.noteFailure(i)
+// failover moves calls off endpoint i after the attempt-th failed attempt,
+// which failed with err, and, once every endpoint was tried, waits backoff
+// (growing it). It reports false when ctx ended while waiting.
+func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Duration, err error) bool {
+	if !api.IsServerError(err) {
+		c.noteFailure(i) // not an answer: the endpoint may be unreachable
+	}
 	c.mu.Lock()
 	if c.cur == i {
 		c.cur = (i + 1) % len(c.eps)
@@ -322,7 +324,7 @@ func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Dur
 
 // preferLeader makes the endpoint a follower named as the leader
 // (api.LeaderHeader) the one calls go to first, when it is one of c's
-// endpoints and no call or stream to it failed within leaderBackoff; the
+// endpoints and no call or stream to it went unanswered within leaderBackoff; the
 // follower's hop is then spared. Failover moves on from it as from any
 // endpoint.
 func (c *Client) preferLeader(leader string) {
@@ -333,14 +335,16 @@ func (c *Client) preferLeader(leader string) {
 	}
 }
 
-// leaderBackoff: an endpoint a call or stream failed on is not taken as
+// leaderBackoff: an endpoint that a call or stream could not get an answer
+// from (a refused or broken connection, no answer in time) is not taken as
 // the leader on a follower's word for this long, so that a leader this
-// client cannot reach is not tried again after every answer.
+// client cannot reach is not tried again after every answer. A refusal the
+// server answered (not-leader during an election) does not count.
 const leaderBackoff = 30 * time.Second
 
 // leaderEndpoint is the index of the endpoint at API address addr
 // (host:port), or -1 when addr is empty, none is, or a call or stream to
-// it failed within leaderBackoff.
+// it got no answer within leaderBackoff.
 func (c *Client) leaderEndpoint(addr string) int {
 	if addr == "" {
 		return -1
@@ -358,7 +362,7 @@ func (c *Client) leaderEndpoint(addr string) int {
 	return -1
 }
 
-// noteFailure records that a call or stream to endpoint i failed.
+// noteFailure records that a call or stream to endpoint i got no answer.
 func (c *Client) noteFailure(i int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

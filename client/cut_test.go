@@ -188,3 +188,48 @@ func TestDeadlineAfterUnavailableSaysUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// statusNode answers Status: refusing the first refuse calls as not-leader
+// (an answer, as during an election), then with an empty lock, naming
+// leader in the Leasehold-Leader header when it is set.
+type statusNode struct {
+	leaseholdv1connect.UnimplementedLeaseholdServiceHandler
+	refuse int32
+	leader string
+	calls  atomic.Int32
+}
+
+func (n *statusNode) Status(context.Context, *connect.Request[pb.StatusRequest]) (*connect.Response[pb.StatusResponse], error) {
+	if n.calls.Add(1) <= n.refuse {
+		return nil, api.ToConnect(api.Errorf(api.CodeNotLeader, "this node does not lead"))
+	}
+	res := connect.NewResponse(&pb.StatusResponse{})
+	if n.leader != "" {
+		res.Header().Set(api.LeaderHeader, n.leader)
+	}
+	return res, nil
+}
+
+// A node that answered not-leader (as during an election) is taken as the
+// leader when a follower names it afterwards: only an endpoint that gave no
+// answer at all is passed over for a while.
+func TestLeaderThatRefusedIsFollowed(t *testing.T) {
+	b := &statusNode{refuse: 1}
+	_, hb := leaseholdv1connect.NewLeaseholdServiceHandler(b)
+	addrB := serveHandler(t, hb)
+	a := &statusNode{leader: addrB}
+	_, ha := leaseholdv1connect.NewLeaseholdServiceHandler(a)
+	addrA := serveHandler(t, ha)
+	c := dial(t, addrB+","+addrA)
+	ctx := testCtx(t)
+	for i := range 3 {
+		if _, err := c.Status(ctx, "x"); err != nil {
+			t.Fatalf("Status %d: %v", i, err)
+		}
+	}
+	// B refused the first call, A answered it and named B, so the next two
+	// go to B.
+	if got := b.calls.Load(); got != 3 {
+		t.Fatalf("B got %d calls, A %d; want B the 2nd and 3rd after its refusal and A's naming it", got, a.calls.Load())
+	}
+}

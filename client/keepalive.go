@@ -33,8 +33,8 @@ import (
 // local safe deadline decides. An answer from a follower names the leader
 // (leader_api_addr); when that is one of the Client's endpoints the stream
 // moves there once no batch is in flight, sparing the follower's hop,
-// unless a call or stream to it failed within leaderBackoff (a leader this
-// client cannot reach). A renewal confirmed for a batch sent at t moves the session's deadline to
+// unless a call or stream to it went unanswered within leaderBackoff (a
+// leader this client cannot reach). A renewal confirmed for a batch sent at t moves the session's deadline to
 // t + TTL·(1−drift) − margin. lease-expired is final.
 //
 // Lock order: keeper.mu before Session.mu.
@@ -192,9 +192,12 @@ func (k *keeper) loop() {
 	defer timer.Stop()
 	defer func() { st.close() }()
 	// fail drops the stream and makes every renewal in flight due again on
-	// the next endpoint.
-	fail := func(now time.Time) {
-		k.c.noteFailure(ep)
+	// the next endpoint; unanswered says the endpoint gave no answer (a
+	// broken or refused connection, a batch not answered in time).
+	fail := func(now time.Time, unanswered bool) {
+		if unanswered {
+			k.c.noteFailure(ep)
+		}
 		st.close()
 		st, lastAnswer = nil, time.Time{}
 		ep = (ep + 1) % len(k.c.eps)
@@ -247,7 +250,7 @@ func (k *keeper) loop() {
 		}
 		for _, m := range msgs {
 			if !st.send(m) {
-				fail(now) // every renewal in flight, sent or not, is due again
+				fail(now, true) // not draining: every renewal in flight, sent or not, is due again
 				break
 			}
 		}
@@ -267,7 +270,7 @@ func (k *keeper) loop() {
 		case r := <-results:
 			now := time.Now()
 			if r.err != nil || len(inflight) == 0 {
-				fail(now)
+				fail(now, r.err != nil && !api.IsServerError(r.err))
 				continue
 			}
 			lastAnswer = now
@@ -277,7 +280,7 @@ func (k *keeper) loop() {
 				moveTo = j
 			}
 			if !k.settle(now, b, r.msg) {
-				fail(now) // a retryable refusal: the node cannot renew; try the next
+				fail(now, false) // a retryable refusal: the node cannot renew; try the next
 				continue
 			}
 			failures = 0
@@ -288,7 +291,7 @@ func (k *keeper) loop() {
 			}
 		}
 		if len(inflight) > 0 && !time.Now().Before(inflight[0].deadline(lastAnswer)) {
-			fail(time.Now())
+			fail(time.Now(), true)
 		}
 	}
 }
@@ -455,7 +458,7 @@ func (c *Client) openKeepAlive(ep int) *kaStream {
 		for {
 			m, err := bs.Receive()
 			if err != nil {
-				report(kaReply{err: fmt.Errorf("client: keepalive stream to %s: %w", c.eps[ep].addr, api.FromError(err))})
+				report(kaReply{err: fmt.Errorf("client: keepalive stream to %s: %w", c.eps[ep].addr, err)})
 				return
 			}
 			report(kaReply{msg: m})

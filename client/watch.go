@@ -210,7 +210,7 @@ func (c *Client) openWatch(ctx context.Context, req *pb.WatchRequest, cur *watch
 		if !resumable(e.Code) || ctx.Err() != nil || time.Now().After(stop) {
 			return nil, opError("watch", e)
 		}
-		if !c.failover(ctx, i, attempt, &backoff) {
+		if !c.failover(ctx, i, attempt, &backoff, err) {
 			return nil, opError("watch", e)
 		}
 	}

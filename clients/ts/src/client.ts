@@ -60,7 +60,7 @@ export class Client {
   readonly #eps: Endpoint[];
   readonly #retryTimeoutMs: number;
   #cur = 0; // index of the endpoint calls go to first
-  readonly #failedAt: number[]; // by endpoint: when a call to it last failed (Date.now())
+  readonly #failedAt: number[]; // by endpoint: when a call to it last got no answer (Date.now())
 
   constructor(opts: ConnectOptions) {
     const list = typeof opts.endpoints === "string" ? opts.endpoints.split(",") : opts.endpoints;
@@ -108,7 +108,7 @@ export class Client {
       if (!retryable(err, kind) || signal?.aborted || Date.now() > stop) {
         throw opError(op, err);
       }
-      this.#failedAt[i] = Date.now();
+      if (!err.fromServer) this.#failedAt[i] = Date.now(); // no answer: it may be unreachable
       if (this.#cur === i) {
         this.#cur = (i + 1) % this.#eps.length;
       }
@@ -122,9 +122,9 @@ export class Client {
   /**
    * #preferLeader makes the leader a follower named in its answer (the
    * Leasehold-Leader response header) the endpoint calls go to first, when
-   * it is one of the client's endpoints and no call to it failed within
-   * leaderBackoffMs; the follower's hop is then spared. Failover moves on
-   * from it as from any endpoint.
+   * it is one of the client's endpoints and no call to it went unanswered
+   * within leaderBackoffMs; the follower's hop is then spared. Failover
+   * moves on from it as from any endpoint.
    */
   #preferLeader(leader: string | null): void {
     if (!leader) return;
@@ -303,7 +303,7 @@ export class Client {
         if (Date.now() - failingSince > this.#retryTimeoutMs) {
           throw opError("watch", err);
         }
-        this.#failedAt[i] = Date.now();
+        if (!err.fromServer) this.#failedAt[i] = Date.now();
         if (this.#cur === i) this.#cur = (i + 1) % this.#eps.length;
         opened++;
         await sleep(backoff, signal).catch(() => undefined);
@@ -326,9 +326,11 @@ function hostPort(addr: string): string {
 }
 
 /**
- * leaderBackoffMs: an endpoint a call failed on is not taken as the leader
- * on a follower's word for this long, so that a leader this client cannot
- * reach is not tried again after every answer.
+ * leaderBackoffMs: an endpoint that a call could not get an answer from (a
+ * refused or broken connection) is not taken as the leader on a follower's
+ * word for this long, so that a leader this client cannot reach is not
+ * tried again after every answer. A refusal the server answered
+ * (not-leader during an election) does not count.
  */
 const leaderBackoffMs = 30_000;
 

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Code, connect, EventType, isCode, LeaseholdError, LeaseLostError, ReleasedError, type Client, type Event } from "../src/index.js";
-import type { Transport } from "@connectrpc/connect";
+import { Code as RpcCode, ConnectError, type Transport } from "@connectrpc/connect";
 import { nodeTransport } from "../src/node.js";
 import { Server, until } from "./server.js";
 
@@ -222,5 +222,39 @@ describe("leasehold client", () => {
       await c2.status("t:far");
     }
     assert.equal(toGone, 1, "calls sent to the unreachable leader");
+  });
+
+  test("a leader that refused a call (as during an election) is followed when named", async () => {
+    // Two endpoints of the same server: the first (B) refuses its first call
+    // as not-leader, the second (A) answers naming B's address as the leader.
+    let made = 0;
+    let toB = 0;
+    const transport = (baseUrl: string): Transport => {
+      const t = nodeTransport()(baseUrl);
+      if (made++ === 0) {
+        return {
+          unary: (...a) => {
+            if (toB++ === 0) {
+              return Promise.reject(new ConnectError("this node does not lead", RpcCode.FailedPrecondition, new Headers({ "Leasehold-Code": Code.NotLeader })));
+            }
+            return t.unary(...a);
+          },
+          stream: (...a) => t.stream(...a),
+        };
+      }
+      return {
+        unary: async (...a) => {
+          const res = await t.unary(...a);
+          res.header.set("Leasehold-Leader", server.addr);
+          return res;
+        },
+        stream: (...a) => t.stream(...a),
+      };
+    };
+    const c2 = connect({ endpoints: ["http://" + server.addr, server.addr], transport });
+    for (let i = 0; i < 3; i++) {
+      await c2.status("t:refused");
+    }
+    assert.equal(toB, 3, "calls to the endpoint that refused once, then was named the leader");
   });
 });
