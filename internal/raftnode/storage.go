@@ -53,7 +53,8 @@ func (g *storageGuard) latched() error {
 	}
 }
 
-// guardedLogStore refuses every append after the first one that failed.
+// guardedLogStore refuses every append and removal after the first one
+// that failed.
 type guardedLogStore struct {
 	raft.LogStore
 	g *storageGuard
@@ -68,6 +69,21 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 		return err
 	}
 	if err := s.LogStore.StoreLogs(logs); err != nil {
+		return s.g.fail(err)
+	}
+	return nil
+}
+
+// DeleteRange removes entries (raft clearing a conflicting tail, or
+// compacting after a snapshot). A refusal stops the node as a refused
+// append does: raft-wal leaves behind the segment file it failed to set
+// up, and every later attempt fails on it ("file exists") until the store
+// is reopened, which removes it.
+func (s guardedLogStore) DeleteRange(lo, hi uint64) error {
+	if err := s.g.latched(); err != nil {
+		return err
+	}
+	if err := s.LogStore.DeleteRange(lo, hi); err != nil {
 		return s.g.fail(err)
 	}
 	return nil

@@ -27,6 +27,49 @@ func (s *fullStore) StoreLogs(logs []*raft.Log) error {
 	return s.InmemStore.StoreLogs(logs)
 }
 
+// DeleteRange fails as raft-wal's does on a full disk: removing a tail
+// creates a new segment file, preallocated.
+func (s *fullStore) DeleteRange(lo, hi uint64) error {
+	if s.full {
+		return syscall.ENOSPC
+	}
+	return s.InmemStore.DeleteRange(lo, hi)
+}
+
+// A refused removal of log entries (raft clearing a conflicting tail, or
+// compacting after a snapshot) stops the node as a refused append does:
+// raft-wal leaves the segment file it failed to set up behind, and every
+// later attempt fails on it ("file exists") until the store is reopened,
+// which removes it. Before, the node went on without ever catching up.
+func TestStorageGuardLatchesAFailedDeleteRange(t *testing.T) {
+	inner := &fullStore{InmemStore: raft.NewInmemStore()}
+	g := newStorageGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), "/data")
+	s := guardedLogStore{inner, g}
+	if err := s.StoreLogs([]*raft.Log{{Index: 1}, {Index: 2}, {Index: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRange(3, 3); err != nil {
+		t.Fatal(err)
+	}
+	inner.full = true
+	err := s.DeleteRange(2, 2)
+	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("DeleteRange on a full disk: %v, want ErrStorage wrapping ENOSPC", err)
+	}
+	select {
+	case <-g.failed:
+	default:
+		t.Fatal("Failed not closed after a refused DeleteRange")
+	}
+	inner.full = false
+	if err := s.DeleteRange(2, 2); !errors.Is(err, ErrStorage) {
+		t.Fatalf("DeleteRange after the failure: %v, want ErrStorage", err)
+	}
+	if last, _ := inner.LastIndex(); last != 2 {
+		t.Fatalf("the store's last index is %d, want 2: a removal after the failure went through", last)
+	}
+}
+
 func TestStorageGuardLatchesAFailedAppend(t *testing.T) {
 	inner := &fullStore{InmemStore: raft.NewInmemStore()}
 	g := newStorageGuard(slog.New(slog.NewTextHandler(io.Discard, nil)), "/data")
