@@ -36,6 +36,20 @@ func (s *fullStore) DeleteRange(lo, hi uint64) error {
 	return s.InmemStore.DeleteRange(lo, hi)
 }
 
+// latchedRefusal checks that op, refused by a full disk, failed with
+// ErrStorage wrapping ENOSPC and closed g's Failed.
+func latchedRefusal(t *testing.T, g *storageGuard, op string, err error) {
+	t.Helper()
+	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("%s on a full disk: %v, want ErrStorage wrapping ENOSPC", op, err)
+	}
+	select {
+	case <-g.failed:
+	default:
+		t.Fatalf("Failed not closed after a refused %s", op)
+	}
+}
+
 // A refused removal of log entries (raft clearing a conflicting tail, or
 // compacting after a snapshot) stops the node as a refused append does:
 // raft-wal leaves the segment file it failed to set up behind, and every
@@ -52,15 +66,7 @@ func TestStorageGuardLatchesAFailedDeleteRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	inner.full = true
-	err := s.DeleteRange(2, 2)
-	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("DeleteRange on a full disk: %v, want ErrStorage wrapping ENOSPC", err)
-	}
-	select {
-	case <-g.failed:
-	default:
-		t.Fatal("Failed not closed after a refused DeleteRange")
-	}
+	latchedRefusal(t, g, "DeleteRange", s.DeleteRange(2, 2))
 	inner.full = false
 	if err := s.DeleteRange(2, 2); !errors.Is(err, ErrStorage) {
 		t.Fatalf("DeleteRange after the failure: %v, want ErrStorage", err)
@@ -83,15 +89,7 @@ func TestStorageGuardLatchesAFailedAppend(t *testing.T) {
 	default:
 	}
 	inner.full = true
-	err := s.StoreLogs([]*raft.Log{{Index: 2}})
-	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("append on a full disk: %v, want ErrStorage wrapping ENOSPC", err)
-	}
-	select {
-	case <-g.failed:
-	default:
-		t.Fatal("Failed not closed after a refused append")
-	}
+	latchedRefusal(t, g, "append", s.StoreLogs([]*raft.Log{{Index: 2}}))
 	// Room again: the node still refuses, it must be started again.
 	inner.full = false
 	if err := s.StoreLog(&raft.Log{Index: 2}); !errors.Is(err, ErrStorage) {
