@@ -324,9 +324,9 @@ func (c *Client) failover(ctx context.Context, i, attempt int, backoff *time.Dur
 
 // preferLeader makes the endpoint a follower named as the leader
 // (api.LeaderHeader) the one calls go to first, when it is one of c's
-// endpoints and no call or stream to it went unanswered within leaderBackoff; the
-// follower's hop is then spared. Failover moves on from it as from any
-// endpoint.
+// endpoints and no call or stream to it went unanswered within
+// leaderBackoff; the follower's hop is then spared. Failover moves on from
+// it as from any endpoint.
 func (c *Client) preferLeader(leader string) {
 	if j := c.leaderEndpoint(leader); j >= 0 {
 		c.mu.Lock()

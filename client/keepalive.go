@@ -34,8 +34,9 @@ import (
 // (leader_api_addr); when that is one of the Client's endpoints the stream
 // moves there once no batch is in flight, sparing the follower's hop,
 // unless a call or stream to it went unanswered within leaderBackoff (a
-// leader this client cannot reach). A renewal confirmed for a batch sent at t moves the session's deadline to
-// t + TTL·(1−drift) − margin. lease-expired is final.
+// leader this client cannot reach). A renewal confirmed for a batch sent
+// at t moves the session's deadline to t + TTL·(1−drift) − margin.
+// lease-expired is final.
 //
 // Lock order: keeper.mu before Session.mu.
 
