@@ -283,7 +283,7 @@ func Open(cfg Config) (*Node, error) {
 				return nil, err
 			}
 		}
-		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: sl, MaxPool: 8, Timeout: 5 * time.Second, Logger: hlog})
+		n.trans = newNetworkTransport(sl, hlog)
 	}
 
 	rc := raft.DefaultConfig()
@@ -564,7 +564,7 @@ func (n *Node) Close() error {
 }
 
 func closeTransport(t raft.Transport) {
-	if nt, ok := t.(*raft.NetworkTransport); ok {
+	if nt, ok := t.(networkTransport); ok {
 		nt.CloseStreams() // the pooled outgoing connections
 	}
 	if c, ok := t.(io.Closer); ok {
