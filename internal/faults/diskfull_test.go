@@ -58,7 +58,7 @@ func (n *node) appliedIndex(ctx context.Context) uint64 {
 	return uint64(v)
 }
 
-// TestDiskFull is a disk-full schedule: one node's data dir is on a 32
+// TestDiskFull is a disk-full schedule: one node's data dir is on a 192
 // MiB tmpfs that fills up under load (a filler file, then 64 KiB writes),
 // first while the node leads, then, after it caught up again, while it
 // follows. The node must stop by itself with an error that says so (exit
@@ -77,7 +77,10 @@ func TestDiskFull(t *testing.T) {
 	time.Sleep(time.Second)
 	v := others(c, c.mustLeader(ctx))[0]
 	c.kill(v)
-	mnt := mountTmpfs(t, 32<<20)
+	// Room for two new raft-wal segments (64 MiB each, preallocated) once
+	// the filler is gone: a node that restarts with a conflicting tail
+	// creates one when it removes that tail.
+	mnt := mountTmpfs(t, 192<<20)
 	if out, err := exec.Command("cp", "-a", "--sparse=always", v.dir+"/.", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("copy %s's data dir to the tmpfs: %v\n%s", v.id, err, out)
 	}
