@@ -65,9 +65,11 @@ type endpoint struct {
 
 type dialOptions struct {
 	retryTimeout time.Duration
-	tls          *tls.Config // WithTLS (tls.go); nil: cleartext unless an endpoint says https://
-	bearer       string      // WithBearerToken (auth.go)
-	unaryLocks   bool        // WithUnaryLocks
+	tls          *tls.Config   // WithTLS (tls.go); nil: cleartext unless an endpoint says https://
+	bearer       string        // WithBearerToken (auth.go)
+	unaryLocks   bool          // WithUnaryLocks
+	checkIdle    time.Duration // WithConnectionCheck
+	checkTimeout time.Duration
 }
 
 // DialOption configures Dial.
@@ -88,12 +90,23 @@ func WithUnaryLocks() DialOption {
 	return func(o *dialOptions) { o.unaryLocks = true }
 }
 
+// WithConnectionCheck sets the health check of the client's connections:
+// a connection that has received nothing for idle is sent an HTTP/2 ping,
+// and one whose ping is not answered within timeout is closed. What was
+// in flight on it fails as on any broken connection, so calls go to
+// another endpoint instead of waiting for their contexts on a stalled one
+// (a node partitioned away, dropping packets without closing the
+// connection). Defaults 5 s and 5 s; idle 0 turns the check off.
+func WithConnectionCheck(idle, timeout time.Duration) DialOption {
+	return func(o *dialOptions) { o.checkIdle, o.checkTimeout = idle, timeout }
+}
+
 // Dial returns a Client for the comma-separated endpoints ("host:port",
 // "http://host:port" or "https://host:port"; see WithTLS). It does not
 // contact them: the first call does, and fails at once with ErrUnavailable
 // ("no server at ADDR") when every endpoint refuses the connection.
 func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, error) {
-	o := dialOptions{retryTimeout: 10 * time.Second}
+	o := dialOptions{retryTimeout: 10 * time.Second, checkIdle: 5 * time.Second, checkTimeout: 5 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/netfault"
 	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
@@ -190,3 +191,14 @@ func isClosed(ch <-chan struct{}) bool {
 
 // discardLogger is for examples, whose output is checked.
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newProxy is a netfault proxy to addr, closed at the end of the test.
+func newProxy(t testing.TB, addr string) *netfault.Proxy {
+	t.Helper()
+	p, err := netfault.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}

@@ -19,7 +19,6 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/netfault"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
 
@@ -199,11 +198,7 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 // next endpoint, so the session and its lock survive with Done open.
 func TestKeepAliveMovesOffStalledEndpoint(t *testing.T) {
 	ts := startServer(t)
-	proxy, err := netfault.New(ts.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := newProxy(t, ts.Addr)
 	c := dial(t, proxy.Addr()+","+ts.Addr)
 	const ttl = time.Second
 	s := newSession(t, c, client.WithTTL(ttl))
@@ -312,11 +307,7 @@ func TestKeepAliveStaysWhenTheLeaderIsUnreachable(t *testing.T) {
 	f := &farLeader{}
 	_, h := leaseholdv1connect.NewLeaseholdServiceHandler(f)
 	addr := serveHandler(t, h)
-	stalled, err := netfault.New(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stalled.Close)
+	stalled := newProxy(t, addr)
 	stalled.Stall()
 	f.leader = stalled.Addr()
 	c := dial(t, addr+","+stalled.Addr())

@@ -28,7 +28,10 @@ func newHTTPClient(o dialOptions) *http.Client {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	p.SetHTTP2(true)
-	t := &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 16}
+	t := &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 16, HTTP2: &http.HTTP2Config{
+		SendPingTimeout: o.checkIdle, // WithConnectionCheck
+		PingTimeout:     o.checkTimeout,
+	}}
 	if o.tls != nil {
 		t.TLSClientConfig = o.tls.Clone()
 	}

@@ -91,3 +91,38 @@ func TestReleaseReplyLostIsConfirmed(t *testing.T) {
 		t.Fatalf("the release was applied, so the lock is free: %v, %v", info, err)
 	}
 }
+
+// TestCallsLeaveAStalledEndpoint: when the connection to an endpoint
+// stalls (open, nothing comes back), the client's HTTP/2 health check
+// closes it, and a lock operation waiting on it, with no deadline of its
+// own, goes to the next endpoint instead of waiting forever.
+func TestCallsLeaveAStalledEndpoint(t *testing.T) {
+	ts := startServer(t)
+	stalled := newProxy(t, ts.Addr)
+	c := dial(t, stalled.Addr()+","+ts.Addr, client.WithConnectionCheck(200*time.Millisecond, 300*time.Millisecond))
+	s := newSession(t, c, client.WithTTL(10*time.Second))
+	l, err := s.Acquire(testCtx(t), "stall:a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	stalled.Stall()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(context.Background(), "stall:b")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("acquire after the endpoint stalled: %v", err)
+		}
+		t.Logf("acquired %v after the endpoint stalled", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		stalled.Close() // ends the call
+		t.Fatal("an acquire without a deadline still waits on a stalled endpoint after 10 s")
+	}
+}
