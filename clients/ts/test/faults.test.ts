@@ -1,5 +1,6 @@
 // The client when its server stops answering or goes away.
 import assert from "node:assert/strict";
+import net from "node:net";
 import { after, before, describe, test } from "node:test";
 import { Code, connect, EventType, isCode, LeaseLostError, type Event } from "../src/index.js";
 import { nodeTransport } from "../src/node.js";
@@ -106,6 +107,70 @@ describe("keepalive", () => {
     assert.ok(lb.token > l.token);
     await b.close();
     await assert.rejects(l.release(), (e: unknown) => isCode(e, Code.NotHolder));
+  });
+});
+
+// stallingProxy forwards TCP to target until stall(); then its connections
+// stay open and no byte passes, as with a node partitioned away.
+async function stallingProxy(target: string): Promise<{ addr: string; stall: () => void; close: () => Promise<void> }> {
+  const [host, port] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
+  let stalled = false;
+  const sockets = new Set<net.Socket>();
+  const srv = net.createServer((client) => {
+    const upstream = net.connect(port, host);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    for (const [from, to] of [[client, upstream], [upstream, client]]) {
+      sockets.add(from);
+      from.on("data", (d) => stalled || to.write(d));
+      from.on("close", end);
+      from.on("error", end);
+    }
+  });
+  await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
+  return {
+    addr: `127.0.0.1:${(srv.address() as net.AddressInfo).port}`,
+    stall: () => {
+      stalled = true;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        srv.close(() => resolve());
+      }),
+  };
+}
+
+describe("a stalled endpoint", () => {
+  const server = new Server();
+  before(() => server.start());
+  after(() => server.close());
+
+  test("an HTTP/2 call waiting on a stalled endpoint goes to the next one", async () => {
+    const proxy = await stallingProxy(server.addr);
+    const c = connect({
+      endpoints: [proxy.addr, server.addr],
+      transport: nodeTransport({ httpVersion: "2", pingIntervalMs: 200, pingTimeoutMs: 300 }),
+    });
+    const s = await c.session({ ttlMs: 10_000 });
+    try {
+      await (await s.acquire("st:a")).release();
+      proxy.stall();
+      const start = performance.now();
+      const l = await Promise.race([
+        s.acquire("st:b"), // no signal of its own
+        new Promise<never>((_, reject) => setTimeout(() => reject(new Error("an acquire still waits on a stalled endpoint after 10 s")), 10_000)),
+      ]);
+      assert.ok(l.token > 0n);
+      assert.ok(performance.now() - start < 10_000);
+    } finally {
+      await proxy.close(); // first: a call on the stalled connection would wait
+      await s.close();
+    }
   });
 });
 
