@@ -96,7 +96,8 @@ func WithUnaryLocks() DialOption {
 // in flight on it fails as on any broken connection, so calls go to
 // another endpoint instead of waiting for their contexts on a stalled one
 // (a node partitioned away, dropping packets without closing the
-// connection). Defaults 5 s and 5 s; idle 0 turns the check off.
+// connection). Defaults 5 s and 5 s; idle 0 turns the check off, timeout
+// 0 means 15 s.
 func WithConnectionCheck(idle, timeout time.Duration) DialOption {
 	return func(o *dialOptions) { o.checkIdle, o.checkTimeout = idle, timeout }
 }
