@@ -180,7 +180,7 @@ const (
 	// maxCheckpointBatch caps the sessions of one Checkpoint entry.
 	maxCheckpointBatch = 4096
 	// clearTimeout bounds the log write that clears a checkpoint before a
-	// renewal of a checkpointed session is acknowledged (Renew).
+	// renewal of a checkpointed session is acknowledged (RenewMany).
 	clearTimeout = 2 * time.Second
 )
 
@@ -412,17 +412,15 @@ type Renewal struct {
 // that may be checkpointed is renewed only after a clear commits (at most
 // 2 s).
 func (l *Lessor) Renew(leaseID string) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), clearTimeout)
-	defer cancel()
 	var out [1]Renewal
-	l.RenewMany(ctx, []string{leaseID}, out[:])
+	l.RenewMany(context.Background(), []string{leaseID}, out[:])
 	return out[0].TTL, out[0].Err
 }
 
 // RenewMany renews every session of ids as Renew does, writing the outcome
 // of ids[i] to out[i] (len(out) ≥ len(ids)). Sessions that need their
-// checkpoint cleared share one log entry, written under ctx; the others are
-// renewed in memory at once.
+// checkpoint cleared share one log entry, written under ctx and within
+// clearTimeout; the others are renewed in memory at once.
 func (l *Lessor) RenewMany(ctx context.Context, ids []string, out []Renewal) {
 	l.mu.Lock()
 	if !l.leading {
@@ -459,7 +457,7 @@ func (l *Lessor) RenewMany(ctx context.Context, ids []string, out []Renewal) {
 	if len(pending) == 0 {
 		return
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, clearTimeout)
 	defer cancel()
 	stopped := make(chan struct{})
 	go func() { // owned by this call: it ends before the call returns
