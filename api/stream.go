@@ -7,10 +7,17 @@ package api
 // CloseSession. A client sends an operation that the stream of its server
 // does not list as the unary RPC instead: an older server refuses a stream
 // operation it does not know (invalid-argument), which changes nothing.
+// StreamOpsBatch says the server takes several requests in one message
+// (LockStreamRequest.batch, at most StreamBatchMax); a client sends each
+// request in a message of its own to a server that does not list it.
 const (
 	StreamOpsHeader  = "Leasehold-Stream-Ops"
 	StreamOpsSession = "session"
+	StreamOpsBatch   = "batch"
 )
+
+// StreamBatchMax is the most requests one LockStream message may carry.
+const StreamBatchMax = 64
 
 // LeaderHeader is a response header of a follower: the API address of the
 // leader it forwarded the request to (on a LockStream: the leader when the

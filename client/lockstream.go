@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,7 @@ import (
 // CloseSession), travel as messages on one long-lived LockStream per
 // endpoint, each with a request id, answered out of order:
 //
-//	call ─► lockSlot (one per endpoint) ─► lockStream: pending[id] ─► sender goroutine ─► bs.Send
+//	call ─► lockSlot (one per endpoint) ─► lockStream: pending[id] ─► sender goroutine (sendLoop) ─► bs.Send
 //	                                                       ▲
 //	                                  receiver goroutine ──┘ answer {id} closes the request's done
 //
@@ -84,6 +85,7 @@ type lockStream struct {
 	err     error  // why the stream broke; nil while it works
 	heard   bool   // an answer came, so the response header is known
 	session bool   // the header lists the session operations
+	batch   bool   // the header lists batches
 }
 
 // lockReq is one request on a stream.
@@ -123,33 +125,7 @@ func (ls *lockSlot) open() *lockStream {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &lockStream{slot: ls, cancel: cancel, out: make(chan *lockReq, maxQueuedLockRequests), dead: make(chan struct{}), pending: map[uint64]*lockReq{}}
 	st.bs = ls.c.eps[ls.ep].locks.LockStream(ctx)
-	ls.wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				_ = st.bs.CloseRequest()
-				return
-			case <-st.dead:
-				return
-			case r := <-st.out:
-				st.mu.Lock()
-				if st.err != nil {
-					st.mu.Unlock()
-					return
-				}
-				if r.msg.GetCancel() == 0 && st.pending[r.msg.GetId()] != r {
-					st.mu.Unlock()
-					continue // its caller gave up before it was sent
-				}
-				r.sent = true
-				st.mu.Unlock()
-				if err := st.bs.Send(r.msg); err != nil {
-					// Receive reports why (Send says only io.EOF).
-					return
-				}
-			}
-		}
-	})
+	ls.wg.Go(func() { st.sendLoop(ctx) })
 	ls.wg.Go(func() {
 		defer func() { _ = st.bs.CloseResponse() }()
 		for {
@@ -162,7 +138,9 @@ func (ls *lockSlot) open() *lockStream {
 			first := !st.heard
 			if first {
 				st.heard = true
-				st.session = slices.Contains(strings.Split(st.bs.ResponseHeader().Get(api.StreamOpsHeader), ","), api.StreamOpsSession)
+				ops := strings.Split(st.bs.ResponseHeader().Get(api.StreamOpsHeader), ",")
+				st.session = slices.Contains(ops, api.StreamOpsSession)
+				st.batch = slices.Contains(ops, api.StreamOpsBatch)
 			}
 			r := st.pending[m.GetId()]
 			delete(st.pending, m.GetId())
@@ -180,6 +158,78 @@ func (ls *lockSlot) open() *lockStream {
 		}
 	})
 	return st
+}
+
+// sendLoop writes the requests of st.out to the stream in order, until
+// ctx ends or the stream breaks. To a server that takes batches
+// (api.StreamOpsBatch) the requests queued behind the first go with it in
+// one message, up to api.StreamBatchMax: one HTTP/2 frame, one write here
+// and one read on the server for all of them. While other requests are in
+// flight the sender first yields once, so that callers woken with it (by
+// answers of one log write, say) queue theirs; a caller alone on the
+// stream does not wait for that.
+func (st *lockStream) sendLoop(ctx context.Context) {
+	var (
+		reqs []*lockReq
+		msgs []*pb.LockStreamRequest
+	)
+	for {
+		var r *lockReq
+		select {
+		case <-ctx.Done():
+			_ = st.bs.CloseRequest()
+			return
+		case <-st.dead:
+			return
+		case r = <-st.out:
+		}
+		st.mu.Lock()
+		batch, others := st.batch, len(st.pending) > 1
+		st.mu.Unlock()
+		reqs = append(reqs[:0], r)
+		if batch {
+			if others {
+				runtime.Gosched()
+			}
+		queued:
+			for len(reqs) < api.StreamBatchMax {
+				select {
+				case r := <-st.out:
+					reqs = append(reqs, r)
+				default:
+					break queued
+				}
+			}
+		}
+		msgs = msgs[:0]
+		st.mu.Lock()
+		if st.err != nil {
+			st.mu.Unlock()
+			return
+		}
+		for _, r := range reqs {
+			if r.msg.GetCancel() == 0 && st.pending[r.msg.GetId()] != r {
+				continue // its caller gave up before it was sent
+			}
+			r.sent = true
+			msgs = append(msgs, r.msg)
+		}
+		st.mu.Unlock()
+		clear(reqs)
+		var err error
+		switch len(msgs) {
+		case 0:
+			continue
+		case 1:
+			err = st.bs.Send(msgs[0])
+		default:
+			err = st.bs.Send(&pb.LockStreamRequest{Batch: msgs})
+		}
+		clear(msgs)
+		if err != nil {
+			return // Receive reports why (Send says only io.EOF)
+		}
+	}
 }
 
 // fail breaks the stream with err and answers every request in flight.

@@ -976,7 +976,14 @@ type LockStreamRequest struct {
 	//	*LockStreamRequest_CreateSession
 	//	*LockStreamRequest_KeepAlive
 	//	*LockStreamRequest_CloseSession
-	Op            isLockStreamRequest_Op `protobuf_oneof:"op"`
+	Op isLockStreamRequest_Op `protobuf_oneof:"op"`
+	// batch carries up to 64 requests in one message, taken in order as if
+	// each had come in a message of its own (each answered on its own). A
+	// message with a batch has no id, timeout_ms or op of its own, and no
+	// request of a batch has a batch. Only for a server whose response header
+	// Leasehold-Stream-Ops lists "batch" (another reads the message as one
+	// without an id, and refuses it).
+	Batch         []*LockStreamRequest `protobuf:"bytes,11,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1100,6 +1107,13 @@ func (x *LockStreamRequest) GetCloseSession() *CloseSessionRequest {
 		if x, ok := x.Op.(*LockStreamRequest_CloseSession); ok {
 			return x.CloseSession
 		}
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetBatch() []*LockStreamRequest {
+	if x != nil {
+		return x.Batch
 	}
 	return nil
 }
@@ -3947,7 +3961,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x03 \x01(\tR\terrorCode\x127\n" +
 	"\aresults\x18\x04 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\x12&\n" +
-	"\x0fleader_api_addr\x18\x05 \x01(\tR\rleaderApiAddr\"\xb6\x04\n" +
+	"\x0fleader_api_addr\x18\x05 \x01(\tR\rleaderApiAddr\"\xed\x04\n" +
 	"\x11LockStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -3963,7 +3977,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"keep_alive\x18\t \x01(\v2\x1e.leasehold.v1.KeepAliveRequestH\x00R\tkeepAlive\x12H\n" +
 	"\rclose_session\x18\n" +
-	" \x01(\v2!.leasehold.v1.CloseSessionRequestH\x00R\fcloseSessionB\x04\n" +
+	" \x01(\v2!.leasehold.v1.CloseSessionRequestH\x00R\fcloseSession\x125\n" +
+	"\x05batch\x18\v \x03(\v2\x1f.leasehold.v1.LockStreamRequestR\x05batchB\x04\n" +
 	"\x02op\"\xf8\x04\n" +
 	"\x12LockStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
@@ -4274,84 +4289,85 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	8,  // 8: leasehold.v1.LockStreamRequest.create_session:type_name -> leasehold.v1.CreateSessionRequest
 	10, // 9: leasehold.v1.LockStreamRequest.keep_alive:type_name -> leasehold.v1.KeepAliveRequest
 	17, // 10: leasehold.v1.LockStreamRequest.close_session:type_name -> leasehold.v1.CloseSessionRequest
-	7,  // 11: leasehold.v1.LockStreamResponse.error:type_name -> leasehold.v1.ErrorDetail
-	20, // 12: leasehold.v1.LockStreamResponse.acquire:type_name -> leasehold.v1.AcquireResponse
-	22, // 13: leasehold.v1.LockStreamResponse.try_acquire:type_name -> leasehold.v1.TryAcquireResponse
-	26, // 14: leasehold.v1.LockStreamResponse.release:type_name -> leasehold.v1.ReleaseResponse
-	25, // 15: leasehold.v1.LockStreamResponse.cancel_wait:type_name -> leasehold.v1.CancelWaitResponse
-	9,  // 16: leasehold.v1.LockStreamResponse.create_session:type_name -> leasehold.v1.CreateSessionResponse
-	11, // 17: leasehold.v1.LockStreamResponse.keep_alive:type_name -> leasehold.v1.KeepAliveResponse
-	18, // 18: leasehold.v1.LockStreamResponse.close_session:type_name -> leasehold.v1.CloseSessionResponse
-	0,  // 19: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
-	27, // 20: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
-	0,  // 21: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
-	27, // 22: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
-	27, // 23: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
-	0,  // 24: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
-	27, // 25: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
-	28, // 26: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
-	27, // 27: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
-	30, // 28: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
-	30, // 29: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
-	1,  // 30: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
-	35, // 31: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
-	37, // 32: leasehold.v1.WatchResponse.compacted:type_name -> leasehold.v1.WatchCompacted
-	30, // 33: leasehold.v1.WatchCompacted.locks:type_name -> leasehold.v1.LockInfo
-	45, // 34: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
-	49, // 35: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
-	49, // 36: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
-	49, // 37: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
-	8,  // 38: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
-	10, // 39: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	13, // 40: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
-	17, // 41: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
-	19, // 42: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	21, // 43: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
-	23, // 44: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
-	24, // 45: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
-	15, // 46: leasehold.v1.LeaseholdService.LockStream:input_type -> leasehold.v1.LockStreamRequest
-	29, // 47: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
-	32, // 48: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
-	34, // 49: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
-	38, // 50: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
-	40, // 51: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
-	42, // 52: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
-	2,  // 53: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
-	4,  // 54: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
-	50, // 55: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	52, // 56: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
-	54, // 57: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
-	56, // 58: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
-	47, // 59: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
-	44, // 60: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
-	9,  // 61: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
-	11, // 62: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	14, // 63: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
-	18, // 64: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
-	20, // 65: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	22, // 66: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
-	26, // 67: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
-	25, // 68: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
-	16, // 69: leasehold.v1.LeaseholdService.LockStream:output_type -> leasehold.v1.LockStreamResponse
-	31, // 70: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
-	33, // 71: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
-	36, // 72: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
-	39, // 73: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
-	41, // 74: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
-	43, // 75: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
-	3,  // 76: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
-	6,  // 77: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
-	51, // 78: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	53, // 79: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
-	55, // 80: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
-	57, // 81: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
-	48, // 82: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
-	46, // 83: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
-	61, // [61:84] is the sub-list for method output_type
-	38, // [38:61] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	15, // 11: leasehold.v1.LockStreamRequest.batch:type_name -> leasehold.v1.LockStreamRequest
+	7,  // 12: leasehold.v1.LockStreamResponse.error:type_name -> leasehold.v1.ErrorDetail
+	20, // 13: leasehold.v1.LockStreamResponse.acquire:type_name -> leasehold.v1.AcquireResponse
+	22, // 14: leasehold.v1.LockStreamResponse.try_acquire:type_name -> leasehold.v1.TryAcquireResponse
+	26, // 15: leasehold.v1.LockStreamResponse.release:type_name -> leasehold.v1.ReleaseResponse
+	25, // 16: leasehold.v1.LockStreamResponse.cancel_wait:type_name -> leasehold.v1.CancelWaitResponse
+	9,  // 17: leasehold.v1.LockStreamResponse.create_session:type_name -> leasehold.v1.CreateSessionResponse
+	11, // 18: leasehold.v1.LockStreamResponse.keep_alive:type_name -> leasehold.v1.KeepAliveResponse
+	18, // 19: leasehold.v1.LockStreamResponse.close_session:type_name -> leasehold.v1.CloseSessionResponse
+	0,  // 20: leasehold.v1.AcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	27, // 21: leasehold.v1.AcquireResponse.holding:type_name -> leasehold.v1.Holding
+	0,  // 22: leasehold.v1.TryAcquireRequest.mode:type_name -> leasehold.v1.LockMode
+	27, // 23: leasehold.v1.TryAcquireResponse.holding:type_name -> leasehold.v1.Holding
+	27, // 24: leasehold.v1.ReleaseResponse.next:type_name -> leasehold.v1.Holding
+	0,  // 25: leasehold.v1.Holding.mode:type_name -> leasehold.v1.LockMode
+	27, // 26: leasehold.v1.LockInfo.holder:type_name -> leasehold.v1.Holding
+	28, // 27: leasehold.v1.LockInfo.waiters:type_name -> leasehold.v1.Waiter
+	27, // 28: leasehold.v1.LockInfo.holders:type_name -> leasehold.v1.Holding
+	30, // 29: leasehold.v1.StatusResponse.lock:type_name -> leasehold.v1.LockInfo
+	30, // 30: leasehold.v1.ListResponse.locks:type_name -> leasehold.v1.LockInfo
+	1,  // 31: leasehold.v1.Event.type:type_name -> leasehold.v1.EventType
+	35, // 32: leasehold.v1.WatchResponse.event:type_name -> leasehold.v1.Event
+	37, // 33: leasehold.v1.WatchResponse.compacted:type_name -> leasehold.v1.WatchCompacted
+	30, // 34: leasehold.v1.WatchCompacted.locks:type_name -> leasehold.v1.LockInfo
+	45, // 35: leasehold.v1.SnapshotResponse.info:type_name -> leasehold.v1.SnapshotInfo
+	49, // 36: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	49, // 37: leasehold.v1.AddMemberResponse.members:type_name -> leasehold.v1.Member
+	49, // 38: leasehold.v1.RemoveMemberResponse.members:type_name -> leasehold.v1.Member
+	8,  // 39: leasehold.v1.LeaseholdService.CreateSession:input_type -> leasehold.v1.CreateSessionRequest
+	10, // 40: leasehold.v1.LeaseholdService.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	13, // 41: leasehold.v1.LeaseholdService.KeepAliveStream:input_type -> leasehold.v1.KeepAliveStreamRequest
+	17, // 42: leasehold.v1.LeaseholdService.CloseSession:input_type -> leasehold.v1.CloseSessionRequest
+	19, // 43: leasehold.v1.LeaseholdService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	21, // 44: leasehold.v1.LeaseholdService.TryAcquire:input_type -> leasehold.v1.TryAcquireRequest
+	23, // 45: leasehold.v1.LeaseholdService.Release:input_type -> leasehold.v1.ReleaseRequest
+	24, // 46: leasehold.v1.LeaseholdService.CancelWait:input_type -> leasehold.v1.CancelWaitRequest
+	15, // 47: leasehold.v1.LeaseholdService.LockStream:input_type -> leasehold.v1.LockStreamRequest
+	29, // 48: leasehold.v1.LeaseholdService.Status:input_type -> leasehold.v1.StatusRequest
+	32, // 49: leasehold.v1.LeaseholdService.List:input_type -> leasehold.v1.ListRequest
+	34, // 50: leasehold.v1.LeaseholdService.Watch:input_type -> leasehold.v1.WatchRequest
+	38, // 51: leasehold.v1.LeaseholdService.KvPut:input_type -> leasehold.v1.KvPutRequest
+	40, // 52: leasehold.v1.LeaseholdService.KvGet:input_type -> leasehold.v1.KvGetRequest
+	42, // 53: leasehold.v1.LeaseholdService.KvDelete:input_type -> leasehold.v1.KvDeleteRequest
+	2,  // 54: leasehold.v1.LeaseholdService.Proclaim:input_type -> leasehold.v1.ProclaimRequest
+	4,  // 55: leasehold.v1.LeaseholdService.ListSessions:input_type -> leasehold.v1.ListSessionsRequest
+	50, // 56: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	52, // 57: leasehold.v1.ClusterService.AddMember:input_type -> leasehold.v1.AddMemberRequest
+	54, // 58: leasehold.v1.ClusterService.RemoveMember:input_type -> leasehold.v1.RemoveMemberRequest
+	56, // 59: leasehold.v1.ClusterService.TransferLeader:input_type -> leasehold.v1.TransferLeaderRequest
+	47, // 60: leasehold.v1.ClusterService.BumpToken:input_type -> leasehold.v1.BumpTokenRequest
+	44, // 61: leasehold.v1.ClusterService.Snapshot:input_type -> leasehold.v1.SnapshotRequest
+	9,  // 62: leasehold.v1.LeaseholdService.CreateSession:output_type -> leasehold.v1.CreateSessionResponse
+	11, // 63: leasehold.v1.LeaseholdService.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	14, // 64: leasehold.v1.LeaseholdService.KeepAliveStream:output_type -> leasehold.v1.KeepAliveStreamResponse
+	18, // 65: leasehold.v1.LeaseholdService.CloseSession:output_type -> leasehold.v1.CloseSessionResponse
+	20, // 66: leasehold.v1.LeaseholdService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	22, // 67: leasehold.v1.LeaseholdService.TryAcquire:output_type -> leasehold.v1.TryAcquireResponse
+	26, // 68: leasehold.v1.LeaseholdService.Release:output_type -> leasehold.v1.ReleaseResponse
+	25, // 69: leasehold.v1.LeaseholdService.CancelWait:output_type -> leasehold.v1.CancelWaitResponse
+	16, // 70: leasehold.v1.LeaseholdService.LockStream:output_type -> leasehold.v1.LockStreamResponse
+	31, // 71: leasehold.v1.LeaseholdService.Status:output_type -> leasehold.v1.StatusResponse
+	33, // 72: leasehold.v1.LeaseholdService.List:output_type -> leasehold.v1.ListResponse
+	36, // 73: leasehold.v1.LeaseholdService.Watch:output_type -> leasehold.v1.WatchResponse
+	39, // 74: leasehold.v1.LeaseholdService.KvPut:output_type -> leasehold.v1.KvPutResponse
+	41, // 75: leasehold.v1.LeaseholdService.KvGet:output_type -> leasehold.v1.KvGetResponse
+	43, // 76: leasehold.v1.LeaseholdService.KvDelete:output_type -> leasehold.v1.KvDeleteResponse
+	3,  // 77: leasehold.v1.LeaseholdService.Proclaim:output_type -> leasehold.v1.ProclaimResponse
+	6,  // 78: leasehold.v1.LeaseholdService.ListSessions:output_type -> leasehold.v1.ListSessionsResponse
+	51, // 79: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	53, // 80: leasehold.v1.ClusterService.AddMember:output_type -> leasehold.v1.AddMemberResponse
+	55, // 81: leasehold.v1.ClusterService.RemoveMember:output_type -> leasehold.v1.RemoveMemberResponse
+	57, // 82: leasehold.v1.ClusterService.TransferLeader:output_type -> leasehold.v1.TransferLeaderResponse
+	48, // 83: leasehold.v1.ClusterService.BumpToken:output_type -> leasehold.v1.BumpTokenResponse
+	46, // 84: leasehold.v1.ClusterService.Snapshot:output_type -> leasehold.v1.SnapshotResponse
+	62, // [62:85] is the sub-list for method output_type
+	39, // [39:62] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }

@@ -194,7 +194,7 @@ func (g *flushGate) release() {
 func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream[pb.LockStreamRequest, pb.LockStreamResponse]) error {
 	c := &lockStreamConn{h: h, stream: stream, header: stream.RequestHeader(), peer: stream.Peer().Addr, proto: stream.Peer().Protocol}
 	c.gate, _ = ctx.Value(flushGateKey{}).(*flushGate)
-	stream.ResponseHeader().Set(api.StreamOpsHeader, api.StreamOpsSession)
+	stream.ResponseHeader().Set(api.StreamOpsHeader, api.StreamOpsSession+","+api.StreamOpsBatch)
 	h.s.tellLeader(stream.ResponseHeader())
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -223,6 +223,56 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 		wg.Wait()
 		return ended
 	}
+	// take starts request m (or refuses it alone); true when the stream
+	// must end, ended saying why.
+	take := func(m *pb.LockStreamRequest) bool {
+		id := m.GetId()
+		if cid, ok := m.GetOp().(*pb.LockStreamRequest_Cancel); ok {
+			if stop := inflight[cid.Cancel]; stop != nil {
+				stop()
+			}
+			return false
+		}
+		if inflight[id] != nil {
+			// Its answer could not be told from the first one's.
+			ended = api.ToConnect(api.Errorf(api.CodeInvalidArgument, "request id %d is already in flight on this stream", id))
+			return true
+		}
+		var refusal error
+		switch {
+		case id == 0:
+			refusal = api.Errorf(api.CodeInvalidArgument, "a lock stream request needs an id > 0")
+		case m.GetTimeoutMs() < 0:
+			refusal = api.Errorf(api.CodeInvalidArgument, "timeout_ms must be ≥ 0, got %d", m.GetTimeoutMs())
+		case ending:
+			refusal = api.Errorf(api.CodeUnavailable, "server shutting down")
+		case len(inflight) >= MaxLockStreamInflight:
+			refusal = api.Errorf(api.CodeResourceExhausted, "%d requests are in flight on this lock stream, the limit", len(inflight))
+		}
+		if refusal != nil {
+			c.send(streamAnswer(id, nil, refusal))
+			return false
+		}
+		if now := h.s.policies(); now != pol {
+			pol = now
+			base, authErr = h.s.reauthenticate(ctx, c.header, leaseholdv1connect.LeaseholdServiceLockStreamProcedure)
+		}
+		rctx, stop := context.WithCancel(base)
+		if ms := m.GetTimeoutMs(); ms > 0 {
+			rctx, stop = context.WithTimeout(base, time.Duration(ms)*time.Millisecond)
+		}
+		inflight[id] = stop
+		wg.Add(1)
+		h.s.work.run(func() {
+			defer wg.Done()
+			resp := c.op(rctx, m, authErr)
+			stop()
+			resp.LeaderApiAddr = h.s.leaderHint()
+			c.send(resp)
+			done <- id
+		})
+		return false
+	}
 	for {
 		if ending && len(inflight) == 0 {
 			return finish()
@@ -248,52 +298,21 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 				recv, ending = nil, true
 				continue
 			}
-			m := r.msg
-			id := m.GetId()
-			if cid, ok := m.GetOp().(*pb.LockStreamRequest_Cancel); ok {
-				if stop := inflight[cid.Cancel]; stop != nil {
-					stop()
+			if len(r.msg.GetBatch()) == 0 {
+				if take(r.msg) {
+					return finish()
 				}
 				continue
 			}
-			if inflight[id] != nil {
-				// Its answer could not be told from the first one's.
-				ended = api.ToConnect(api.Errorf(api.CodeInvalidArgument, "request id %d is already in flight on this stream", id))
+			if err := checkBatch(r.msg); err != nil {
+				ended = api.ToConnect(err)
 				return finish()
 			}
-			var refusal error
-			switch {
-			case id == 0:
-				refusal = api.Errorf(api.CodeInvalidArgument, "a lock stream request needs an id > 0")
-			case m.GetTimeoutMs() < 0:
-				refusal = api.Errorf(api.CodeInvalidArgument, "timeout_ms must be ≥ 0, got %d", m.GetTimeoutMs())
-			case ending:
-				refusal = api.Errorf(api.CodeUnavailable, "server shutting down")
-			case len(inflight) >= MaxLockStreamInflight:
-				refusal = api.Errorf(api.CodeResourceExhausted, "%d requests are in flight on this lock stream, the limit", len(inflight))
+			for _, m := range r.msg.GetBatch() {
+				if take(m) {
+					return finish()
+				}
 			}
-			if refusal != nil {
-				c.send(streamAnswer(id, nil, refusal))
-				continue
-			}
-			if now := h.s.policies(); now != pol {
-				pol = now
-				base, authErr = h.s.reauthenticate(ctx, c.header, leaseholdv1connect.LeaseholdServiceLockStreamProcedure)
-			}
-			rctx, stop := context.WithCancel(base)
-			if ms := m.GetTimeoutMs(); ms > 0 {
-				rctx, stop = context.WithTimeout(base, time.Duration(ms)*time.Millisecond)
-			}
-			inflight[id] = stop
-			wg.Add(1)
-			h.s.work.run(func() {
-				defer wg.Done()
-				resp := c.op(rctx, m, authErr)
-				stop()
-				resp.LeaderApiAddr = h.s.leaderHint()
-				c.send(resp)
-				done <- id
-			})
 		}
 	}
 }
@@ -401,4 +420,23 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 		logStreamOp(s.cfg.AccessLog, proc, leaseholdv1connect.LeaseholdServiceLockStreamProcedure, ai.code, time.Since(start), c.peer, c.proto)
 	}
 	return res, err
+}
+
+// checkBatch refuses a message with a batch that the stream cannot take
+// (its answers could not all be told apart): the stream then ends with
+// invalid-argument before any of its requests is taken.
+func checkBatch(m *pb.LockStreamRequest) error {
+	b := m.GetBatch()
+	switch {
+	case m.GetId() != 0 || m.GetTimeoutMs() != 0 || m.GetOp() != nil:
+		return api.Errorf(api.CodeInvalidArgument, "a lock stream message with a batch has no id, timeout_ms or op of its own")
+	case len(b) > api.StreamBatchMax:
+		return api.Errorf(api.CodeInvalidArgument, "a lock stream batch carries at most %d requests, got %d", api.StreamBatchMax, len(b))
+	}
+	for _, r := range b {
+		if len(r.GetBatch()) > 0 {
+			return api.Errorf(api.CodeInvalidArgument, "a request of a lock stream batch has a batch of its own (request id %d)", r.GetId())
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -152,8 +153,8 @@ func TestLockStreamSessionOps(t *testing.T) {
 	lsSend(t, ls, lsCreate(2, 0, "S"))
 	lsSend(t, ls, lsCreate(3, 60_000, strings.Repeat("o", 1000)))
 	got := lsRecv(t, ls, 1, 2, 3)
-	if h := ls.ResponseHeader().Get(api.StreamOpsHeader); h != api.StreamOpsSession {
-		t.Fatalf("response header %s = %q, want %q", api.StreamOpsHeader, h, api.StreamOpsSession)
+	if h := ls.ResponseHeader().Get(api.StreamOpsHeader); h != "session,batch" {
+		t.Fatalf("response header %s = %q, want %q", api.StreamOpsHeader, h, "session,batch")
 	}
 	cs := got[1].GetCreateSession()
 	if cs.GetLeaseId() == "" || cs.GetTtlMs() != 60_000 || cs.GetOwner() != "S" {
@@ -302,6 +303,60 @@ func TestLockStreamAuthPerMessage(t *testing.T) {
 	}
 	if status(t, ops.locks, "job:2").GetHolder() != nil {
 		t.Fatal("the refused message acquired job:2")
+	}
+}
+
+// A message may carry a batch of requests: each is taken as if it had come
+// in a message of its own, answered on its own, and refused alone when bad.
+// A batch the stream cannot take (a message with a batch and an id, a
+// batch of more than api.StreamBatchMax, a batch in a batch) ends the
+// stream with invalid-argument before any of its requests is taken.
+func TestLockStreamBatch(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{})
+	a := newSession(t, c.Client, 60_000, "A").GetLeaseId()
+	ls := openLockStream(t, c.Client)
+	lsSend(t, ls, &pb.LockStreamRequest{Batch: []*pb.LockStreamRequest{lsTry(1, "bt:x", a), lsTry(2, "bt:y", a), lsTry(3, "", a)}})
+	got := lsRecv(t, ls, 1, 2, 3)
+	x, y := got[1].GetTryAcquire().GetHolding(), got[2].GetTryAcquire().GetHolding()
+	if x.GetName() != "bt:x" || y.GetName() != "bt:y" || x.GetLeaseId() != a || y.GetLeaseId() != a || x.GetToken() == y.GetToken() {
+		t.Fatalf("a batch of two TryAcquires answered %v and %v", got[1], got[2])
+	}
+	if lsCode(got[3]) != api.CodeInvalidArgument {
+		t.Errorf("a bad request in a batch answered %v, want invalid-argument", got[3])
+	}
+	if status(t, c.Client, "bt:x").GetHolder().GetToken() != x.GetToken() || status(t, c.Client, "bt:y").GetHolder().GetToken() != y.GetToken() {
+		t.Fatal("the batch's grants are not the holders")
+	}
+	lsSend(t, ls, lsTry(5, "bt:v", a)) // the stream goes on
+	if m := lsRecv(t, ls, 5)[5]; m.GetTryAcquire().GetHolding().GetName() != "bt:v" {
+		t.Fatalf("a message after the batch answered %v", m)
+	}
+
+	tooMany := make([]*pb.LockStreamRequest, api.StreamBatchMax+1)
+	for i := range tooMany {
+		tooMany[i] = lsTry(uint64(i+1), fmt.Sprintf("bt:n%d", i), a)
+	}
+	for _, tc := range []struct {
+		name string
+		msg  *pb.LockStreamRequest
+	}{
+		{"a message with a batch and an id", &pb.LockStreamRequest{Id: 1, Batch: []*pb.LockStreamRequest{lsTry(2, "bt:n0", a)}}},
+		{"a message with a batch and an op", &pb.LockStreamRequest{Batch: []*pb.LockStreamRequest{lsTry(2, "bt:n0", a)}, Op: lsTry(1, "bt:n1", a).Op}},
+		{"a batch too long", &pb.LockStreamRequest{Batch: tooMany}},
+		{"a batch in a batch", &pb.LockStreamRequest{Batch: []*pb.LockStreamRequest{lsTry(1, "bt:n0", a), {Batch: []*pb.LockStreamRequest{lsTry(2, "bt:n1", a)}}}}},
+	} {
+		ls := openLockStream(t, c.Client)
+		lsSend(t, ls, tc.msg)
+		m, err := ls.Receive()
+		if err == nil {
+			t.Fatalf("%s: answered %v, want the stream ended", tc.name, m)
+		}
+		wantCode(t, tc.name, err, api.CodeInvalidArgument)
+		for _, name := range []string{"bt:n0", "bt:n1"} {
+			if status(t, c.Client, name).GetHolder() != nil {
+				t.Fatalf("%s: %s was acquired", tc.name, name)
+			}
+		}
 	}
 }
 

@@ -135,7 +135,8 @@ type LeaseholdServiceClient interface {
 	// command was committed (fsync'd), as the unary RPC is. A node that does
 	// not lead forwards each message to the leader. A server that takes the
 	// session operations on the stream says so in the response header
-	// Leasehold-Stream-Ops (a comma-separated list: "session").
+	// Leasehold-Stream-Ops (a comma-separated list: "session", "batch"); one
+	// that lists "batch" takes several requests in one message (batch).
 	LockStream(context.Context) *connect.BidiStreamForClient[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse]
 	// Status describes one lock name.
 	Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error)
@@ -408,7 +409,8 @@ type LeaseholdServiceHandler interface {
 	// command was committed (fsync'd), as the unary RPC is. A node that does
 	// not lead forwards each message to the leader. A server that takes the
 	// session operations on the stream says so in the response header
-	// Leasehold-Stream-Ops (a comma-separated list: "session").
+	// Leasehold-Stream-Ops (a comma-separated list: "session", "batch"); one
+	// that lists "batch" takes several requests in one message (batch).
 	LockStream(context.Context, *connect.BidiStream[leaseholdv1.LockStreamRequest, leaseholdv1.LockStreamResponse]) error
 	// Status describes one lock name.
 	Status(context.Context, *connect.Request[leaseholdv1.StatusRequest]) (*connect.Response[leaseholdv1.StatusResponse], error)
