@@ -263,6 +263,7 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 		}
 		inflight[id] = stop
 		wg.Add(1)
+		authErr := authErr // as it is now: the loop sets it again after a policy change
 		h.s.work.run(func() {
 			defer wg.Done()
 			resp := c.op(rctx, m, authErr)
