@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/internal/buildinfo"
+	"github.com/leasehold/leasehold/internal/gcfloor"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/server"
 )
@@ -19,7 +20,7 @@ import (
 func newServeCmd(g *globals) *cobra.Command {
 	var (
 		dataDir, listen, advertise, nodeID, raftAddr, bootstrap, join, logLevel string
-		quota                                                                   string
+		quota, gcHeapFloor                                                      string
 		tlsFlags                                                                serveTLSFlags
 		forceNewCluster                                                         bool
 		admins                                                                  []string
@@ -59,7 +60,7 @@ LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, L
 LEASEHOLD_ADVERTISE, LEASEHOLD_LOG_LEVEL, LEASEHOLD_LOG_FORMAT, LEASEHOLD_ACCESS_LOG,
 LEASEHOLD_QUOTA_BYTES, LEASEHOLD_CERT, LEASEHOLD_KEY, LEASEHOLD_CLIENT_CA,
 LEASEHOLD_INSECURE, LEASEHOLD_SEQUENCER_KEY, LEASEHOLD_FORCE_NEW_CLUSTER,
-LEASEHOLD_PPROF, LEASEHOLD_LIMIT, LEASEHOLD_WATCH_HISTORY); a flag on the command line wins.
+LEASEHOLD_PPROF, LEASEHOLD_LIMIT, LEASEHOLD_WATCH_HISTORY, LEASEHOLD_GC_HEAP_FLOOR); a flag on the command line wins.
 
 Auth: --admin NAME makes NAME (a client certificate CN or a token's principal) an admin whatever
 the policies say; --node-secret-file FILE identifies nodes to each other without mutual TLS (see
@@ -87,6 +88,13 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 			quotaBytes, err := parseBytes(quota)
 			if err != nil {
 				return usageErr("--quota-bytes: %v", err)
+			}
+			floor, err := server.ParseBytes(gcHeapFloor)
+			if err == nil && floor > maxGCHeapFloor {
+				err = fmt.Errorf("%s is more than 64GiB", gcHeapFloor)
+			}
+			if err != nil {
+				return usageErr("--gc-heap-floor: %v", err)
 			}
 			if watchHistory < 1 || watchHistory > maxWatchHistory {
 				return usageErr("--watch-history %d: want 1 to %d events", watchHistory, maxWatchHistory)
@@ -160,6 +168,7 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				_ = ln.Close()
 				return err
 			}
+			defer gcfloor.Start(uint64(floor))()
 			logger.Info("leasehold serving", "api", ln.Addr().String(), "node", nodeID, "raft", raftAddr, "data", dataDir, "tls", serverTLS != nil, "version", buildinfo.Get().Version)
 			serveErr := s.Serve(cmd.Context(), ln)
 			logger.Info("leasehold shutting down", "node", nodeID, "cause", context.Cause(cmd.Context()))
@@ -183,6 +192,7 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 	f.StringVar(&logFormat, "log-format", "text", "text or json (one object per line)")
 	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")
 	f.StringVar(&quota, "quota-bytes", "256MiB", "state quota: bytes, or with KiB, MiB or GiB (the same on every node)")
+	f.StringVar(&gcHeapFloor, "gc-heap-floor", "32MiB", "let the heap grow to this size before the garbage collector runs (bytes, or with KiB, MiB or GiB; 0 = off: Go's GOGC alone)")
 	tlsFlags.add(f)
 	f.IntVar(&watchHistory, "watch-history", server.DefaultWatchHistory, "events kept in memory for watch --from-index; a watcher may fall half of it behind")
 	f.StringVar(&nodeSecretFile, "node-secret-file", "", "file with a secret (>= 32 bytes) shared by every node: a caller presenting it is a node (for auth without mutual TLS between nodes; use with --cert)")
@@ -192,6 +202,9 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 	f.StringSliceVar(&limits, "limit", nil, "a limit NAME=VALUE (repeatable): "+strings.Join(server.LimitNames(), ", "))
 	return cmd
 }
+
+// maxGCHeapFloor caps --gc-heap-floor.
+const maxGCHeapFloor = 64 << 30
 
 // maxWatchHistory caps --watch-history (a few hundred bytes per event).
 const maxWatchHistory = 1_000_000

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 func TestFlagsFromEnv(t *testing.T) {
@@ -32,5 +36,29 @@ func TestFlagsFromEnvBadValue(t *testing.T) {
 	cmd.Flags().Duration("ttl", 0, "")
 	if err := flagsFromEnv(cmd); err == nil {
 		t.Fatal("a malformed LEASEHOLD_TTL was accepted")
+	}
+}
+
+// TestServeGCHeapFloor: a node lets its heap grow to --gc-heap-floor (64
+// MiB by default) before collecting, which shows as a GOGC above the
+// process's own while the heap is small; 0 leaves GOGC alone; a value that
+// is not a byte count, or above 64 GiB, is refused before the node starts.
+func TestServeGCHeapFloor(t *testing.T) {
+	t.Parallel()
+	base := debug.SetGCPercent(100)
+	debug.SetGCPercent(base)
+	srv := startServeAt(t, t.TempDir(), "")
+	if p := servertest.Metric(t, srv.Addr, "go_gc_gogc_percent"); p <= float64(base) {
+		t.Fatalf("GOGC of a node with the default floor = %v, want above %d", p, base)
+	}
+	off := startServeAt(t, t.TempDir(), "", "--gc-heap-floor", "0")
+	if p := servertest.Metric(t, off.Addr, "go_gc_gogc_percent"); p != float64(base) {
+		t.Fatalf("GOGC with --gc-heap-floor 0 = %v, want %d", p, base)
+	}
+	for _, v := range []string{"lots", "-1MiB", "65GiB"} {
+		e := fails(t, srv.cli(t, "serve", "--data", t.TempDir(), "--listen", freeAddr(t), "--gc-heap-floor", v, "-o", "json"), "invalid-argument", 2)
+		if !strings.Contains(e.Error.Message, "--gc-heap-floor") {
+			t.Errorf("--gc-heap-floor %s refused with %q; want the flag named", v, e.Error.Message)
+		}
 	}
 }
