@@ -540,6 +540,25 @@ func (m *Machine) Lock(name string) LockInfo {
 	return info
 }
 
+// Standing is where session leaseID stands at lock name, read without
+// copying the lock's queue (Lock copies all of it): its holding (a copy; nil
+// when it holds none), whether its wait waitID is queued, and how many
+// sessions are queued.
+func (m *Machine) Standing(name, leaseID string, waitID uint64) (holding *fsmpb.Holding, waiting bool, waiters int) {
+	l := m.locks[name]
+	if l == nil {
+		return nil, false, 0
+	}
+	for _, h := range l.holders {
+		if h.GetLeaseId() == leaseID {
+			holding = proto.CloneOf(h)
+			break
+		}
+	}
+	waiting = slices.ContainsFunc(l.waiters, func(w *fsmpb.Waiter) bool { return w.GetLeaseId() == leaseID && w.GetWaitId() == waitID })
+	return holding, waiting, len(l.waiters)
+}
+
 // List describes up to limit locks whose name has prefix, in name order,
 // and reports whether more matched.
 func (m *Machine) List(prefix string, limit int) ([]LockInfo, bool) {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -688,5 +689,46 @@ func TestReadViews(t *testing.T) {
 	}
 	if li := r.m.Lock("free"); li.Name != "free" || li.Holder != nil {
 		t.Fatalf("Lock(free) = %+v", li)
+	}
+}
+
+// Standing reads one session's place at a lock (holding, queued wait, queue
+// length) as Lock would, without copying the queue: a waiter reads it on
+// every wake-up, under the state's read lock, at any queue length.
+func TestStanding(t *testing.T) {
+	r := newRig(t, DefaultLimits())
+	ids := []string{"h"}
+	for i := range 64 {
+		ids = append(ids, fmt.Sprintf("w%02d", i))
+	}
+	for _, c := range sessions(ids...) {
+		r.apply(c)
+	}
+	r.apply(acquire("a", "h", waitID(7)))
+	for i, id := range ids[1:] {
+		r.apply(acquire("a", id, waitID(uint64(100+i))))
+	}
+	m := r.m
+
+	h, waiting, n := m.Standing("a", "h", 7)
+	if h == nil || h.GetLeaseId() != "h" || h.GetToken() != m.Lock("a").Holder.GetToken() || waiting || n != 64 {
+		t.Fatalf("holder: Standing = %v, %v, %d; want its holding, not waiting, 64 queued", h, waiting, n)
+	}
+	h.Token = 0 // a copy: the state keeps its token
+	if m.Lock("a").Holder.GetToken() == 0 {
+		t.Fatal("Standing returned the state's own holding, not a copy")
+	}
+	if h, waiting, n := m.Standing("a", "w63", 163); h != nil || !waiting || n != 64 {
+		t.Fatalf("last waiter: Standing = %v, %v, %d; want no holding, waiting, 64", h, waiting, n)
+	}
+	if _, waiting, _ := m.Standing("a", "w63", 999); waiting {
+		t.Fatal("a wait id the session is not queued with reads as waiting")
+	}
+	if h, waiting, n := m.Standing("free", "h", 7); h != nil || waiting || n != 0 {
+		t.Fatalf("free name: Standing = %v, %v, %d", h, waiting, n)
+	}
+	// Lock copies the 64 waiters; Standing copies at most the one holding.
+	if a := testing.AllocsPerRun(50, func() { m.Standing("a", "w63", 163) }); a != 0 {
+		t.Fatalf("a waiter's Standing allocates %.0f times with 64 queued; want 0", a)
 	}
 }

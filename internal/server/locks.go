@@ -138,13 +138,11 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	if r.waitID == 0 {
 		r.waitID = api.NewWaitID()
 	}
-	w := s.hub.wait(r.name, r.leaseID)
-	defer s.hub.unwait(w)
 	var heldBefore, queued bool
 	s.node.Read(func(m *fsm.Machine) {
-		info := m.Lock(r.name)
-		heldBefore = holdingOf(info, r.leaseID) != nil
-		queued = !r.try && !heldBefore && len(info.Waiters) > 0
+		h, _, waiters := m.Standing(r.name, r.leaseID, r.waitID)
+		heldBefore = h != nil
+		queued = !r.try && !heldBefore && waiters > 0
 	})
 	if queued {
 		// Behind others: it joins the queue with the next release (ride.go).
@@ -171,6 +169,12 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	owner := res.Session.GetOwner()
 	holding := res.Holding
 	if res.Queued {
+		// Only a queued request waits for events. Its grant may have been
+		// applied before w was registered, so it looks at the state once
+		// before it waits for the first event.
+		w := s.hub.wait(r.name, r.leaseID)
+		defer s.hub.unwait(w)
+		w.signal()
 		var timeout <-chan time.Time
 		if r.wait > 0 {
 			timeout = s.clock.After(r.wait)
@@ -236,15 +240,13 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 // The applied state is the truth, however many events came and went.
 func (s *Server) waitOutcome(r acquireReq) (holding *fsmpb.Holding, done bool, err error) {
 	s.node.Read(func(m *fsm.Machine) {
-		info := m.Lock(r.name)
-		if h := holdingOf(info, r.leaseID); h != nil && h.GetWaitId() == r.waitID {
+		h, waiting, _ := m.Standing(r.name, r.leaseID, r.waitID)
+		if h != nil && h.GetWaitId() == r.waitID {
 			holding, done = h, true
 			return
 		}
-		for _, wt := range info.Waiters {
-			if wt.GetLeaseId() == r.leaseID && wt.GetWaitId() == r.waitID {
-				return // still waiting
-			}
+		if waiting {
+			return
 		}
 		done = true
 		if m.Session(r.leaseID) == nil {

@@ -47,14 +47,6 @@ func checkHolding(name, leaseID string, token uint64) error {
 	return checkToken(token)
 }
 
-// holdingOf returns leaseID's holding in info, or nil.
-func holdingOf(info fsm.LockInfo, leaseID string) *fsmpb.Holding {
-	if i := slices.IndexFunc(info.Holders, func(h *fsmpb.Holding) bool { return h.GetLeaseId() == leaseID }); i >= 0 {
-		return info.Holders[i]
-	}
-	return nil
-}
-
 func (h *lockService) Proclaim(ctx context.Context, req *connect.Request[pb.ProclaimRequest]) (*connect.Response[pb.ProclaimResponse], error) {
 	m := req.Msg
 	err := checkHolding(m.GetName(), m.GetLeaseId(), m.GetToken())
