@@ -144,17 +144,24 @@ func (l *leasehold) waitNode(ctx context.Context, i int) error {
 }
 
 // profile fetches a CPU profile and an allocation profile of the server
-// over the next d into dir/<label>.{cpu,allocs}.pprof.
+// over the next d into dir/<label>.{cpu,allocs}.pprof, and an execution
+// trace of its first second into dir/<label>.trace.
 func (l *leasehold) profile(ctx context.Context, dir, label string, d time.Duration) error {
 	secs := strconv.Itoa(max(1, int(d.Seconds())))
-	errc := make(chan error, 2)
-	for _, p := range []struct{ path, file string }{
+	fetches := []struct{ path, file string }{
 		{"/debug/pprof/profile?seconds=" + secs, label + ".cpu.pprof"},
 		{"/debug/pprof/allocs?seconds=" + secs, label + ".allocs.pprof"},
-	} {
+		{"/debug/pprof/trace?seconds=1", label + ".trace"},
+	}
+	errc := make(chan error, len(fetches))
+	for _, p := range fetches {
 		go func() { errc <- fetchTo(ctx, "http://"+l.addr+p.path, filepath.Join(dir, p.file)) }()
 	}
-	return errors.Join(<-errc, <-errc)
+	var errs []error
+	for range fetches {
+		errs = append(errs, <-errc)
+	}
+	return errors.Join(errs...)
 }
 
 func fetchTo(ctx context.Context, url, file string) error {
