@@ -181,8 +181,10 @@ const singleNotes = `- Every system durable: leasehold ` + "`serve`" + ` default
   (/proc/PID/task/*/schedstat, in nanoseconds); client CPU is the harness's own
   rusage; keepalive renewals are counted as sessions × window / (TTL/3). Client bytes/session is
   the harness's live heap and stacks after GC, per session.
-- Server fsyncs/pair: fsync and fdatasync calls of the server process over the run, counted
-  with perf's syscall tracepoints (the row is left out where perf cannot attach).
+- Server fsyncs/pair (and /handoff): fsync and fdatasync calls of the server process over the
+  run, counted with perf's syscall tracepoints (the row is left out where perf cannot attach).
+  A handoff needs at least one: the release that grants the next waiter is durable before
+  that waiter is answered, and its release cannot come before.
 - Holder crash: the holder stops renewing right after its acquire; the figure is how long past
   its TTL, counted from the crash, the queued waiter got the lock.
 `
@@ -199,9 +201,9 @@ const clusterNotes = `- Every system durable: leasehold ` + "`serve`" + ` defaul
   (leasehold's client fails over between them; etcd's balances over them).
 - Server CPU is the scheduler's run time of the three server processes' threads
   (/proc/PID/task/*/schedstat), summed; client CPU is
-  the harness's own rusage. Server fsyncs/pair: fsync and fdatasync calls of the three server
-  processes over the run, counted with perf's syscall tracepoints (the row is left out where
-  perf cannot attach).
+  the harness's own rusage. Server fsyncs/pair (and /handoff): fsync and fdatasync calls of the
+  three server processes over the run, counted with perf's syscall tracepoints (the row is left
+  out where perf cannot attach).
 - Leader kill: a client holds a session (TTL 10 s) and has acquired once; the leader's process
   (leasehold: the node ` + "`cluster members`" + ` names leader; etcd: the member whose status names
   itself leader) is killed with SIGKILL, and the client at once tries to acquire a free name,

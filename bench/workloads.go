@@ -312,6 +312,7 @@ func contended(ctx context.Context, sys system, c conn, p params, conc int) ([]m
 	counts := make([]int64, conc)
 	waits := make([][]time.Duration, conc)
 	prof := p.profile(ctx, sys, fmt.Sprintf("contended-c%d", conc), p.Dur)
+	fsyncs := startFsyncCount(sys.PIDs())
 	m := startCPU(sys.PIDs())
 	end := time.Now().Add(p.Dur)
 	// Waiters still queued at the end give up then.
@@ -338,6 +339,7 @@ func contended(ctx context.Context, sys system, c conn, p params, conc int) ([]m
 		return nil
 	})
 	elapsed := m.stop()
+	nsync := fsyncs.stop()
 	prof()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", wl, err)
@@ -352,12 +354,17 @@ func contended(ctx context.Context, sys system, c conn, p params, conc int) ([]m
 	if lo := slices.Min(counts); lo > 0 {
 		fair = float64(slices.Max(counts)) / float64(lo)
 	}
-	return []metric{
+	ms := []metric{
 		{wl, "handoffs/s", true, float64(total) / elapsed.Seconds()},
 		{wl, "wait p50 ms", false, quantile(all, 0.50)},
 		{wl, "wait p99 ms", false, quantile(all, 0.99)},
 		{wl, "fairness max/min per worker", false, fair},
-	}, nil
+		{wl, "server CPU µs/handoff", false, perOp(m.serverCPU, total)},
+	}
+	if nsync >= 0 && total > 0 {
+		ms = append(ms, metric{wl, "server fsyncs/handoff", false, float64(nsync) / float64(total)})
+	}
+	return ms, nil
 }
 
 // sessionsHeld: N sessions each holding a lock; then the keepalive CPU of
