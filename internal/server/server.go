@@ -216,7 +216,11 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.observeAuth(nil) // read the state replayed by Open
 	s.wg.Go(s.registerLoop)
-	s.wg.Go(s.promoteLoop)
+	if !s.node.Standalone() {
+		// A standalone node cannot grow, so it never has a non-voter to
+		// promote; an idle one is spared the loop's wake-ups.
+		s.wg.Go(s.promoteLoop)
+	}
 	return s, nil
 }
 
