@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -48,4 +49,21 @@ func TestForwardedRequestClusterID(t *testing.T) {
 	r.Header().Set("Leasehold-Cluster-Id", own)
 	_, err = c.Client.CreateSession(ctxT(t), r)
 	mustOK(t, "CreateSession forwarded within the cluster", err)
+}
+
+// TestStandaloneNoPromoteLoop: a standalone node (no Raft address) cannot
+// add a member, so it runs no loop looking for non-voters to promote: an
+// idle node wakes only for what it serves (and raft's lease check).
+func TestStandaloneNoPromoteLoop(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{})
+	if !c.Server().Node().Standalone() {
+		t.Fatal("servertest's node has a Raft address; this test needs a standalone one")
+	}
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for g := range strings.SplitSeq(stacks, "\n\n") {
+		if strings.Contains(g, "server.(*Server).promoteLoop") {
+			t.Fatalf("a standalone node runs the non-voter promotion loop:\n%s", g)
+		}
+	}
 }
