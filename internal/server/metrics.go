@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/buildinfo"
 	"github.com/leasehold/leasehold/internal/fsm"
 )
@@ -24,6 +26,7 @@ type metrics struct {
 	rpcs             *prometheus.CounterVec
 	rpcSeconds       *prometheus.HistogramVec
 	events           *prometheus.CounterVec
+	eventCounters    [32]atomic.Pointer[prometheus.Counter] // events by type, as each first occurs
 	kvWrites         *prometheus.CounterVec
 	applySeconds     prometheus.Histogram
 	forwarded        prometheus.Counter
@@ -110,11 +113,30 @@ func (m *metrics) FSMApply(d time.Duration) { m.fsmApplySeconds.Observe(d.Second
 
 func (m *metrics) observe(res *fsm.Result) {
 	for _, ev := range res.Events {
-		m.events.WithLabelValues(strings.ToLower(strings.TrimPrefix(ev.Type.String(), "EVENT_TYPE_"))).Inc()
+		m.eventCounter(ev.Type).Inc()
 	}
 	if w, ok := kvWriteOf(res); ok {
 		m.kvWrites.WithLabelValues(w.Result).Inc()
 	}
+}
+
+// eventCounter is events' counter for type t, looked up once per type:
+// every applied command counts its events, on the FSM goroutine.
+func (m *metrics) eventCounter(t pb.EventType) prometheus.Counter {
+	slot := int(t)
+	if slot < 0 || slot >= len(m.eventCounters) {
+		return m.events.WithLabelValues(eventLabel(t))
+	}
+	if c := m.eventCounters[slot].Load(); c != nil {
+		return *c
+	}
+	c := m.events.WithLabelValues(eventLabel(t))
+	m.eventCounters[slot].Store(&c)
+	return c
+}
+
+func eventLabel(t pb.EventType) string {
+	return strings.ToLower(strings.TrimPrefix(t.String(), "EVENT_TYPE_"))
 }
 
 func methodOf(procedure string) string { return procedure[strings.LastIndexByte(procedure, '/')+1:] }

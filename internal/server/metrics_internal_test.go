@@ -1,0 +1,49 @@
+package server
+
+import (
+	"maps"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/fsm"
+)
+
+// TestEventCounters: every applied event is counted under its type, the
+// counters looked up once per type included, and a type past the cached
+// range too; a type never applied has no series.
+func TestEventCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, &Server{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := func(types ...pb.EventType) *fsm.Result {
+		res := &fsm.Result{}
+		for _, ty := range types {
+			res.Events = append(res.Events, fsm.Event{Type: ty})
+		}
+		return res
+	}
+	m.observe(evs(pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType_EVENT_TYPE_QUEUED))
+	m.observe(evs(pb.EventType_EVENT_TYPE_RELEASED, pb.EventType_EVENT_TYPE_ACQUIRED))
+	m.observe(evs(pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType(99), pb.EventType(99)))
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "leasehold_lock_events_total" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			got[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"acquired": 3, "queued": 1, "released": 1, "99": 2}
+	if !maps.Equal(got, want) {
+		t.Fatalf("leasehold_lock_events_total by type = %v, want %v (only the types applied)", got, want)
+	}
+}
