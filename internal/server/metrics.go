@@ -135,7 +135,25 @@ func (m *metrics) eventCounter(t pb.EventType) prometheus.Counter {
 	return c
 }
 
+// eventLabels are the event types as metrics and the dashboard name them
+// ("acquired", "lock_delay_ended"), spelled once rather than per event.
+var eventLabels = func() (l [32]string) {
+	for v := range pb.EventType_name {
+		if v >= 0 && int(v) < len(l) {
+			l[v] = spellEvent(pb.EventType(v))
+		}
+	}
+	return l
+}()
+
 func eventLabel(t pb.EventType) string {
+	if t >= 0 && int(t) < len(eventLabels) && eventLabels[t] != "" {
+		return eventLabels[t]
+	}
+	return spellEvent(t)
+}
+
+func spellEvent(t pb.EventType) string {
 	return strings.ToLower(strings.TrimPrefix(t.String(), "EVENT_TYPE_"))
 }
 

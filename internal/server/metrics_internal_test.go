@@ -29,6 +29,7 @@ func TestEventCounters(t *testing.T) {
 	m.observe(evs(pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType_EVENT_TYPE_QUEUED))
 	m.observe(evs(pb.EventType_EVENT_TYPE_RELEASED, pb.EventType_EVENT_TYPE_ACQUIRED))
 	m.observe(evs(pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType(99), pb.EventType(99)))
+	m.observe(evs(pb.EventType_EVENT_TYPE_LOCK_DELAY_ENDED, pb.EventType_EVENT_TYPE_PROCLAIMED))
 	got := map[string]float64{}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -42,7 +43,7 @@ func TestEventCounters(t *testing.T) {
 			got[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
 		}
 	}
-	want := map[string]float64{"acquired": 3, "queued": 1, "released": 1, "99": 2}
+	want := map[string]float64{"acquired": 3, "queued": 1, "released": 1, "99": 2, "lock_delay_ended": 1, "proclaimed": 1}
 	if !maps.Equal(got, want) {
 		t.Fatalf("leasehold_lock_events_total by type = %v, want %v (only the types applied)", got, want)
 	}

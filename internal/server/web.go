@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +24,7 @@ const webMaxLocks = 1000
 func (s *Server) publishWeb(index uint64, res *fsm.Result) {
 	for _, ev := range res.Events {
 		s.feed.Publish(web.Event{
-			Type: strings.ToLower(strings.TrimPrefix(ev.Type.String(), "EVENT_TYPE_")),
+			Type: eventLabel(ev.Type),
 			Name: ev.Name, LeaseID: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs,
 		})
 	}
