@@ -42,7 +42,7 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 // a busy node, most of it paid without the state machine's lock (see
 // BenchmarkCapture for the locked part).
 func BenchmarkSnapshot(b *testing.B) {
-	m := benchState(b)
+	m := benchState(b, 10_000)
 	data, err := m.Snapshot()
 	if err != nil {
 		b.Fatal(err)
@@ -61,7 +61,7 @@ func BenchmarkSnapshot(b *testing.B) {
 // BenchmarkCapture is the part of a snapshot paid under the state
 // machine's lock: capturing a view of the same state as BenchmarkSnapshot.
 func BenchmarkCapture(b *testing.B) {
-	m := benchState(b)
+	m := benchState(b, 10_000)
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = m.Capture()
@@ -69,13 +69,12 @@ func BenchmarkCapture(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
-// benchState is 10,000 sessions each holding one of 10,000 locks.
-func benchState(b *testing.B) *Machine {
-	const n = 10_000
+// benchState is n sessions each holding one of n locks.
+func benchState(b *testing.B, n int) *Machine {
 	m := New(DefaultLimits())
 	var index uint64
 	for i := range n {
-		lease, name := fmt.Sprintf("lease-%05d", i), fmt.Sprintf("bench/lock-%05d", i)
+		lease, name := fmt.Sprintf("lease-%06d", i), fmt.Sprintf("bench/lock-%06d", i)
 		index++
 		if res := m.Apply(index, create(lease, "worker-"+lease)); res.Err != nil {
 			b.Fatalf("create session %d: %v", i, res.Err)
@@ -86,4 +85,28 @@ func benchState(b *testing.B) *Machine {
 		}
 	}
 	return m
+}
+
+// BenchmarkCensus is what a /metrics scrape reads under the state's read
+// lock, which every apply waits for, at 100,000 sessions each holding a lock.
+func BenchmarkCensus(b *testing.B) {
+	m := benchState(b, 100_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if c := m.Census(); c.Held != 100_000 {
+			b.Fatalf("census %+v", c)
+		}
+	}
+}
+
+// BenchmarkListPage lists the first 1,000 of 100,000 locks, as the List
+// call's largest page and the dashboard do, under the state's read lock.
+func BenchmarkListPage(b *testing.B) {
+	m := benchState(b, 100_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if list, more := m.List("bench/", 1000); len(list) != 1000 || !more {
+			b.Fatalf("listed %d, more %v", len(list), more)
+		}
+	}
 }

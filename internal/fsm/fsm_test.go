@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
@@ -689,6 +691,72 @@ func TestReadViews(t *testing.T) {
 	}
 	if li := r.m.Lock("free"); li.Name != "free" || li.Holder != nil {
 		t.Fatalf("Lock(free) = %+v", li)
+	}
+}
+
+// TestListPages checks List against sorting every name: for each prefix and
+// each limit (none, one, fewer than match, exactly as many, more) it returns
+// the first names in order, each described, and says whether more matched.
+func TestListPages(t *testing.T) {
+	r := newRig(t, DefaultLimits())
+	r.must(sessions("A")...)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var names []string
+	for len(names) < 400 {
+		name := fmt.Sprintf("%s/%04d", []string{"app", "ap", "db", ""}[rng.IntN(4)], rng.IntN(10_000))
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+			r.must(acquire(name, "A"))
+		}
+	}
+	slices.Sort(names)
+	for _, prefix := range []string{"", "ap", "app/", "db/", "db/9", "none"} {
+		var match []string
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix) {
+				match = append(match, n)
+			}
+		}
+		for _, limit := range []int{0, 1, 7, len(match) - 1, len(match), len(match) + 1, math.MaxInt} {
+			if limit < 0 {
+				continue
+			}
+			list, more := r.m.List(prefix, limit)
+			want := match[:min(limit, len(match))]
+			got := make([]string, len(list))
+			for i, l := range list {
+				got[i] = l.Name
+				if l.Holder.GetLeaseId() != "A" || l.Owner != "worker-A" {
+					t.Fatalf("List(%q, %d)[%d] = %+v, want held by A", prefix, limit, i, l)
+				}
+			}
+			if !slices.Equal(got, want) || more != (len(match) > limit) {
+				t.Fatalf("List(%q, %d) = %v, more %v; want %v, more %v", prefix, limit, got, more, want, len(match) > limit)
+			}
+		}
+	}
+}
+
+// TestCensus counts what /metrics reports (sessions, held locks, queued
+// waiters, lock-delays) and copies nothing: a scrape reads it under the
+// state's read lock, which every apply waits for.
+func TestCensus(t *testing.T) {
+	r := newRig(t, DefaultLimits())
+	r.must(append(sessions("A", "B", "C", "D", "E"),
+		acquire("x", "A", shared()), acquire("x", "B", shared()), acquire("x", "C"), // two holders, a waiter
+		acquire("y", "A"), acquire("y", "B"), acquire("y", "D"), // a holder, two waiters
+		acquire("z", "E", delay(5_000)), expire("E"))...) // in a lock-delay
+	want := Census{Sessions: 4, Held: 2, Waiters: 3, Delayed: 1}
+	if got := r.m.Census(); got != want {
+		t.Fatalf("Census() = %+v, want %+v", got, want)
+	}
+	if allocs := testing.AllocsPerRun(10, func() { r.m.Census() }); allocs != 0 {
+		t.Fatalf("Census allocates %v times, want none", allocs)
+	}
+	r.must(release("x", "A", 1), closeSession("B"), closeSession("D"))
+	want = Census{Sessions: 2, Held: 2, Waiters: 0, Delayed: 1} // C now holds x
+	if got := r.m.Census(); got != want {
+		t.Fatalf("after releases: Census() = %+v, want %+v", got, want)
 	}
 }
 

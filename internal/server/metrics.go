@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -233,27 +232,14 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if s.node == nil {
 		return // Open has not finished
 	}
-	var sessions, held, waiters, delayed int
+	var census fsm.Census
 	var token uint64
-	s.node.Read(func(m *fsm.Machine) {
-		sessions = len(m.Sessions())
-		locks, _ := m.List("", math.MaxInt)
-		for _, l := range locks {
-			if l.Holder != nil {
-				held++
-			}
-			if l.Delayed {
-				delayed++
-			}
-			waiters += len(l.Waiters)
-		}
-		token = m.Token()
-	})
+	s.node.Read(func(m *fsm.Machine) { census, token = m.Census(), m.Token() })
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	gauge(descSessions, float64(sessions))
-	gauge(descHeld, float64(held))
-	gauge(descWaiters, float64(waiters))
-	gauge(descDelayed, float64(delayed))
+	gauge(descSessions, float64(census.Sessions))
+	gauge(descHeld, float64(census.Held))
+	gauge(descWaiters, float64(census.Waiters))
+	gauge(descDelayed, float64(census.Delayed))
 	gauge(descWatchers, float64(s.hub.watcherCount()+s.feed.Subscribers()))
 	gauge(descTokenCounter, float64(token))
 	r := s.node.Raft()
