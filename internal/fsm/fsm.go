@@ -564,7 +564,7 @@ func (m *Machine) Standing(name, leaseID string, waitID uint64) (holding *fsmpb.
 // and reports whether more matched. It copies only the locks it returns and
 // sorts only their names, so a short page of a large state stays cheap.
 func (m *Machine) List(prefix string, limit int) ([]LockInfo, bool) {
-	names, more := m.firstNames(prefix, limit)
+	names, more := firstKeys(m.locks, prefix, limit)
 	out := make([]LockInfo, len(names))
 	for i, n := range names {
 		out[i] = m.Lock(n)
@@ -572,26 +572,43 @@ func (m *Machine) List(prefix string, limit int) ([]LockInfo, bool) {
 	return out, more
 }
 
-// firstNames returns, sorted, the first limit lock names with prefix, and
-// whether more matched. Once limit names are kept they form a heap with the
-// greatest on top, which each later name below it replaces: O(n) compares
-// for n locks and a short page, where sorting every name took O(n log n).
-func (m *Machine) firstNames(prefix string, limit int) ([]string, bool) {
+// SessionPage returns the first limit live sessions in lease id order, and
+// whether more are live; like List, it sorts only the ids it returns.
+func (m *Machine) SessionPage(limit int) ([]*fsmpb.Session, bool) {
+	ids, more := firstKeys(m.sessions, "", limit)
+	out := make([]*fsmpb.Session, len(ids))
+	for i, id := range ids {
+		out[i] = m.sessions[id].pb
+	}
+	return out, more
+}
+
+// SessionCount is the number of live sessions.
+func (m *Machine) SessionCount() int { return len(m.sessions) }
+
+// LockCount is the number of lock names held, queued for or in a lock-delay.
+func (m *Machine) LockCount() int { return len(m.locks) }
+
+// firstKeys returns, sorted, the first limit keys of m with prefix, and
+// whether more matched. Once limit keys are kept they form a heap with the
+// greatest on top, which each later key below it replaces: O(n) compares
+// for n keys and a short page, where sorting every key took O(n log n).
+func firstKeys[V any](m map[string]V, prefix string, limit int) ([]string, bool) {
 	limit = max(limit, 0)
-	kept := make(namesHeap, 0, min(limit, len(m.locks)))
+	kept := make(namesHeap, 0, min(limit, len(m)))
 	more := false
-	for name := range m.locks {
+	for key := range m {
 		switch {
-		case !strings.HasPrefix(name, prefix):
+		case !strings.HasPrefix(key, prefix):
 		case len(kept) < limit:
-			kept = append(kept, name)
+			kept = append(kept, key)
 			if len(kept) == limit {
 				heap.Init(&kept)
 			}
 		default:
 			more = true
-			if limit > 0 && name < kept[0] {
-				kept[0] = name
+			if limit > 0 && key < kept[0] {
+				kept[0] = key
 				heap.Fix(&kept, 0)
 			}
 		}
@@ -600,7 +617,7 @@ func (m *Machine) firstNames(prefix string, limit int) ([]string, bool) {
 	return kept, more
 }
 
-// namesHeap is a max-heap of lock names (container/heap).
+// namesHeap is a max-heap of names (container/heap).
 type namesHeap []string
 
 func (h namesHeap) Len() int           { return len(h) }

@@ -110,3 +110,16 @@ func BenchmarkListPage(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSessionPage lists the first 1,000 of 100,000 sessions, as
+// ListSessions' largest page and the dashboard do, under the state's read
+// lock.
+func BenchmarkSessionPage(b *testing.B) {
+	m := benchState(b, 100_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if page, more := m.SessionPage(1000); len(page) != 1000 || !more {
+			b.Fatalf("listed %d, more %v", len(page), more)
+		}
+	}
+}

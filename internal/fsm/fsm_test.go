@@ -689,6 +689,15 @@ func TestReadViews(t *testing.T) {
 	if len(r.m.Sessions()) != 2 || r.m.Owner("B") != "worker-B" || r.m.Owner("C") != "" || r.m.Session("C") != nil {
 		t.Fatalf("sessions %v", r.m.Sessions())
 	}
+	if page, more := r.m.SessionPage(1); len(page) != 1 || !more || page[0].GetLeaseId() != "A" {
+		t.Fatalf("SessionPage(1) = %v, %v; want A and more", page, more)
+	}
+	if page, more := r.m.SessionPage(10); len(page) != 2 || more || page[1].GetLeaseId() != "B" {
+		t.Fatalf("SessionPage(10) = %v, %v; want A, B", page, more)
+	}
+	if r.m.SessionCount() != 2 || r.m.LockCount() != 3 {
+		t.Fatalf("SessionCount %d, LockCount %d; want 2 and 3", r.m.SessionCount(), r.m.LockCount())
+	}
 	if li := r.m.Lock("free"); li.Name != "free" || li.Holder != nil {
 		t.Fatalf("Lock(free) = %+v", li)
 	}

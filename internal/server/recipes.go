@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"slices"
-	"strings"
 
 	"connectrpc.com/connect"
 
@@ -76,12 +74,9 @@ func (h *lockService) ListSessions(ctx context.Context, req *connect.Request[pb.
 		}
 		out := &pb.ListSessionsResponse{}
 		h.s.node.Read(func(fm *fsm.Machine) {
-			all := fm.Sessions()
-			slices.SortFunc(all, func(a, b *fsmpb.Session) int { return strings.Compare(a.GetLeaseId(), b.GetLeaseId()) })
-			if len(all) > limit {
-				all, out.Truncated = all[:limit], true
-			}
-			for _, s := range all {
+			var page []*fsmpb.Session
+			page, out.Truncated = fm.SessionPage(limit)
+			for _, s := range page {
 				out.Sessions = append(out.Sessions, &pb.SessionInfo{LeaseId: s.GetLeaseId(), Owner: s.GetOwner(), TtlMs: s.GetTtlMs(),
 					CreatedUnixMs: s.GetCreatedUnixMs(), RemainingMs: -1, Names: fm.SessionNames(s.GetLeaseId())})
 			}

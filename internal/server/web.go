@@ -16,8 +16,12 @@ import (
 	"github.com/leasehold/leasehold/internal/web"
 )
 
-// webMaxLocks bounds the locks one dashboard view lists.
-const webMaxLocks = 1000
+// webMaxLocks and webMaxSessions bound the locks (in name order) and the
+// sessions (in lease id order) one dashboard view lists.
+const (
+	webMaxLocks    = 1000
+	webMaxSessions = 1000
+)
 
 // publishWeb feeds the dashboard: every lock event, and every fenced KV
 // write with its outcome. It runs on the apply goroutine and never blocks.
@@ -81,15 +85,25 @@ func (w webSource) State(ctx context.Context) (web.State, error) {
 	}
 	var locks []fsm.LockInfo
 	var sessions []web.Session
-	ttl := map[string]int64{}
-	owner := map[string]string{}
+	ttl := map[string]int64{}    // of the listed locks' first holders
+	owner := map[string]string{} // of the listed locks' waiters
+	// Under the state's read lock, which every apply waits for: only what
+	// one view lists is read, whatever the number of locks and sessions.
 	s.node.Read(func(m *fsm.Machine) {
 		locks, st.Truncated = m.List("", webMaxLocks)
-		for _, ss := range m.Sessions() {
-			ttl[ss.GetLeaseId()] = ss.GetTtlMs()
-			owner[ss.GetLeaseId()] = ss.GetOwner()
+		for _, l := range locks {
+			if h := l.Holder; h != nil {
+				ttl[h.GetLeaseId()] = m.Session(h.GetLeaseId()).GetTtlMs()
+			}
+			for _, wt := range l.Waiters {
+				owner[wt.GetLeaseId()] = m.Owner(wt.GetLeaseId())
+			}
+		}
+		page, more := m.SessionPage(webMaxSessions)
+		for _, ss := range page {
 			sessions = append(sessions, web.Session{LeaseID: ss.GetLeaseId(), Owner: ss.GetOwner(), TTLMs: ss.GetTtlMs()})
 		}
+		st.SessionsTruncated, st.SessionCount, st.LockCount = more, m.SessionCount(), m.LockCount()
 		st.Token = m.Token()
 	})
 	for _, l := range locks {

@@ -40,8 +40,14 @@ type State struct {
 	Locks    []Lock    `json:"locks"`
 	Sessions []Session `json:"sessions"`
 	Members  []Member  `json:"members"`
-	// Truncated is true when more locks exist than Locks lists.
+	// Truncated is true when more locks exist than Locks lists (the first
+	// 1000 in name order); LockCount is how many exist.
 	Truncated bool `json:"truncated"`
+	LockCount int  `json:"lock_count"`
+	// SessionsTruncated is true when more sessions are live than Sessions
+	// lists (the first 1000 in lease id order); SessionCount is how many are.
+	SessionsTruncated bool `json:"sessions_truncated"`
+	SessionCount      int  `json:"session_count"`
 }
 
 // Raft is this node's raft progress.

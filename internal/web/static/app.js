@@ -66,6 +66,13 @@ function contact(role, ms) {
   return fmtMs(ms) + " ago";
 }
 
+// more says, under a table the view lists only part of, how much it shows.
+function more(sel, truncated, shown, total, what) {
+  const p = $(sel);
+  p.hidden = !truncated;
+  p.textContent = truncated ? "Showing the first " + shown.toLocaleString("en-US") + " of " + total.toLocaleString("en-US") + " " + what + "." : "";
+}
+
 function render() {
   const v = state.view;
   $("#node-id").textContent = v.node;
@@ -94,11 +101,14 @@ function render() {
       el("td", { class: "token" }, ...(tokens.length ? tokens : ["—"])), ttl, el("td", { class: "queue" }, queue || "—"), el("td", {}, delay || "—"));
   }));
   $("#locks-empty").hidden = v.locks.length > 0;
+  more("#locks-more", v.truncated, v.locks.length, v.lock_count, "locks, in name order");
 
   $("#sessions tbody").replaceChildren(...v.sessions.map((s) =>
     el("tr", { "data-session": s.lease_id },
       el("td", { title: s.lease_id }, s.lease_id.slice(0, 12) + "…"), el("td", {}, s.owner || "—"),
       el("td", {}, fmtMs(s.ttl_ms)), el("td", { class: "ttl", "data-remaining": s.remaining_ms }))));
+
+  more("#sessions-more", v.sessions_truncated, v.sessions.length, v.session_count, "sessions, in lease id order");
 
   $("#members tbody").replaceChildren(...v.members.map((m) =>
     el("tr", { "data-member": m.id, "data-role": m.role },
