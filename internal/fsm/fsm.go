@@ -522,9 +522,23 @@ type LockInfo struct {
 // Lock describes the lock name; a free name has a zero Holder. The result
 // is a copy: it stays valid after the caller releases the state.
 func (m *Machine) Lock(name string) LockInfo {
+	info, _ := m.Head(name)
+	if l := m.locks[name]; l != nil {
+		info.Waiters = make([]*fsmpb.Waiter, len(l.waiters))
+		for i, w := range l.waiters {
+			info.Waiters[i] = proto.CloneOf(w)
+		}
+	}
+	return info
+}
+
+// Head is Lock without the queue: the holders (copies), their owners and
+// the lock-delay, with Waiters nil, and how many sessions are queued. A
+// refused TryAcquire names the holder with it, whatever the queue's length.
+func (m *Machine) Head(name string) (LockInfo, int) {
 	l := m.locks[name]
 	if l == nil {
-		return LockInfo{Name: name, Permits: 1}
+		return LockInfo{Name: name, Permits: 1}, 0
 	}
 	info := LockInfo{Name: name, Permits: l.permits, Delayed: l.delayToken != 0, DelayMs: l.delayMs, DelayToken: l.delayToken}
 	for _, h := range l.holders {
@@ -534,11 +548,7 @@ func (m *Machine) Lock(name string) LockInfo {
 	if len(info.Holders) > 0 {
 		info.Holder, info.Owner = info.Holders[0], info.Owners[0]
 	}
-	info.Waiters = make([]*fsmpb.Waiter, len(l.waiters))
-	for i, w := range l.waiters {
-		info.Waiters[i] = proto.CloneOf(w)
-	}
-	return info
+	return info, len(l.waiters)
 }
 
 // Standing is where session leaseID stands at lock name, read without

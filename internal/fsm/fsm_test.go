@@ -809,3 +809,35 @@ func TestStanding(t *testing.T) {
 		t.Fatalf("a waiter's Standing allocates %.0f times with 64 queued; want 0", a)
 	}
 }
+
+// Head names a lock's holders as Lock does and counts its queue without
+// copying it: a refused TryAcquire reads it, whatever the queue's length.
+func TestHead(t *testing.T) {
+	r := newRig(t, DefaultLimits())
+	ids := []string{"h"}
+	for i := range 300 {
+		ids = append(ids, fmt.Sprintf("w%03d", i))
+	}
+	r.must(sessions(ids...)...)
+	r.must(acquire("short", "h"), acquire("short", "w000"), acquire("long", "h"))
+	for _, id := range ids[1:] {
+		r.must(acquire("long", id))
+	}
+	info, n := r.m.Head("long")
+	full := r.m.Lock("long")
+	if info.Holder.GetToken() != full.Holder.GetToken() || info.Owner != "worker-h" || len(info.Holders) != 1 || info.Waiters != nil || n != 300 {
+		t.Fatalf("Head(long) = %+v, %d; want h's holding, no waiters copied, 300 queued", info, n)
+	}
+	info.Holder.Token = 0 // a copy: the state keeps its token
+	if r.m.Lock("long").Holder.GetToken() == 0 {
+		t.Fatal("Head returned the state's own holding, not a copy")
+	}
+	if info, n := r.m.Head("free"); info.Holder != nil || n != 0 || info.Permits != 1 {
+		t.Fatalf("Head(free) = %+v, %d", info, n)
+	}
+	short := testing.AllocsPerRun(20, func() { r.m.Head("short") })
+	long := testing.AllocsPerRun(20, func() { r.m.Head("long") })
+	if long != short {
+		t.Fatalf("Head allocates %.0f times with 300 queued, %.0f with 1; want the same", long, short)
+	}
+}

@@ -262,10 +262,11 @@ func (s *Server) waitOutcome(r acquireReq) (holding *fsmpb.Holding, done bool, e
 // how long its lock-delay is.
 func (s *Server) lockedErr(name string) error {
 	var info fsm.LockInfo
-	s.node.Read(func(m *fsm.Machine) { info = m.Lock(name) })
+	var waiters int
+	s.node.Read(func(m *fsm.Machine) { info, waiters = m.Head(name) })
 	switch {
 	case len(info.Holders) > 1:
-		return api.Errorf(api.CodeLocked, "%q is held by %d holders (%d permits) and %d session(s) wait for it", name, len(info.Holders), info.Permits, len(info.Waiters))
+		return api.Errorf(api.CodeLocked, "%q is held by %d holders (%d permits) and %d session(s) wait for it", name, len(info.Holders), info.Permits, waiters)
 	case info.Holder == nil && info.Delayed:
 		return api.Errorf(api.CodeLockDelay, "%q is in a lock-delay of %s after its holder (token %d) expired", name, time.Duration(info.DelayMs)*time.Millisecond, info.DelayToken)
 	case info.Holder != nil && info.Owner != "":
@@ -273,7 +274,7 @@ func (s *Server) lockedErr(name string) error {
 	case info.Holder != nil:
 		return api.Errorf(api.CodeLocked, "%q is held by lease %s (token %d)", name, info.Holder.GetLeaseId(), info.Holder.GetToken())
 	}
-	return api.Errorf(api.CodeLocked, "%q is free but %d other session(s) wait for it", name, len(info.Waiters))
+	return api.Errorf(api.CodeLocked, "%q is free but %d other session(s) wait for it", name, waiters)
 }
 
 // ctxErr says why ctx ended: the caller's deadline or its cancellation.
