@@ -129,11 +129,27 @@ func (m *Machine) proclaim(a *applyCtx, c *fsmpb.Proclaim) {
 	a.res.Events[len(a.res.Events)-1].Value = string(h.Value)
 }
 
-// validateModes checks the mode invariants of a restored lock.
+// validateModes checks the mode invariants of a restored lock: those of
+// its holders, and that every waiter made a request Apply accepts (a known
+// mode; shared only where the name has one permit).
 func validateModes(l *lock) error {
+	for _, w := range l.waiters {
+		switch w.GetMode() {
+		case fsmpb.Mode_MODE_EXCLUSIVE:
+		case fsmpb.Mode_MODE_SHARED:
+			if l.permits > 1 {
+				return fmt.Errorf("fsm: decode snapshot: lock %q has a shared waiter and %d permits", l.name, l.permits)
+			}
+		default:
+			return fmt.Errorf("fsm: decode snapshot: lock %q has a waiter of unknown mode %d", l.name, w.GetMode())
+		}
+	}
 	exclusive := 0
 	slots := map[uint32]bool{}
 	for _, h := range l.holders {
+		if m := h.GetMode(); m != fsmpb.Mode_MODE_EXCLUSIVE && m != fsmpb.Mode_MODE_SHARED {
+			return fmt.Errorf("fsm: decode snapshot: lock %q has a holder of unknown mode %d", l.name, m)
+		}
 		if h.GetMode() == fsmpb.Mode_MODE_SHARED {
 			if h.GetSlot() != 0 {
 				return fmt.Errorf("fsm: decode snapshot: lock %q has a shared holder in slot %d", l.name, h.GetSlot())

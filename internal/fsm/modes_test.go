@@ -308,6 +308,12 @@ func TestRestoreRejectsBadModes(t *testing.T) {
 		{"a free permit with a queue", &fsmpb.Lock{Name: "x", Permits: 2, Holders: []*fsmpb.Holding{held("A", 1, ex, 0)}, Waiters: []*fsmpb.Waiter{{LeaseId: "B"}}}},
 		{"a reader queued behind readers only", &fsmpb.Lock{Name: "x", Holders: []*fsmpb.Holding{held("A", 1, sh, 0)}, Waiters: []*fsmpb.Waiter{{LeaseId: "B", Mode: sh}}}},
 		{"too many permits", &fsmpb.Lock{Name: "x", Permits: MaxPermits + 1, Holders: []*fsmpb.Holding{held("A", 1, ex, 0)}}},
+		// Apply refuses a shared request with more than one permit and a
+		// request of any other mode, queued or not.
+		{"a reader queued for a semaphore", &fsmpb.Lock{Name: "x", Permits: 2, Holders: []*fsmpb.Holding{held("A", 1, ex, 0), held("B", 2, ex, 1)}, Waiters: []*fsmpb.Waiter{{LeaseId: "C", Mode: sh}}}},
+		{"a reader queued for a semaphore in lock-delay", &fsmpb.Lock{Name: "x", Permits: 3, DelayToken: 3, Waiters: []*fsmpb.Waiter{{LeaseId: "B", Mode: sh}}}},
+		{"a waiter of an unknown mode", &fsmpb.Lock{Name: "x", Holders: []*fsmpb.Holding{held("A", 1, ex, 0)}, Waiters: []*fsmpb.Waiter{{LeaseId: "B", Mode: 7}}}},
+		{"a holder of an unknown mode", &fsmpb.Lock{Name: "x", Holders: []*fsmpb.Holding{held("A", 1, 7, 0)}}},
 	}
 	for _, tc := range tests {
 		for enc, data := range encodings(t, &fsmpb.Snapshot{Token: 3, Sessions: sess, Locks: []*fsmpb.Lock{tc.lock}}) {
