@@ -53,15 +53,27 @@ func permitsOf(n uint32) uint32 { return max(n, 1) }
 // empty when the name is free).
 func checkMode(l *lock, c *fsmpb.Acquire) error {
 	n := permitsOf(c.GetPermits())
-	switch {
-	case n > MaxPermits:
+	if n > MaxPermits {
 		return fmt.Errorf("%w: %d permits, at most %d", ErrInvalidMode, n, MaxPermits)
-	case c.GetMode() == fsmpb.Mode_MODE_SHARED && n > 1:
-		return fmt.Errorf("%w: a shared request cannot carry %d permits", ErrInvalidMode, n)
-	case c.GetMode() != fsmpb.Mode_MODE_EXCLUSIVE && c.GetMode() != fsmpb.Mode_MODE_SHARED:
-		return fmt.Errorf("%w: unknown mode %d", ErrInvalidMode, c.GetMode())
-	case l != nil && !l.empty() && n != l.permits:
+	}
+	if err := modeErr(c.GetMode(), n); err != nil {
+		return err
+	}
+	if l != nil && !l.empty() && n != l.permits {
 		return &PermitsError{Name: l.name, Permits: l.permits, Asked: n}
+	}
+	return nil
+}
+
+// modeErr refuses a mode that is unknown, or shared on a name of more than
+// one permit: for a request (checkMode) and for a restored holder or waiter
+// (validateModes) alike.
+func modeErr(mode fsmpb.Mode, permits uint32) error {
+	switch {
+	case mode != fsmpb.Mode_MODE_EXCLUSIVE && mode != fsmpb.Mode_MODE_SHARED:
+		return fmt.Errorf("%w: unknown mode %d", ErrInvalidMode, mode)
+	case mode == fsmpb.Mode_MODE_SHARED && permits > 1:
+		return fmt.Errorf("%w: a shared request cannot carry %d permits", ErrInvalidMode, permits)
 	}
 	return nil
 }
@@ -129,26 +141,20 @@ func (m *Machine) proclaim(a *applyCtx, c *fsmpb.Proclaim) {
 	a.res.Events[len(a.res.Events)-1].Value = string(h.Value)
 }
 
-// validateModes checks the mode invariants of a restored lock: those of
-// its holders, and that every waiter made a request Apply accepts (a known
-// mode; shared only where the name has one permit).
+// validateModes checks the mode invariants of a restored lock: every
+// holder and waiter has a mode a request may have (modeErr), and the
+// holders fit together.
 func validateModes(l *lock) error {
 	for _, w := range l.waiters {
-		switch w.GetMode() {
-		case fsmpb.Mode_MODE_EXCLUSIVE:
-		case fsmpb.Mode_MODE_SHARED:
-			if l.permits > 1 {
-				return fmt.Errorf("fsm: decode snapshot: lock %q has a shared waiter and %d permits", l.name, l.permits)
-			}
-		default:
-			return fmt.Errorf("fsm: decode snapshot: lock %q has a waiter of unknown mode %d", l.name, w.GetMode())
+		if err := modeErr(w.GetMode(), l.permits); err != nil {
+			return fmt.Errorf("fsm: decode snapshot: lock %q, waiter %q: %w", l.name, w.GetLeaseId(), err)
 		}
 	}
 	exclusive := 0
 	slots := map[uint32]bool{}
 	for _, h := range l.holders {
-		if m := h.GetMode(); m != fsmpb.Mode_MODE_EXCLUSIVE && m != fsmpb.Mode_MODE_SHARED {
-			return fmt.Errorf("fsm: decode snapshot: lock %q has a holder of unknown mode %d", l.name, m)
+		if err := modeErr(h.GetMode(), l.permits); err != nil {
+			return fmt.Errorf("fsm: decode snapshot: lock %q, holder %q: %w", l.name, h.GetLeaseId(), err)
 		}
 		if h.GetMode() == fsmpb.Mode_MODE_SHARED {
 			if h.GetSlot() != 0 {
@@ -167,8 +173,6 @@ func validateModes(l *lock) error {
 		return fmt.Errorf("fsm: decode snapshot: lock %q has %d permits", l.name, l.permits)
 	case exclusive > 0 && exclusive < len(l.holders):
 		return fmt.Errorf("fsm: decode snapshot: lock %q has shared and exclusive holders", l.name)
-	case exclusive == 0 && len(l.holders) > 0 && l.permits > 1:
-		return fmt.Errorf("fsm: decode snapshot: lock %q has shared holders and %d permits", l.name, l.permits)
 	case len(l.holders) > int(max(l.permits, 1)) && exclusive > 0:
 		return fmt.Errorf("fsm: decode snapshot: lock %q has %d holders for %d permits", l.name, len(l.holders), l.permits)
 	case l.delayToken != 0 && exclusive > 0 && l.permits == 1:
