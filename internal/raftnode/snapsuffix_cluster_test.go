@@ -135,9 +135,13 @@ func rawCluster(t *testing.T) []*rawNode {
 		rc := raft.DefaultConfig()
 		rc.LocalID = n.id
 		rc.Logger = newHCLogger(logger)
-		rc.HeartbeatTimeout = 200 * time.Millisecond
-		rc.ElectionTimeout = 200 * time.Millisecond
-		rc.LeaderLeaseTimeout = 150 * time.Millisecond
+		// raft's own defaults: each test follows one leader through a
+		// scripted sequence, and the shorter timeouts of the other tests
+		// let a loaded machine (the whole suite on two cores) depose it
+		// midway.
+		rc.HeartbeatTimeout = time.Second
+		rc.ElectionTimeout = time.Second
+		rc.LeaderLeaseTimeout = 500 * time.Millisecond
 		rc.CommitTimeout = 5 * time.Millisecond
 		rc.TrailingLogs = 0
 		rc.SnapshotThreshold = 1 << 30
@@ -239,10 +243,11 @@ func followerAhead(t *testing.T, lagging bool) (nodes []*rawNode, leader, follow
 	caughtUp(t, leader, nodes)
 
 	// The follower stores the next entry; the leader hears a refusal from
-	// an empty log and sends it the snapshot.
+	// an empty log and sends it the snapshot (which may be installed
+	// before the entry's Apply returns: count the installs first).
+	installs := follower.fsm.restored() + 1
 	leader.trans.refuse.Store(&follower.id)
 	applyN(t, leader, 1)
-	installs := follower.fsm.restored() + 1
 	eventually(t, "the follower installed the leader's snapshot", func() bool {
 		return follower.fsm.restored() >= installs && follower.r.Stats()["last_snapshot_index"] == fmt.Sprint(snapIndex)
 	})
@@ -278,7 +283,13 @@ func TestFollowerAheadOfAnInstalledSnapshotUnderANewLeader(t *testing.T) {
 			if err := leader.r.LeadershipTransferToServer(other.id, other.addr).Error(); err != nil {
 				t.Fatal(err)
 			}
-			leader = rawLeader(t, nodes)
+			// The old leader may report itself leader a while after the
+			// transfer; wait until the new one leads alone.
+			old := leader
+			eventually(t, "the transfer's target leads alone", func() bool {
+				return other.r.State() == raft.Leader && old.r.State() != raft.Leader
+			})
+			leader = other
 			applyN(t, leader, 5)
 			caughtUp(t, leader, nodes)
 			if got, want := follower.fsm.count(), uint64(36); got != want {
