@@ -101,16 +101,37 @@ func (r *results) cell(k key, sys string) string {
 	return s
 }
 
-// table is the Markdown table: medians, ranges and ratios to leasehold.
+// base is the system the ratio columns set against each other one:
+// leasehold (a build of the working tree) when it ran, else the first
+// leasehold@REV, so that two builds side by side get ratios too; "" when no
+// leasehold ran.
+func (r *results) base() string {
+	if slices.Contains(r.Systems, "leasehold") {
+		return "leasehold"
+	}
+	for _, s := range r.Systems {
+		if strings.HasPrefix(s, "leasehold@") {
+			return s
+		}
+	}
+	return ""
+}
+
+// table is the Markdown table: medians, ranges and the ratios of base to
+// every other system.
 func (r *results) table() string {
 	var b strings.Builder
-	others := slices.DeleteFunc(slices.Clone(r.Systems), func(s string) bool { return s == "leasehold" })
+	base := r.base()
+	var others []string
+	if base != "" {
+		others = slices.DeleteFunc(slices.Clone(r.Systems), func(s string) bool { return s == base })
+	}
 	b.WriteString("| workload | figure |")
 	for _, s := range r.Systems {
 		b.WriteString(" " + s + " |")
 	}
 	for _, s := range others {
-		b.WriteString(" leasehold / " + s + " |")
+		b.WriteString(" " + base + " / " + s + " |")
 	}
 	b.WriteString("\n|---|---|" + strings.Repeat("---:|", len(r.Systems)+len(others)) + "\n")
 	for _, k := range r.Keys {
@@ -123,7 +144,7 @@ func (r *results) table() string {
 			b.WriteString(" " + r.cell(k, s) + " |")
 		}
 		for _, s := range others {
-			b.WriteString(" " + fmtVal(r.median(k, "leasehold")/r.median(k, s)) + " |")
+			b.WriteString(" " + fmtVal(r.median(k, base)/r.median(k, s)) + " |")
 		}
 		b.WriteString("\n")
 	}
