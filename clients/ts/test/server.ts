@@ -121,18 +121,25 @@ async function freePorts(n: number): Promise<number[]> {
   return ports;
 }
 
-/** startCluster starts a new cluster of n voters on loopback and waits until each is ready. */
+/**
+ * startCluster starts a new cluster of n voters on loopback and waits until each is ready.
+ * Every node's API and Raft ports come from one batch of free ports: a node that chose its
+ * API port itself could take a port another node is about to bind for Raft. A port some
+ * other process took meanwhile fails that start; the cluster is then started again on new
+ * ports, at most three times in all.
+ */
 export async function startCluster(n: number): Promise<Server[]> {
-  const raft = (await freePorts(n)).map((port, i) => ({ id: `n${i + 1}`, addr: `127.0.0.1:${port}` }));
-  const bootstrap = raft.map((r) => `${r.id}=${r.addr}`).join(",");
-  const nodes = raft.map((r) => new Server(["--node-id", r.id, "--raft-addr", r.addr, "--bootstrap", bootstrap]));
-  try {
-    await Promise.all(nodes.map((s) => s.start()));
-  } catch (e) {
+  for (let attempt = 1; ; attempt++) {
+    const ports = await freePorts(2 * n);
+    const raft = Array.from({ length: n }, (_, i) => ({ id: `n${i + 1}`, api: `127.0.0.1:${ports[2 * i]}`, addr: `127.0.0.1:${ports[2 * i + 1]}` }));
+    const bootstrap = raft.map((r) => `${r.id}=${r.addr}`).join(",");
+    const nodes = raft.map((r) => new Server(["--node-id", r.id, "--raft-addr", r.addr, "--bootstrap", bootstrap]));
+    const started = await Promise.allSettled(nodes.map((s, i) => s.start(raft[i].api)));
+    const failed = started.find((r) => r.status === "rejected");
+    if (!failed) return nodes;
     await Promise.all(nodes.map((s) => s.close()));
-    throw e;
+    if (attempt >= 3 || !String(failed.reason).includes("address already in use")) throw failed.reason;
   }
-  return nodes;
 }
 
 /** metric returns the value of the sample named name (labels included) on server addr's /metrics, 0 when absent. */
