@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // BenchmarkLockTransport is an acquire+release pair per op from 1, 8 and
@@ -16,7 +17,9 @@ import (
 // the Client's lock stream (transport=stream, the default) or as unary
 // RPCs (transport=unary, WithUnaryLocks), against one server. ns/op is
 // per pair across all goroutines; allocs/op and B/op include the server's
-// (same process). Run with -count to interleave the two transports:
+// (same process), and so does cpu-µs/op, the process's CPU per pair (to
+// set beside internal/raftnode's BenchmarkApplyParallel, the same pairs
+// below the RPC layer). Run with -count to interleave the two transports:
 //
 //	go test ./client/ -run '^$' -bench LockTransport -benchtime 2000x -count 2
 func BenchmarkLockTransport(b *testing.B) {
@@ -44,6 +47,7 @@ func BenchmarkLockTransport(b *testing.B) {
 				var next atomic.Int64
 				ctx := context.Background()
 				b.SetParallelism(par)
+				cpu0 := servertest.ProcessCPU(b)
 				b.ResetTimer()
 				b.RunParallel(func(p *testing.PB) {
 					i := int(next.Add(1) - 1)
@@ -51,6 +55,7 @@ func BenchmarkLockTransport(b *testing.B) {
 				})
 				b.StopTimer()
 				reportOps(b)
+				b.ReportMetric(float64((servertest.ProcessCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 			})
 		}
 	}

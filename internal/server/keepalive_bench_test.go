@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,15 +14,6 @@ import (
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
-
-// cpuTime is the process's user+system CPU time so far.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkKeepAliveStream renews 10,000 sessions over one KeepAliveStream
 // in batches of 1000, as the Go client does: the stream handler and the
@@ -64,7 +54,7 @@ func BenchmarkKeepAliveStream(b *testing.B) {
 	stream := kc.KeepAliveStream(ctx)
 	defer func() { _ = stream.CloseRequest(); _ = stream.CloseResponse() }()
 	renewals := 0
-	cpu0 := cpuTime(b)
+	cpu0 := servertest.ProcessCPU(b)
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		k := (i * batch) % sessions
@@ -84,5 +74,5 @@ func BenchmarkKeepAliveStream(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(renewals), "ns/renewal")
-	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(renewals), "cpu-ns/renewal")
+	b.ReportMetric(float64((servertest.ProcessCPU(b)-cpu0).Nanoseconds())/float64(renewals), "cpu-ns/renewal")
 }

@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -375,4 +376,15 @@ func ReadMetric(ctx context.Context, addr, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("servertest: no %s in the /metrics of %s", name, addr)
+}
+
+// ProcessCPU is the user and system CPU time this process has used: for a
+// benchmark's CPU per operation (server and client together, when both
+// run in the test's process).
+func ProcessCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
