@@ -6,25 +6,38 @@
 # PostgreSQL and Redis and printed their LEASEHOLD_TEST_* variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# step names the next step and the seconds taken so far, so that a CI log
+# shows where the run's time goes.
+step() { echo "test.sh: [${SECONDS} s] $*"; }
+step go vet
 go vet ./...
+step go test -race
 go test -race -count=1 -timeout 15m ./...
+step fault suite tier 1, the simulation
 # Fault suite, tier 1 (docs/reliability.md): the cluster simulation, 20 seeds under -race with the
 # FSM's invariant assertions, 280 more, 20 % skew, and every mutant caught.
 go test -race -count=1 -tags leasehold_sim,leasehold_invariants -timeout 10m ./internal/sim -run 'TestSim$' -seeds 20 -first 5000
 go test -count=1 -tags leasehold_sim -timeout 15m ./internal/sim -run 'TestSim$|TestSimSkewBeyondBound|TestMutants' -seeds 280 -first 1000
+step deploy module
 # deploy/ is a module of its own (the Kubernetes API types stay out of leasehold's).
 (cd deploy && go vet ./... && go test -count=1 ./...)
+step bench module
 # The side-by-side benchmark's smoke run (its own module: etcd stays out of the main one).
 (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
+step TypeScript client
 # The TypeScript client against a real server (node's test runner).
 bash scripts/ts-test.sh
+step failpoints
 # The crash failpoints of a leasehold_failpoints build (tier 2 arms them in the real binary).
 go test -race -count=1 -tags leasehold_failpoints ./internal/failpoint
+step fault suite tier 2, the real binary
 # Fault suite, tier 2: the real binary under kills, pauses, partitions, restart storms, clock
 # skew, crash failpoints, a full disk, wiped data dirs and replies cut after their headers,
 # histories checked with porcupine, about 5 minutes; -race builds the servers with the race
 # detector too; needs root
 # (a network namespace per node). See docs/reliability.md.
 go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/faults
+step fault suite tier 3, fuzzing
 # Fault suite, tier 3: every fuzz target for 8 s (docs/reliability.md; longer: bash scripts/fuzz.sh 60).
 bash scripts/fuzz.sh 8
+step done
