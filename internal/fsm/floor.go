@@ -110,5 +110,6 @@ func (m *Machine) tokenFloor(a *applyCtx, c *fsmpb.TokenFloor) {
 		m.sessions = map[string]*session{}
 		m.locks = map[string]*lock{}
 		m.bytes = m.recount()
+		m.counts = Census{}
 	}
 }

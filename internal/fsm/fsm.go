@@ -91,6 +91,10 @@ type Machine struct {
 
 	// bytes is the accounted size of the state (see quota.go).
 	bytes int64
+	// counts is the running Census of the locks (its Sessions unused):
+	// every command that changes a lock takes the lock's share out before
+	// and puts it back after (Census.tally).
+	counts Census
 	// The grant clock (see floor.go): the newest grant stamp, the second
 	// being counted and its grants, and the most grants in one second.
 	lastGrantMs int64
@@ -294,6 +298,7 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 	sort.Strings(names) // map order must not leak into the log's effects
 	for _, name := range names {
 		l := m.locks[name]
+		m.counts.tally(l, -1)
 		m.bytes -= l.valueBytes(leaseID)
 		if i := l.holderIndex(leaseID); i >= 0 {
 			h := l.holders[i]
@@ -313,6 +318,7 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 			a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, name, leaseID, s.pb.Owner, 0, waitID)
 		}
 		m.grantNext(a, l)
+		m.counts.tally(l, 1)
 	}
 }
 
@@ -332,6 +338,8 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	if l == nil {
 		l = &lock{name: name, permits: permitsOf(c.GetPermits())}
 	}
+	m.counts.tally(l, -1)
+	defer m.counts.tally(l, 1)
 	// A session holds a name at most once: acquiring what it already holds
 	// (a retry whose answer was lost) returns the same holding, and the
 	// latest request owns it for CancelWait.
@@ -432,6 +440,8 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 	if l == nil || s == nil || c.GetWaitId() == 0 {
 		return
 	}
+	m.counts.tally(l, -1)
+	defer m.counts.tally(l, 1)
 	if i := slices.IndexFunc(l.waiters, func(w *fsmpb.Waiter) bool {
 		return w.LeaseId == c.GetLeaseId() && w.WaitId == c.GetWaitId()
 	}); i >= 0 {
@@ -455,7 +465,9 @@ func (m *Machine) release(a *applyCtx, c *fsmpb.Release) {
 		a.res.Err = ErrNotHolder
 		return
 	}
+	m.counts.tally(l, -1)
 	m.releaseHolder(a, l, s, i)
+	m.counts.tally(l, 1)
 }
 
 // holding finds the holding (name, leaseID, token): its lock, its session
@@ -488,6 +500,8 @@ func (m *Machine) endLockDelay(a *applyCtx, c *fsmpb.EndLockDelay) {
 	if l == nil || l.delayToken == 0 || l.delayToken != c.GetToken() {
 		return
 	}
+	m.counts.tally(l, -1)
+	defer m.counts.tally(l, 1)
 	l.delayToken, l.delayMs = 0, 0
 	a.event(leaseholdv1.EventType_EVENT_TYPE_LOCK_DELAY_ENDED, l.name, "", "", c.GetToken())
 	m.grantNext(a, l)
@@ -648,17 +662,32 @@ type Census struct {
 	Sessions, Held, Waiters, Delayed int
 }
 
-// Census counts the state (see Census); O(locks), allocating nothing.
+// Census counts the state (see Census) from running counts: O(1), so a
+// scrape holds the state's read lock for no time at any size.
 func (m *Machine) Census() Census {
-	c := Census{Sessions: len(m.sessions)}
+	c := m.counts
+	c.Sessions = len(m.sessions)
+	return c
+}
+
+// tally adds l's share of the Census, times sign (1 or -1). An empty lock
+// has none, so a lock created or forgotten by a command needs no care.
+func (c *Census) tally(l *lock, sign int) {
+	if len(l.holders) > 0 {
+		c.Held += sign
+	}
+	if l.delayToken != 0 {
+		c.Delayed += sign
+	}
+	c.Waiters += sign * len(l.waiters)
+}
+
+// recensus computes the running counts from scratch (Restore, and the
+// tests that pin them).
+func (m *Machine) recensus() Census {
+	var c Census
 	for _, l := range m.locks {
-		if len(l.holders) > 0 {
-			c.Held++
-		}
-		if l.delayToken != 0 {
-			c.Delayed++
-		}
-		c.Waiters += len(l.waiters)
+		c.tally(l, 1)
 	}
 	return c
 }

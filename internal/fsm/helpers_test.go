@@ -209,6 +209,9 @@ func consistent(m *Machine) error {
 	if got, want := m.bytes, m.recount(); got != want {
 		return fmt.Errorf("accounted size %d bytes, recount %d", got, want)
 	}
+	if got, want := m.counts, m.recensus(); got != want {
+		return fmt.Errorf("running census %+v, counted %+v", got, want)
+	}
 	names := map[string][]string{} // lease id → names it holds or waits for
 	tokens := map[uint64]string{}
 	for key, l := range m.locks {

@@ -301,6 +301,7 @@ func ReadSnapshot(limits Limits, r io.Reader) (*Machine, error) {
 		return nil, err
 	}
 	b.m.bytes = b.m.recount()
+	b.m.counts = b.m.recensus()
 	return b.m, nil
 }
 
