@@ -148,6 +148,8 @@ func toAPI(err error) error {
 		{fsm.ErrNotHolder, api.CodeNotHolder},
 		{fsm.ErrSessionNotFound, api.CodeLeaseExpired},
 		{lessor.ErrNotFound, api.CodeLeaseExpired},
+		{lessor.ErrExpiring, api.CodeUnavailable},
+		{lessor.ErrUnconfirmed, api.CodeUnavailable},
 		{fsm.ErrLocked, api.CodeLocked},
 		{fsm.ErrLockDelay, api.CodeLockDelay},
 		{fsm.ErrTooManySessions, api.CodeResourceExhausted},
