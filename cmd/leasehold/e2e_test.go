@@ -396,3 +396,26 @@ func TestCLIWatchJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIDefaultOwnerAndTTLLimit: a lock taken without --owner names who
+// took it (user@host:pid), and a TTL above the maximum is refused rather
+// than silently lowered.
+func TestCLIDefaultOwnerAndTTLLimit(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	a := ok[holdingOut](t, srv.cli(t, "acquire", "owner:default", "-o", "json"))
+	at, colon := strings.LastIndexByte(a.Owner, '@'), strings.LastIndexByte(a.Owner, ':')
+	if at <= 0 || colon < at+2 {
+		t.Fatalf("acquire without --owner: owner %q, want user@host:pid", a.Owner)
+	}
+	if _, err := strconv.Atoi(a.Owner[colon+1:]); err != nil {
+		t.Fatalf("acquire without --owner: owner %q does not end in a pid", a.Owner)
+	}
+	if st := srv.status(t, "owner:default"); st.Holder == nil || st.Holder.Owner != a.Owner {
+		t.Fatalf("status shows holder %+v, want owner %q", st.Holder, a.Owner)
+	}
+	e := fails(t, srv.cli(t, "acquire", "owner:long", "--ttl", "2h", "-o", "json"), "invalid-argument", 2)
+	if !strings.Contains(e.Error.Message, "maximum") {
+		t.Errorf("--ttl 2h refused with %q; want it to name the maximum", e.Error.Message)
+	}
+}

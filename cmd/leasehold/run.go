@@ -29,17 +29,11 @@ type runFlags struct {
 
 func (f *runFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL (granted within [1s, 1h]); renewed every TTL/3")
-	fs.StringVar(&f.owner, "owner", "", "owner label shown to operators (default: hostname:pid)")
+	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL, at most 1h (below 1s is raised to 1s); renewed every TTL/3")
+	fs.StringVar(&f.owner, "owner", "", "owner label shown to operators (default: user@host:pid)")
 	fs.DurationVar(&f.killAfter, "kill-after", 3*time.Second, "SIGTERM the command this long before SIGKILL at the lease's safe deadline; capped at TTL·0.98 − 0.1s − TTL/3 − min(TTL/6, 1s) (5.4s for a 10s TTL)")
 	fs.BoolVar(&f.shell, "shell", false, "run CMD ARGS... joined by spaces through /bin/sh -c")
 	sequencerFlag(fs, &f.seq)
-	cmd.PreRun = func(*cobra.Command, []string) {
-		if f.owner == "" {
-			host, _ := os.Hostname()
-			f.owner = fmt.Sprintf("%s:%d", host, os.Getpid())
-		}
-	}
 }
 
 func newRunCmd(g *globals) *cobra.Command {
