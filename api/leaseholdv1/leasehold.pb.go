@@ -3415,7 +3415,7 @@ type Member struct {
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	// role is leader, follower, candidate or unknown (not reachable).
+	// role is leader, follower, candidate, or unreachable (it did not answer within 1 s; term and indexes are then 0).
 	Role          string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
 	Term          uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	CommitIndex   uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`

@@ -1644,7 +1644,7 @@ export type Member = Message<"leasehold.v1.Member"> & {
   apiAddr: string;
 
   /**
-   * role is leader, follower, candidate or unknown (not reachable).
+   * role is leader, follower, candidate, or unreachable (it did not answer within 1 s; term and indexes are then 0).
    *
    * @generated from field: string role = 4;
    */
