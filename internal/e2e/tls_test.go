@@ -84,7 +84,7 @@ func TestTLSCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if _, _, err = plain.List(ctx, ""); err == nil || !strings.Contains(err.Error(), "if it serves TLS") {
+	if _, _, err = plain.List(ctx, ""); err == nil || !strings.Contains(err.Error(), "the server speaks TLS") {
 		t.Fatalf("plaintext client against the TLS cluster: %v", err)
 	}
 }
