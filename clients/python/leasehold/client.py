@@ -424,6 +424,7 @@ class Session:
         permits: int = 0,
         lock_delay: float = 0.0,
         value: bytes = b"",
+        _canceler: Optional[Canceler] = None,
     ) -> "Lock":
         """Takes the lock name, waiting in the server's FIFO queue until it
         is granted or ``timeout`` seconds pass (DeadlineExceeded; the queue
@@ -437,7 +438,7 @@ class Session:
         req = pb.AcquireRequest(
             name=name, lease_id=self.id, lock_delay_ms=int(lock_delay * 1000), mode=_mode(mode), permits=permits, value=value
         )
-        return self._acquire(name, "Acquire", req, timeout)
+        return self._acquire(name, "Acquire", req, timeout, _canceler)
 
     def try_acquire(
         self, name: str, *, mode: str = "exclusive", permits: int = 0, lock_delay: float = 0.0, value: bytes = b"", timeout: Optional[float] = None
@@ -449,12 +450,12 @@ class Session:
         )
         return self._acquire(name, "TryAcquire", req, timeout)
 
-    def _acquire(self, name: str, method: str, req, timeout: Optional[float]) -> "Lock":
+    def _acquire(self, name: str, method: str, req, timeout: Optional[float], canceler: Optional[Canceler] = None) -> "Lock":
         if self.err is not None:
             raise self.err
         with self._name_lock(name, timeout):
             known = self._known(name)  # a re-entrant acquire: never withdrawn
-            canceler = Canceler()
+            canceler = canceler or Canceler()
             with self._mu:
                 self._running.add(canceler)
                 lost = self._lost
