@@ -1,0 +1,65 @@
+"""The package as a user gets it: the wheel in a fresh virtualenv, the
+runnable examples, and python -m leasehold run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_installed_in_a_fresh_venv_takes_a_lock(server, tmp_path, unique):
+    subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(tmp_path / "dist"), str(HERE)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("leasehold-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    # --no-index: the declared dependencies (grpcio, protobuf) must be met
+    # by what is installed; nothing is downloaded.
+    subprocess.run([py, "-m", "pip", "install", "--no-index", "--quiet", str(wheel)], check=True)
+    code = (
+        "import leasehold, sys\n"
+        "assert leasehold.__file__.startswith(sys.prefix), leasehold.__file__\n"
+        f"with leasehold.Client({server.addr!r}).lock({unique!r}, timeout=10) as lock:\n"
+        "    print(lock.token)\n"
+    )
+    out = subprocess.run([py, "-c", code], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+    assert int(out) > 0
+
+
+def _run(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_run_if_free_skips_while_the_lock_is_held(client, server, unique):
+    r = _run("-m", "leasehold", "run", unique, "--endpoints", server.addr, "--if-free", "--", "sh", "-c", 'echo "t=$LEASEHOLD_TOKEN"; exit 3')
+    assert r.returncode == 3 and r.stdout.startswith("t="), r
+    with client.lock(unique) as lock:
+        r = _run("-m", "leasehold", "run", unique, "--endpoints", server.addr, "--if-free", "--", "echo", "ran")
+        assert r.returncode == 0 and "ran" not in r.stdout and "is held" in r.stderr, r
+        assert int(client.status(unique).holder.token) == lock.token
+
+
+def test_the_examples_run(server, postgres_url, redis_url):
+    import psycopg
+    import redis
+
+    from leasehold.fence.postgres import Postgres
+
+    # The examples use fixed names: clear their fences of earlier runs.
+    with psycopg.connect(postgres_url) as conn:
+        Postgres(conn).init()
+        conn.execute("DELETE FROM leasehold_fence WHERE resource = 'report:417'")
+    redis.Redis.from_url(redis_url).delete("leasehold:fence:cache:warm")
+    for args in (["postgres_guard.py", postgres_url], ["redis_guard.py", redis_url], ["cron_job.py"]):
+        r = _run(str(HERE / "examples" / args[0]), *args[1:], server.addr)
+        assert r.returncode == 0, r
+        assert "token" in r.stdout, r
