@@ -305,22 +305,23 @@ class Transport:
                 e = refusal if refusal is not None and method != "Acquire" else errors.DeadlineExceeded("the deadline passed")
                 raise _op(op, e)
             i = self.current()
-            ep = self.eps[i]
-            fut = getattr(ep.stub, method).future(req, timeout=left, metadata=self.metadata)
-            if canceler is not None:
-                canceler.attach(fut)
+            rpc = getattr(self.eps[i].stub, method)
+            fut = None
             try:
-                resp = fut.result()
-                try:
-                    for k, v in fut.initial_metadata() or ():
-                        if k == "leasehold-leader":
-                            self.prefer_leader(v)
-                except Exception:
-                    pass
+                if canceler is None:
+                    resp, call = rpc.with_call(req, timeout=left, metadata=self.metadata)
+                else:
+                    # A future, so that another thread can cancel the call.
+                    fut = call = rpc.future(req, timeout=left, metadata=self.metadata)
+                    canceler.attach(fut)
+                    resp = fut.result()
+                for k, v in call.initial_metadata() or ():
+                    if k == "leasehold-leader":
+                        self.prefer_leader(v)
                 return resp
             except grpc.FutureCancelledError:
                 if canceler is not None and canceler.reason is not None:
-                    raise canceler.reason
+                    raise canceler.reason from None
                 raise
             except grpc.RpcError as err:
                 if err.code() == grpc.StatusCode.CANCELLED and canceler is not None and canceler.reason is not None:
@@ -340,8 +341,8 @@ class Transport:
                     time.sleep(backoff)
                     backoff = min(2 * backoff, 0.1)
             finally:
-                if canceler is not None:
-                    canceler.detach(fut)
+                if fut is not None:
+                    canceler.detach(fut)  # type: ignore[union-attr]
 
 
 def _op(op: str, e: errors.LeaseholdError) -> errors.LeaseholdError:

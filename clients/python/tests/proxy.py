@@ -1,6 +1,8 @@
 """A TCP proxy for the tests that can black-hole its connections: after
 blackhole() no byte passes in either direction and new connections are
-accepted and left hanging, as with a holder cut off by a partition."""
+accepted and left hanging, as with a holder cut off by a partition; and
+cut_replies(): the answers in flight are lost and the connections reset,
+as when a connection breaks after the server applied a request."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ class Proxy:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
         self._holes = threading.Event()
+        self._drop_replies = threading.Event()
         self._closed = threading.Event()
         self._mu = threading.Lock()  # protects following
         self._conns: list[socket.socket] = []
@@ -45,9 +48,9 @@ class Proxy:
             with self._mu:
                 self._conns.append(u)
             self._go(self._pump, c, u)
-            self._go(self._pump, u, c)
+            self._go(self._pump, u, c, True)
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, replies: bool = False) -> None:
         while True:
             try:
                 b = src.recv(65536)
@@ -55,7 +58,7 @@ class Proxy:
                 return
             if not b:
                 return
-            if self._holes.is_set():
+            if self._holes.is_set() or (replies and self._drop_replies.is_set()):
                 continue  # swallowed
             try:
                 dst.sendall(b)
@@ -64,6 +67,27 @@ class Proxy:
 
     def blackhole(self) -> None:
         self._holes.set()
+
+    def cut_replies(self, after: float) -> None:
+        """From now on the server's bytes are dropped; after the given
+        seconds every connection open now is reset and new ones pass again."""
+        self._drop_replies.set()
+        with self._mu:
+            conns = list(self._conns)
+            self._conns = []
+
+        def cut() -> None:
+            if self._closed.wait(after):
+                return
+            for c in conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)  # wakes the pumps; the peers see the connection end
+                except OSError:
+                    pass
+                c.close()
+            self._drop_replies.clear()
+
+        self._go(cut)
 
     def close(self) -> None:
         self._closed.set()

@@ -212,3 +212,56 @@ def test_endpoint_schemes():
     c = leasehold.Client("https://127.0.0.1:7420,127.0.0.1:7421")
     assert [e.host_port for e in c._t.eps] == ["127.0.0.1:7420", "127.0.0.1:7421"]
     c.close()
+
+
+def test_a_lost_acquire_reply_is_retried_into_the_same_grant(server, unique):
+    from leasehold.v1 import leasehold_pb2 as pb
+
+    proxy = Proxy(server.addr)
+    c = leasehold.Client([proxy.addr, server.addr])
+    direct = leasehold.Client(server.addr)
+    try:
+        with direct.watch(unique) as w:
+            s = c.session(ttl=10)
+            proxy.cut_replies(after=2)  # the grant applies; its answer never arrives
+            got: list = []
+            t = threading.Thread(target=lambda: got.append(s.acquire(unique, timeout=10)))
+            t.start()
+            until("granted at the server while the answer is held back", lambda: direct.status(unique).holder.lease_id == s.id, 2)
+            assert not got
+            t.join(15)
+            (lock,) = got
+            assert c._t.current() == 1, "the acquire was sent again to the other endpoint"
+            st = direct.status(unique)
+            assert [h.token for h in st.holders] == [lock.token]
+            lock.release()
+            it = iter(w)
+            # One grant, the one the caller holds: the retry was not a second.
+            assert [(e.type, e.token) for e in (next(it), next(it))] == [
+                (pb.EVENT_TYPE_ACQUIRED, lock.token),
+                (pb.EVENT_TYPE_RELEASED, lock.token),
+            ]
+        s.close()
+    finally:
+        direct.close()
+        c.close()
+        proxy.close()
+
+
+def test_a_write_whose_reply_is_lost_is_outcome_unknown_not_retried(server, unique):
+    proxy = Proxy(server.addr)
+    c = leasehold.Client(proxy.addr)
+    direct = leasehold.Client(server.addr)
+    try:
+        with direct.session() as s:
+            lock = s.acquire(unique)
+            with pytest.raises(leasehold.NotFound):
+                c.kv_get(unique)
+            proxy.cut_replies(after=0.5)
+            with pytest.raises(leasehold.OutcomeUnknown, match="may have applied"):
+                c.kv_put(unique, b"v", lock.token)
+            assert direct.kv_get(unique) == (b"v", lock.token)  # it had applied
+    finally:
+        direct.close()
+        c.close()
+        proxy.close()
