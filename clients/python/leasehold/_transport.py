@@ -73,6 +73,7 @@ class Endpoint:
     def __init__(self, addr: str, target: str, creds: Optional[grpc.ChannelCredentials], options: list):
         self.addr = addr
         self.host_port = target
+        self.secure = creds is not None
         self._target, self._creds, self._options = target, creds, options
         self.channel = self._open(options)
         self.stub = pb_grpc.LeaseholdServiceStub(self.channel)
@@ -238,6 +239,7 @@ class Transport:
         opts = list(_CHANNEL_OPTIONS) + list(options or [])
         if tls is not None and tls.server_name:
             opts.append(("grpc.ssl_target_name_override", tls.server_name))
+        self.tls = tls
         self.eps: list[Endpoint] = []
         for addr, target, secure in parsed:
             creds = None
@@ -266,6 +268,24 @@ class Transport:
                 with self._lock:
                     self.cur = j
                 return
+
+    def _hint(self, e: errors.LeaseholdError, err: grpc.RpcError, ep: "Endpoint") -> errors.LeaseholdError:
+        """Adds the likely cause to a connection that closed without an
+        answer: a plaintext client talking to a TLS port, or a TLS server
+        refusing (or requiring) the client certificate, which TLS 1.3
+        reports only as a closed connection (Go: dialHint)."""
+        if e.from_server or not isinstance(e, (errors.Unavailable, errors.OutcomeUnknown)):
+            return e
+        d = (err.details() or "").lower()
+        if not any(s in d for s in ("handshake", "socket closed", "connection reset", "end of tcp stream")):
+            return e
+        if not ep.secure:
+            hint = " (the server closed the connection: if it serves TLS, use https:// endpoints or leasehold.TLS)"
+        elif self.tls is not None and self.tls.cert:
+            hint = " (the server closed the connection during TLS setup: it may have refused the client certificate as not signed by its --client-ca)"
+        else:
+            hint = " (the server closed the connection during TLS setup: it may require a client certificate; give one with leasehold.TLS(cert=, key=))"
+        return type(e)(e.message + hint)
 
     def addrs(self) -> str:
         return ", ".join(ep.addr for ep in self.eps)
@@ -327,7 +347,7 @@ class Transport:
                 if err.code() == grpc.StatusCode.CANCELLED and canceler is not None and canceler.reason is not None:
                     raise canceler.reason from None
                 timed_out = deadline is not None and time.monotonic() >= deadline - 0.001
-                e = classify(err, kind, timed_out)
+                e = self._hint(classify(err, kind, timed_out), err, self.eps[i])
                 if refused_n == attempt - 1 and refused(err):
                     refused_n += 1
                     if refused_n == len(self.eps):

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -48,9 +49,12 @@ def until(what: str, cond, timeout: float = 10.0, every: float = 0.01):
 class Server:
     """One running ``leasehold serve``."""
 
-    def __init__(self, *flags: str):
+    def __init__(self, *flags: str, probe_tls: "ssl.SSLContext | None" = None):
+        """flags are extra serve flags; probe_tls is the TLS context the
+        readiness probe uses for a server started with --cert."""
         self.data = tempfile.mkdtemp(prefix="leasehold-data-")
         self.flags = list(flags)
+        self.probe_tls = probe_tls
         self.proc: subprocess.Popen | None = None
         self.addr = ""
         self.log = Path(self.data) / "serve.log"
@@ -73,7 +77,8 @@ class Server:
 
         def ready():
             try:
-                with urllib.request.urlopen(f"http://{self.addr}/readyz", timeout=1) as r:
+                scheme = "https" if self.probe_tls else "http"
+                with urllib.request.urlopen(f"{scheme}://{self.addr}/readyz", timeout=1, context=self.probe_tls) as r:
                     return r.status == 200
             except OSError:
                 return False
