@@ -59,10 +59,11 @@ class Server:
         self.addr = ""
         self.log = Path(self.data) / "serve.log"
 
-    def start(self) -> "Server":
+    def start(self, listen: str = "127.0.0.1:0") -> "Server":
+        """Starts the server (again, on the same data dir, after stop)."""
         self._logf = open(self.log, "wb")
         self.proc = subprocess.Popen(
-            [binary(), "serve", "--data", os.path.join(self.data, "d"), "--listen", "127.0.0.1:0", *self.flags],
+            [binary(), "serve", "--data", os.path.join(self.data, "d"), "--listen", listen, *self.flags],
             stdout=self._logf,
             stderr=subprocess.STDOUT,
         )

@@ -265,3 +265,34 @@ def test_a_write_whose_reply_is_lost_is_outcome_unknown_not_retried(server, uniq
         direct.close()
         c.close()
         proxy.close()
+
+
+def test_watch_resumes_across_a_server_restart_without_gap_or_duplicate(unique):
+    from leasehold.v1 import leasehold_pb2 as pb
+
+    from .conftest import Server
+
+    srv = Server().start()
+    try:
+        c = leasehold.Client(srv.addr, retry_timeout=30)
+        with c.watch(unique) as w:
+            it = iter(w)
+            with c.lock(unique + ":a"):
+                pass
+            before = [next(it), next(it)]
+            srv.stop()
+            srv.start(listen=srv.addr)  # the same port and data dir
+            with c.lock(unique + ":b"):
+                pass
+            after = [next(it), next(it)]
+        evs = before + after
+        assert [(e.type, e.name) for e in evs] == [
+            (pb.EVENT_TYPE_ACQUIRED, unique + ":a"),
+            (pb.EVENT_TYPE_RELEASED, unique + ":a"),
+            (pb.EVENT_TYPE_ACQUIRED, unique + ":b"),
+            (pb.EVENT_TYPE_RELEASED, unique + ":b"),
+        ]
+        assert [e.index for e in evs] == sorted(set(e.index for e in evs))
+        c.close()
+    finally:
+        srv.close()
