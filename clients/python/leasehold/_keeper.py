@@ -222,7 +222,7 @@ class Keeper:
                     if inflight and now >= inflight[0].deadline(last_answer):
                         fail(now)
                     for s in self._sessions:
-                        if now >= s._deadline_for_keeper():
+                        if now >= s.deadline:
                             lost.append((s, errors.LeaseLost("no renewal confirmed before the local deadline")))
                     if lost:
                         continue
@@ -243,7 +243,7 @@ class Keeper:
                         st.send(pb.KeepAliveStreamRequest(lease_ids=[s.id for s in part]))
                     wake = now + 3600
                     for s in self._sessions:
-                        wake = min(wake, s._deadline_for_keeper())
+                        wake = min(wake, s.deadline)
                         if not s._ka_inflight:
                             wake = min(wake, max(s._ka_next, pause))
                     if inflight:

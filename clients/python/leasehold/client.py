@@ -307,7 +307,7 @@ class Session:
     session per party that must exclude the others.
     """
 
-    def __init__(self, c: Client, lease_id: str, ttl: float, owner: str, drift: float, margin: float, keepalive, sent: float):
+    def __init__(self, c: Client, lease_id: str, ttl: float, owner: str, drift: float, margin: float, keepalive: Optional[float], sent: float):
         self.client = c
         self.id = lease_id
         self.ttl = ttl
@@ -364,10 +364,6 @@ class Session:
 
     def _safe(self, sent: float) -> float:
         return sent + self.ttl * (1 - self.drift) - self.margin
-
-    def _deadline_for_keeper(self) -> float:
-        with self._mu:
-            return self._deadline
 
     def _renewed_at(self, sent: float) -> bool:
         """Records a renewal confirmed for a request sent at sent; the
