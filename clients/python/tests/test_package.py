@@ -11,7 +11,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 
 
-def test_the_wheel_installed_in_a_fresh_venv_takes_a_lock(server, tmp_path, unique):
+def test_the_wheel_installed_in_a_fresh_venv_takes_a_lock_and_fences_postgres(server, tmp_path, unique, postgres_url):
     subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(tmp_path / "dist"), str(HERE)],
         check=True,
@@ -24,14 +24,26 @@ def test_the_wheel_installed_in_a_fresh_venv_takes_a_lock(server, tmp_path, uniq
     # --no-index: the declared dependencies (grpcio, protobuf) must be met
     # by what is installed; nothing is downloaded.
     subprocess.run([py, "-m", "pip", "install", "--no-index", "--quiet", str(wheel)], check=True)
-    code = (
-        "import leasehold, sys\n"
-        "assert leasehold.__file__.startswith(sys.prefix), leasehold.__file__\n"
-        f"with leasehold.Client({server.addr!r}).lock({unique!r}, timeout=10) as lock:\n"
-        "    print(lock.token)\n"
-    )
+    code = f"""
+import sys, psycopg, leasehold
+from leasehold.fence.postgres import Postgres
+assert leasehold.__file__.startswith(sys.prefix), leasehold.__file__
+client = leasehold.Client({server.addr!r})
+with psycopg.connect({postgres_url!r}) as conn:
+    guard = Postgres(conn, table="leasehold_fence_pytest")
+    guard.init()
+    with client.lock({unique!r}, timeout=10) as old:
+        guard.write({unique!r}, old.token, b"old")
+    with client.lock({unique!r}, timeout=10) as new:
+        guard.write({unique!r}, new.token, b"new")
+    try:
+        guard.write({unique!r}, old.token, b"late")
+    except leasehold.StaleToken as e:
+        print(old.token, new.token, e.last_token)
+"""
     out = subprocess.run([py, "-c", code], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
-    assert int(out) > 0
+    old, new, last = map(int, out.split())
+    assert 0 < old < new == last
 
 
 def _run(*args: str, **kw) -> subprocess.CompletedProcess:
