@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -60,7 +61,12 @@ class Server:
         self.log = Path(self.data) / "serve.log"
 
     def start(self, listen: str = "127.0.0.1:0") -> "Server":
-        """Starts the server (again, on the same data dir, after stop)."""
+        """Starts the server (again, on the same data dir, after stop) and waits until it is ready."""
+        self.launch(listen)
+        return self.wait_ready()
+
+    def launch(self, listen: str) -> None:
+        """Starts the process without waiting (the nodes of a cluster are ready together)."""
         self._logf = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [binary(), "serve", "--data", os.path.join(self.data, "d"), "--listen", listen, *self.flags],
@@ -68,6 +74,7 @@ class Server:
             stderr=subprocess.STDOUT,
         )
 
+    def wait_ready(self) -> "Server":
         def serving():
             m = re.search(r'msg="leasehold serving" api=(\S+)', self.log.read_text(errors="replace"))
             if self.proc.poll() is not None:
@@ -101,6 +108,42 @@ class Server:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct loopback ports nothing listens on now (all held open until the last is chosen)."""
+    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def start_cluster(n: int) -> list[Server]:
+    """A new cluster of n voters on loopback, each ready."""
+    ports = free_ports(2 * n)
+    ids = [f"n{i + 1}" for i in range(n)]
+    bootstrap = ",".join(f"{ids[i]}=127.0.0.1:{ports[2 * i + 1]}" for i in range(n))
+    nodes = [Server("--node-id", ids[i], "--raft-addr", f"127.0.0.1:{ports[2 * i + 1]}", "--bootstrap", bootstrap) for i in range(n)]
+    try:
+        for i, node in enumerate(nodes):
+            node.launch(f"127.0.0.1:{ports[2 * i]}")
+        for node in nodes:
+            node.wait_ready()
+    except BaseException:
+        for node in nodes:
+            node.close()
+        raise
+    return nodes
+
+
+def metric(addr: str, name: str) -> float:
+    """The value of the sample name (labels included) on addr's /metrics; 0 when absent."""
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line[len(name) + 1 :])
+    return 0.0
 
 
 @pytest.fixture(scope="session")
