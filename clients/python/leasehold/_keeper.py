@@ -203,15 +203,15 @@ class Keeper:
                         if rst is not st:
                             continue  # from a stream already dropped
                         if err is not None or not inflight:
+                            if err is not None and not err.from_server:
+                                self.transport.note_failure(ep)
                             fail(now)
                             break
                         last_answer = now
                         b = inflight.pop(0)
-                        leader = msg.leader_api_addr
-                        if leader:
-                            for j, e in enumerate(self.transport.eps):
-                                if e.host_port == leader and j != ep:
-                                    move_to = j
+                        j = self.transport.leader_endpoint(msg.leader_api_addr)
+                        if j >= 0 and j != ep:
+                            move_to = j
                         if not self._settle(now, b, msg, lost):
                             fail(now)
                             break
@@ -220,6 +220,7 @@ class Keeper:
                             drop()
                             ep, move_to = move_to, -1
                     if inflight and now >= inflight[0].deadline(last_answer):
+                        self.transport.note_failure(ep)  # not answered in time
                         fail(now)
                     for s in self._sessions:
                         if now >= s.deadline:

@@ -30,6 +30,10 @@ WRITE = "write"  # may not be sent again after an unclear failure
 
 _DETAIL_TYPE = "type.googleapis.com/leasehold.v1.ErrorDetail"
 
+# LEADER_BACKOFF: an endpoint a call could not get an answer from is not
+# taken as the leader on a follower's word for this long (Go: leaderBackoff).
+LEADER_BACKOFF = 30.0
+
 # Channel options: a connection that received nothing for 5 s gets an
 # HTTP/2 ping and is closed when it is not answered within 5 s (the Go
 # client's WithConnectionCheck defaults), and a refused endpoint is dialled
@@ -249,6 +253,7 @@ class Transport:
             self.eps.append(Endpoint(addr, target, creds, opts))
         self._lock = threading.Lock()  # protects following
         self.cur = 0
+        self._failed = [float("-inf")] * len(self.eps)  # by endpoint: when a call to it last got no answer
 
     def current(self) -> int:
         with self._lock:
@@ -259,15 +264,27 @@ class Transport:
             if self.cur == i:
                 self.cur = (i + 1) % len(self.eps)
 
-    def prefer_leader(self, leader: str) -> None:
-        """Sends the next calls to the endpoint a follower named as the leader, when it is one of ours."""
-        if not leader:
-            return
+    def leader_endpoint(self, leader: str) -> int:
+        """The index of the endpoint at the leader's API address, or -1 when
+        none is, or a call to it got no answer within LEADER_BACKOFF (a
+        leader this client cannot reach is not tried after every answer)."""
         for j, ep in enumerate(self.eps):
-            if ep.host_port == leader:
+            if leader and ep.host_port == leader:
                 with self._lock:
-                    self.cur = j
-                return
+                    return j if time.monotonic() - self._failed[j] >= LEADER_BACKOFF else -1
+        return -1
+
+    def prefer_leader(self, leader: str) -> None:
+        """Sends the next calls to the endpoint a follower named as the leader (see leader_endpoint)."""
+        j = self.leader_endpoint(leader)
+        if j >= 0:
+            with self._lock:
+                self.cur = j
+
+    def note_failure(self, i: int) -> None:
+        """Records that a call or stream to endpoint i got no answer."""
+        with self._lock:
+            self._failed[i] = time.monotonic()
 
     def _hint(self, e: errors.LeaseholdError, err: grpc.RpcError, ep: "Endpoint") -> errors.LeaseholdError:
         """Adds the likely cause to a connection that closed without an
@@ -356,6 +373,8 @@ class Transport:
                     refusal = e
                 if not retryable(e, kind) or time.monotonic() > stop or (deadline is not None and time.monotonic() >= deadline):
                     raise _op(op, e) from None
+                if not e.from_server:
+                    self.note_failure(i)  # not an answer: the endpoint may be unreachable
                 self.move_from(i)
                 if attempt % len(self.eps) == 0:  # every endpoint tried: wait a little
                     time.sleep(backoff)
