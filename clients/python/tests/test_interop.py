@@ -1,12 +1,16 @@
 """The Python client beside the Go one: a Go holder (the CLI) and Python
 holders contend on one name in FIFO order with rising tokens; the error
-table matches api/codes.go; the guards carry the Go guards' SQL and Lua."""
+table matches api/codes.go; the guards carry the Go guards' SQL and Lua,
+and Go and Python writers (tests/gofence, package fence) fence each other
+on one PostgreSQL table and one Redis."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import threading
+
+import pytest
 
 import leasehold
 from leasehold import errors
@@ -94,3 +98,61 @@ def test_the_postgres_guard_runs_the_go_guards_sql():
         go = m.group(1).replace("` + t + `", '"leasehold_fence"').replace("` + cmp + `", "<=")
         go = re.sub(r"\$\d", "%s", go)
         assert getattr(p, attr) == go, field
+
+
+@pytest.fixture(scope="module")
+def gofence(tmp_path_factory) -> str:
+    """tests/gofence built: writes through the Go guards."""
+    out = tmp_path_factory.mktemp("gofence") / "gofence"
+    subprocess.run(["go", "build", "-o", str(out), "./clients/python/tests/gofence"], cwd=REPO, check=True)
+    return str(out)
+
+
+def _go_write(gofence: str, *args: str) -> int | None:
+    """Writes through a Go guard: None when accepted, the last token when refused as stale."""
+    r = subprocess.run([gofence, *args], capture_output=True, text=True, timeout=60)
+    if r.returncode == 4:
+        return int(r.stdout.split()[1])
+    assert r.returncode == 0, r
+    return None
+
+
+def test_go_and_python_writers_fence_each_other_in_postgres(gofence, postgres_url, unique):
+    import psycopg
+
+    from leasehold.fence import StaleTokenError
+    from leasehold.fence.postgres import Postgres
+
+    table = "leasehold_fence_pytest"
+    with psycopg.connect(postgres_url) as conn:
+        g = Postgres(conn, table=table)
+        g.init()
+        assert _go_write(gofence, "postgres", postgres_url, table, unique, "5", "go5") is None
+        with pytest.raises(StaleTokenError) as e:
+            g.write(unique, 4, b"py4")
+        assert e.value.last_token == 5
+        assert g.last(unique) == (5, b"go5")
+        g.write(unique, 6, b"py6")
+        assert _go_write(gofence, "postgres", postgres_url, table, unique, "5", "go5") == 6
+        assert g.last(unique) == (6, b"py6")
+
+
+def test_go_and_python_writers_fence_each_other_in_redis(gofence, redis_url, unique):
+    import redis
+
+    from leasehold.fence import StaleTokenError
+    from leasehold.fence.redis import DEFAULT_PREFIX, Redis
+
+    rdb = redis.Redis.from_url(redis_url)
+    g = Redis(rdb)
+    try:
+        assert _go_write(gofence, "redis", redis_url, DEFAULT_PREFIX, unique, "12345678901", "go") is None
+        with pytest.raises(StaleTokenError) as e:
+            g.write(unique, 9999999999, b"py")
+        assert e.value.last_token == 12345678901
+        g.write(unique, 12345678902, b"py")
+        assert _go_write(gofence, "redis", redis_url, DEFAULT_PREFIX, unique, "12345678901", "go") == 12345678902
+        assert g.last(unique) == (12345678902, b"py")
+    finally:
+        rdb.delete(g.fence_key(unique))
+        rdb.close()
