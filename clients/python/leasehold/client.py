@@ -460,7 +460,12 @@ class Session:
             req.wait_id = new_wait_id()
             sent = time.monotonic()
             try:
-                res = self.client._t.call(("try acquire " if method == "TryAcquire" else "acquire ") + name, method, req, HARMLESS, timeout, canceler)
+                # Only a wait needs cancelling when the lease is lost; a try
+                # answers at once and goes out as a plain blocking call.
+                waits = method == "Acquire"
+                res = self.client._t.call(
+                    ("acquire " if waits else "try acquire ") + name, method, req, HARMLESS, timeout, canceler if waits else None
+                )
             except BaseException as err:
                 out = err
                 if not known and not _definite(err):
