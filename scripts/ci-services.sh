@@ -187,8 +187,8 @@ fi
 # ------------------------------------------ Python (clients/python tests)
 # Debian's packages for Debian's python3 (the generated code is committed:
 # no protoc needed here).
-if ! /usr/bin/python3 -c 'import grpc, google.protobuf, psycopg, redis, pytest, build, venv, ensurepip' >/dev/null 2>&1; then
-	apt_install python3-grpcio python3-protobuf python3-psycopg python3-redis python3-pytest python3-build python3-venv
+if ! /usr/bin/python3 -c 'import grpc, google.protobuf, psycopg, redis, pytest, build, venv, pip' >/dev/null 2>&1; then
+	apt_install python3-grpcio python3-protobuf python3-psycopg python3-redis python3-pytest python3-build python3-venv python3-pip
 fi
 
 printf "export LEASEHOLD_TEST_POSTGRES='%s'\n" "postgres://postgres@$HOST:$PG_PORT/postgres?sslmode=disable"

@@ -38,11 +38,12 @@ LEADER_BACKOFF = 30.0
 # HTTP/2 ping and is closed when it is not answered within 5 s (the Go
 # client's WithConnectionCheck defaults), and a refused endpoint is dialled
 # again after at most a second, not grpc's default of up to two minutes.
+# (grpc.min_reconnect_backoff_ms stays at its default: it is also the time
+# a connection attempt, TLS handshake included, may take.)
 _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 5000),
     ("grpc.keepalive_timeout_ms", 5000),
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_retries", 0),
 ]
@@ -294,7 +295,7 @@ class Transport:
         if e.from_server or not isinstance(e, (errors.Unavailable, errors.OutcomeUnknown)):
             return e
         d = (err.details() or "").lower()
-        if not any(s in d for s in ("handshake", "socket closed", "connection reset", "end of tcp stream")):
+        if not any(s in d for s in ("handshake", "socket closed", "connection reset", "end of tcp stream", "endpoint read failed")):
             return e
         if not ep.secure:
             hint = " (the server closed the connection: if it serves TLS, use https:// endpoints or leasehold.TLS)"

@@ -19,7 +19,10 @@ def test_the_wheel_installed_in_a_fresh_venv_takes_a_lock_and_fences_postgres(se
     )
     (wheel,) = (tmp_path / "dist").glob("leasehold-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    # Without its own pip (bootstrapping one costs most of a minute here):
+    # the system's pip, seen through --system-site-packages, installs into
+    # the venv it runs in.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     py = str(venv / "bin" / "python")
     # --no-index: the declared dependencies (grpcio, protobuf) must be met
     # by what is installed; nothing is downloaded.
