@@ -97,13 +97,27 @@ def _run(client: Client, a, cmd: list[str]) -> int:
             stop.set()
             for sig, h in forwarded.items():
                 signal.signal(sig, h)
-        try:
-            lock.release()
-        except (errors.NotHolder, errors.LeaseExpired):
-            pass
+        if lock.err is None or isinstance(lock.err, errors.Released):
+            try:
+                lock.release(timeout=_END_TIMEOUT)
+            except (errors.NotHolder, errors.LeaseExpired):
+                pass
+            except errors.LeaseholdError as e:
+                print(f"leasehold run: {e}", file=sys.stderr)
         return rc if rc >= 0 else 128 - rc
     finally:
-        s.close()
+        # A lost session is past its safe deadline: the server expires it
+        # within moments, and closing it may wait on an unreachable server.
+        if not isinstance(s.err, errors.LeaseLost):
+            try:
+                s.close(timeout=_END_TIMEOUT)
+            except errors.LeaseholdError as e:  # the server expires it by TTL
+                print(f"leasehold run: {e}", file=sys.stderr)
+
+
+# _END_TIMEOUT bounds the release and the session's close after CMD ended:
+# a server that cannot be reached then expires the session by its TTL.
+_END_TIMEOUT = 5.0
 
 
 def _signal(child: subprocess.Popen, sig: int) -> None:

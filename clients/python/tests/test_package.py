@@ -78,3 +78,29 @@ def test_the_examples_run(server, postgres_url, redis_url):
         r = _run(str(HERE / "examples" / args[0]), *args[1:], server.addr)
         assert r.returncode == 0, r
         assert "token" in r.stdout, r
+
+
+def test_run_stops_the_command_when_the_lease_is_lost(server, unique):
+    from .proxy import Proxy
+
+    proxy = Proxy(server.addr)
+    script = 'trap "echo term; exit 7" TERM; echo started; while :; do sleep 0.05; done'
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "leasehold", "run", unique, "--endpoints", proxy.addr, "--ttl", "2", "--", "sh", "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout.readline() == "started\n"
+        proxy.blackhole()
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 7 and out == "term\n", (p.returncode, out, err)
+        assert "stopping the command" in err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        proxy.close()
