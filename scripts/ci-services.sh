@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ci-services.sh — install (when missing) and start the PostgreSQL and Redis servers that the
 # fence package's integration tests run against, on loopback, on fixed ports; and install
-# (when missing) the chromium and systemd-analyze that the dashboard and deploy tests use.
+# (when missing) the chromium and systemd-analyze that the dashboard and deploy tests use, and
+# the Debian Python packages the Python client's tests use.
 #
 # Usage (CI and dev boxes alike):
 #
@@ -181,6 +182,13 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 if ! command -v systemd-analyze >/dev/null 2>&1; then
 	apt_install systemd
+fi
+
+# ------------------------------------------ Python (clients/python tests)
+# Debian's packages for Debian's python3 (the generated code is committed:
+# no protoc needed here).
+if ! /usr/bin/python3 -c 'import grpc, google.protobuf, psycopg, redis, pytest, build, venv, pip' >/dev/null 2>&1; then
+	apt_install python3-grpcio python3-protobuf python3-psycopg python3-redis python3-pytest python3-build python3-venv python3-pip
 fi
 
 printf "export LEASEHOLD_TEST_POSTGRES='%s'\n" "postgres://postgres@$HOST:$PG_PORT/postgres?sslmode=disable"
