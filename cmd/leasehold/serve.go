@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -112,6 +113,9 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				return err
 			}
 			ln, err := net.Listen("tcp", listen)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return usageErr("%s is in use by another process: stop it, or give another --listen", listen)
+			}
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
@@ -161,6 +165,9 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				cfg.Raft.Bootstrap = peers
 			}
 			s, err := server.Open(cfg)
+			if errors.Is(err, raftnode.ErrDataDirInUse) {
+				err = usageErr("the data dir %s is in use by another leasehold process: stop it, or give another --data", dataDir)
+			}
 			if errors.Is(err, raftnode.ErrNoState) && !forceNewCluster {
 				err = usageErr("no state in %s; if this node's data was lost, remove it from the cluster with `leasehold cluster remove %s` and start it with --join ADDR (the API address of a running member); to start a brand-new cluster, give every first node the same --bootstrap list", dataDir, nodeID)
 			}

@@ -27,6 +27,9 @@ var (
 	// ErrWouldLoseQuorum: the membership change would leave the voters
 	// without a quorum of reachable members; nothing was changed.
 	ErrWouldLoseQuorum = errors.New("raftnode: change would leave the voters without a quorum")
+	// ErrDataDirInUse: another process (another leasehold server) has the
+	// data dir open; nothing was changed.
+	ErrDataDirInUse = errors.New("raftnode: data dir in use by another process")
 	// ErrStandalone: the node runs without a Raft address (a single-node
 	// group on an in-memory transport) and cannot have other members.
 	ErrStandalone = errors.New("raftnode: single node without a raft address")
