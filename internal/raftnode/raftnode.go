@@ -184,6 +184,8 @@ type Node struct {
 	barrierTerm atomic.Uint64
 	// confirm runs the rounds of ConfirmLeadership (confirm.go).
 	confirm confirmer
+	// hlog is raft's logger (log.go).
+	hlog *hclogAdapter
 	// floorPending is true while this node, started from existing state,
 	// has not yet raised the token floor as leader (see restore.go).
 	floorPending atomic.Bool
@@ -207,7 +209,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore, metrics: cfg.Metrics}}
+	n := &Node{cfg: cfg, store: store, hlog: hlog, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore, metrics: cfg.Metrics}}
 	n.health.failing = map[raft.ServerID]time.Time{}
 	ok := false
 	defer func() {
@@ -537,6 +539,11 @@ func (n *Node) leaderErr() error {
 	}
 	return ErrNotLeader
 }
+
+// Stopping tells the node that it is shutting down (Close follows): raft's
+// complaints about peers that stop answering, which every node of a
+// cluster stopped as a whole makes, are logged at Info from now on.
+func (n *Node) Stopping() { n.hlog.stopping.Store(true) }
 
 // IsLeader reports whether this node is the Raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }

@@ -260,7 +260,12 @@ func (s *Server) Close() error {
 	return err
 }
 
-func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
+func (s *Server) startDrain() {
+	s.drainOnce.Do(func() {
+		s.node.Stopping()
+		close(s.drain)
+	})
+}
 
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(index uint64, res *fsm.Result) {
