@@ -63,9 +63,13 @@ func (c clusterCheck) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 // before raft starts, and returns the cluster's id. It retries while the
 // cluster is unavailable, up to joinTimeout.
 func join(cfg Config) (string, error) {
-	hc := withNodeSecret(h2cClient(), cfg.NodeSecret)
+	hc := withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret)
 	defer hc.CloseIdleConnections()
-	cc := leaseholdv1connect.NewClusterServiceClient(hc, "http://"+cfg.Join, connect.WithGRPC())
+	base := "http://" + cfg.Join
+	if cfg.PeerClientTLS != nil {
+		base = "https://" + cfg.Join
+	}
+	cc := leaseholdv1connect.NewClusterServiceClient(hc, base, connect.WithGRPC())
 	req := &pb.AddMemberRequest{Id: cfg.Raft.NodeID, RaftAddr: cfg.Raft.RaftAddr, ApiAddr: cfg.APIAddr, Fresh: true}
 	deadline := time.Now().Add(joinTimeout)
 	for {
