@@ -93,10 +93,11 @@ func readHello(r io.Reader) (hello, error) {
 // streamLayer is a raft.StreamLayer over TCP (optionally TLS) that checks
 // the cluster id of every connection.
 type streamLayer struct {
-	ln     net.Listener
-	tls    *tls.Config // nil: plain TCP
-	self   hello
-	logger *slog.Logger
+	ln        net.Listener
+	advertise string      // the configured address; "" when its port was 0
+	tls       *tls.Config // nil: plain TCP
+	self      hello
+	logger    *slog.Logger
 	// formed reports whether this node holds more of the cluster than its
 	// founding configuration; nil answers no.
 	formed func() bool
@@ -125,7 +126,11 @@ func newStreamLayer(addr string, tlsConf *tls.Config, clusterID, nodeID string, 
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: raft transport: %w", err)
 	}
-	return &streamLayer{ln: ln, tls: tlsConf, self: hello{status: helloOK, clusterID: clusterID, nodeID: nodeID}, logger: logger, accepted: map[*acceptedConn]struct{}{}}, nil
+	advertise := addr
+	if tcp.Port == 0 {
+		advertise = ""
+	}
+	return &streamLayer{ln: ln, advertise: advertise, tls: tlsConf, self: hello{status: helloOK, clusterID: clusterID, nodeID: nodeID}, logger: logger, accepted: map[*acceptedConn]struct{}{}}, nil
 }
 
 // Accept returns the next connection; its handshake runs on its first
@@ -162,7 +167,22 @@ func (s *streamLayer) Close() error {
 	}
 	return s.ln.Close()
 }
-func (s *streamLayer) Addr() net.Addr { return s.ln.Addr() }
+
+// Addr is the address raft advertises for this node: the address it was
+// given (a DNS name stays a name, so a peer whose IP changes is still
+// found), or the listener's when the port was 0.
+func (s *streamLayer) Addr() net.Addr {
+	if s.advertise != "" {
+		return advertisedAddr(s.advertise)
+	}
+	return s.ln.Addr()
+}
+
+// advertisedAddr is a raft address as configured (host:port).
+type advertisedAddr string
+
+func (a advertisedAddr) Network() string { return "tcp" }
+func (a advertisedAddr) String() string  { return string(a) }
 
 // Dial connects to a peer and runs the handshake before returning.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
