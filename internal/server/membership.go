@@ -142,7 +142,7 @@ func (s *Server) appliedIndexOf(ctx context.Context, id string) (uint64, bool) {
 	if addr == "" {
 		return 0, false
 	}
-	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	req := connect.NewRequest(&pb.MembersRequest{})
 	req.Header().Set(localHeader, "1")
 	req.Header().Set(clusterIDHeader, s.node.ClusterID())

@@ -199,8 +199,14 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.Join != "" && len(cfg.Raft.Bootstrap) > 0 {
 		// Found the cluster of the list if it was never formed, else join
 		// it through cfg.Join (raftnode.Config.Rejoin).
+		// A founder (or a member restarted with its data) registers with
+		// the leader it knows; only a node that rejoined asks cfg.Join.
 		joinCfg := cfg
-		cfg.Raft.Rejoin = func() (string, error) { return join(joinCfg) }
+		s.cfg.Join = ""
+		cfg.Raft.Rejoin = func() (string, error) {
+			s.cfg.Join = joinCfg.Join
+			return join(joinCfg)
+		}
 	} else {
 		cfg.Raft.Join = cfg.Join != ""
 		if err := prepareJoin(&cfg); err != nil {
