@@ -21,6 +21,10 @@ go test -count=1 -tags leasehold_sim -timeout 15m ./internal/sim -run 'TestSim$|
 step deploy module
 # deploy/ is a module of its own (the Kubernetes API types stay out of leasehold's).
 (cd deploy && go vet ./... && go test -count=1 ./...)
+step container image
+# The image scripts/image.sh builds, run with podman (needs CONTAINERS_CONF from ci-services.sh).
+img=$(bash scripts/image.sh | tail -n 1)
+(cd deploy && LEASEHOLD_IMAGE="$img" go test -count=1 -tags leasehold_image -run TestImage .)
 step bench module
 # The side-by-side benchmark's smoke run (its own module: etcd stays out of the main one).
 (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)

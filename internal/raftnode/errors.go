@@ -21,6 +21,12 @@ var (
 	// ErrNoState: the data dir holds no Raft state and the node was told
 	// neither to bootstrap a new cluster nor to join one.
 	ErrNoState = errors.New("raftnode: no state in the data dir")
+	// ErrClusterFormed: the data dir holds no Raft state and the node was
+	// told to found a cluster from a bootstrap list, but a voter of the
+	// list holds that cluster's log: the cluster was formed before (this
+	// node's data was lost, or it comes after the others founded it). It
+	// must join the cluster instead.
+	ErrClusterFormed = errors.New("raftnode: the cluster was formed before")
 	// ErrClusterMismatch: a peer, a request or the data dir belongs to
 	// another cluster (its cluster id differs).
 	ErrClusterMismatch = errors.New("raftnode: cluster id mismatch")

@@ -58,7 +58,10 @@ type Config struct {
 	// single node on an in-memory transport (no port); a cluster needs it.
 	RaftAddr string
 	// Bootstrap lists the voters of a new cluster, this node included. It is
-	// used only when DataDir holds no state. A node with a raft address (or
+	// used only when DataDir holds no state; with a raft address and
+	// several voters, the node founds the cluster only once every voter of
+	// the list answered that it was never formed, else ErrClusterFormed
+	// (see found.go; a caller's Transport skips that probe). A node with a raft address (or
 	// a Transport) and no state starts only with Bootstrap or Join, never
 	// by bootstrapping itself: a member whose data dir was lost would
 	// otherwise form a cluster of its own (ErrNoState). Only the
@@ -67,6 +70,15 @@ type Config struct {
 	// Join is true when this node will be added to a running cluster by
 	// another node; it then starts without bootstrapping.
 	Join bool
+	// Rejoin, when set, is called instead of failing with
+	// ErrClusterFormed when a voter of the Bootstrap list answers that the
+	// cluster was formed (see found.go): it has this node added to the
+	// cluster as a member that starts over, and returns the cluster id;
+	// the node then starts as a joining node. May be nil.
+	Rejoin func() (clusterID string, err error)
+	// Abort, when closed, ends Open's wait for the voters of a Bootstrap
+	// list (Open then fails with ErrShutdown). May be nil.
+	Abort <-chan struct{}
 	// ClusterID is the id of the cluster joined (learnt from it), required
 	// with Join on an empty data dir. With existing state it is optional
 	// and, when set, must equal the stored id (ErrClusterMismatch).
@@ -260,6 +272,11 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if bootstrap && len(cfg.Bootstrap) > 1 && cfg.Transport == nil {
+		if n.clusterID, bootstrap, err = cfg.decideFounding(n.clusterID); err != nil {
+			return nil, err
+		}
+	}
 	if n.clusterID != stored {
 		// Before bootstrap: a crash in between leaves an id and no state,
 		// which the next start with the same flags reuses or replaces.
@@ -280,13 +297,7 @@ func Open(cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		sl.known = n.served
-		if bootstrap {
-			if err := refuseRebootstrap(cfg, sl); err != nil {
-				_ = sl.Close()
-				return nil, err
-			}
-		}
+		sl.formed = n.formed
 		n.trans = newNetworkTransport(sl, hlog)
 	}
 

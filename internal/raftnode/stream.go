@@ -27,12 +27,11 @@ import (
 // A hello is the 4-byte magic "LHR1", a status byte, and the cluster id and
 // the node id, each preceded by its length in one byte.
 //
-// A node about to bootstrap from a list of several voters first probes its
-// peers (status probe): a peer of the same cluster answers known when the
-// prober has served in it before (it registered its API address), which
-// means the prober's data dir was lost and it must not bootstrap again
-// (etcd refuses a member that was already bootstrapped the same way). A
-// probe connection is closed after the answer. With a TLS config
+// A node about to found a cluster from a list of several voters first
+// probes every voter of the list (status probe): a peer of the same cluster
+// answers formed when its log holds more than the founding configuration,
+// ok otherwise (see found.go). A probe connection is closed after the
+// answer. With a TLS config
 // the handshake runs inside TLS (both ends present certificates when the
 // config asks for client certificates).
 
@@ -41,12 +40,12 @@ const helloMagic = "LHR1"
 const (
 	helloOK      byte = 0
 	helloRefused byte = 1
-	helloProbe   byte = 2 // dialer: have I served in this cluster before?
-	helloKnown   byte = 3 // acceptor: yes
+	helloProbe   byte = 2 // dialer: was this cluster formed?
+	helloFormed  byte = 3 // acceptor: yes, my log holds more than its founding
 )
 
 // errProbed ends a probe connection on the accepting side.
-var errProbed = errors.New("raftnode: bootstrap probe answered")
+var errProbed = errors.New("raftnode: founding probe answered")
 
 // handshakeTimeout bounds the handshake on an accepted connection.
 const handshakeTimeout = 5 * time.Second
@@ -94,13 +93,14 @@ func readHello(r io.Reader) (hello, error) {
 // streamLayer is a raft.StreamLayer over TCP (optionally TLS) that checks
 // the cluster id of every connection.
 type streamLayer struct {
-	ln     net.Listener
-	tls    *tls.Config // nil: plain TCP
-	self   hello
-	logger *slog.Logger
-	// known reports whether a node served in this cluster before; nil
-	// answers no.
-	known func(nodeID string) bool
+	ln        net.Listener
+	advertise string      // the configured address; "" when its port was 0
+	tls       *tls.Config // nil: plain TCP
+	self      hello
+	logger    *slog.Logger
+	// formed reports whether this node holds more of the cluster than its
+	// founding configuration; nil answers no.
+	formed func() bool
 
 	mu       sync.Mutex // protects following
 	accepted map[*acceptedConn]struct{}
@@ -126,7 +126,11 @@ func newStreamLayer(addr string, tlsConf *tls.Config, clusterID, nodeID string, 
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: raft transport: %w", err)
 	}
-	return &streamLayer{ln: ln, tls: tlsConf, self: hello{status: helloOK, clusterID: clusterID, nodeID: nodeID}, logger: logger, accepted: map[*acceptedConn]struct{}{}}, nil
+	advertise := addr
+	if tcp.Port == 0 {
+		advertise = ""
+	}
+	return &streamLayer{ln: ln, advertise: advertise, tls: tlsConf, self: hello{status: helloOK, clusterID: clusterID, nodeID: nodeID}, logger: logger, accepted: map[*acceptedConn]struct{}{}}, nil
 }
 
 // Accept returns the next connection; its handshake runs on its first
@@ -163,7 +167,22 @@ func (s *streamLayer) Close() error {
 	}
 	return s.ln.Close()
 }
-func (s *streamLayer) Addr() net.Addr { return s.ln.Addr() }
+
+// Addr is the address raft advertises for this node: the address it was
+// given (a DNS name stays a name, so a peer whose IP changes is still
+// found), or the listener's when the port was 0.
+func (s *streamLayer) Addr() net.Addr {
+	if s.advertise != "" {
+		return advertisedAddr(s.advertise)
+	}
+	return s.ln.Addr()
+}
+
+// advertisedAddr is a raft address as configured (host:port).
+type advertisedAddr string
+
+func (a advertisedAddr) Network() string { return "tcp" }
+func (a advertisedAddr) String() string  { return string(a) }
 
 // Dial connects to a peer and runs the handshake before returning.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
@@ -198,14 +217,21 @@ func (s *streamLayer) clientConn(c net.Conn, address string) net.Conn {
 	return tls.Client(c, conf)
 }
 
-// probe asks the peer at address whether node self.nodeID served in this
-// cluster before. It reports false when the peer is unreachable or in
-// another cluster: only a peer of this cluster can tell.
-func (s *streamLayer) probe(address string, timeout time.Duration) (known bool, peer hello) {
+// probeAnswer is what a founding probe learnt from one peer.
+type probeAnswer struct {
+	answered     bool   // the peer answered (in this cluster or another)
+	formed       bool   // the peer's log holds more than the founding configuration
+	otherCluster string // the peer is in this other cluster
+}
+
+// probe asks the peer at address whether this cluster was formed (see
+// found.go). A peer that cannot be reached, or whose answer makes no
+// sense, has not answered.
+func (s *streamLayer) probe(address string, timeout time.Duration) probeAnswer {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("tcp", address)
 	if err != nil {
-		return false, hello{}
+		return probeAnswer{}
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
@@ -213,10 +239,20 @@ func (s *streamLayer) probe(address string, timeout time.Duration) (known bool, 
 	q := s.self
 	q.status = helloProbe
 	if _, err := c.Write(q.encode()); err != nil {
-		return false, hello{}
+		return probeAnswer{}
 	}
-	peer, err = readHello(c)
-	return err == nil && peer.status == helloKnown && peer.clusterID == s.self.clusterID, peer
+	peer, err := readHello(c)
+	switch {
+	case err != nil:
+		return probeAnswer{}
+	case peer.clusterID != s.self.clusterID:
+		return probeAnswer{otherCluster: peer.clusterID}
+	case peer.status == helloFormed:
+		return probeAnswer{answered: true, formed: true}
+	case peer.status == helloOK:
+		return probeAnswer{answered: true}
+	}
+	return probeAnswer{}
 }
 
 func (s *streamLayer) dialHandshake(c net.Conn) (hello, error) {
@@ -260,8 +296,8 @@ func (c *acceptedConn) handshake() error {
 		} else {
 			reply := c.s.self
 			if peer.status == helloProbe && peer.clusterID == c.s.self.clusterID {
-				if c.s.known != nil && c.s.known(peer.nodeID) {
-					reply.status = helloKnown
+				if c.s.formed != nil && c.s.formed() {
+					reply.status = helloFormed
 				}
 				c.err = errProbed
 				_, _ = c.Conn.Write(reply.encode())

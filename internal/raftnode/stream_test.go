@@ -206,3 +206,25 @@ func testTLS(t *testing.T) *tls.Config {
 		MinVersion:   tls.VersionTLS13,
 	}
 }
+
+// TestRaftAddrAsConfigured: a node advertises its raft address as given (a
+// DNS name stays a name, so peers still find it after its IP changes);
+// with port 0 it advertises the port it got.
+func TestRaftAddrAsConfigured(t *testing.T) {
+	cfg := tcpConfig(t, "n1")
+	_, port, _ := net.SplitHostPort(cfg.RaftAddr)
+	cfg.RaftAddr = net.JoinHostPort("localhost", port)
+	cfg.Bootstrap = []Peer{{ID: "n1", RaftAddr: cfg.RaftAddr}}
+	n := open(t, cfg)
+	if got := n.RaftAddr(); got != cfg.RaftAddr {
+		t.Fatalf("RaftAddr() = %q, want %q as configured", got, cfg.RaftAddr)
+	}
+	sl, err := newStreamLayer("127.0.0.1:0", nil, newClusterID(), "n2", testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Close()
+	if got := sl.Addr().String(); got != sl.ln.Addr().String() {
+		t.Fatalf("with port 0: Addr() = %q, want the listener's %q", got, sl.ln.Addr())
+	}
+}
