@@ -35,21 +35,29 @@ import (
 // nodeSecretHeader carries Config.NodeSecret on calls between nodes.
 const nodeSecretHeader = "Leasehold-Node-Secret"
 
-// withNodeSecret makes hc send the node secret with every request.
+// withNodeSecret makes hc send the node secret with every request. When
+// hc is a TLS client (peerClient with a TLS config), a request that is not
+// https:// fails before anything is sent: the secret makes its bearer a
+// node, so it never travels in clear from a node that speaks TLS.
 func withNodeSecret(hc *http.Client, secret string) *http.Client {
 	if secret == "" {
 		return hc
 	}
-	hc.Transport = nodeSecretTransport{rt: hc.Transport, secret: secret}
+	ht, ok := hc.Transport.(*http.Transport)
+	hc.Transport = nodeSecretTransport{rt: hc.Transport, secret: secret, tlsOnly: ok && ht.TLSClientConfig != nil}
 	return hc
 }
 
 type nodeSecretTransport struct {
-	rt     http.RoundTripper
-	secret string
+	rt      http.RoundTripper
+	secret  string
+	tlsOnly bool
 }
 
 func (t nodeSecretTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.tlsOnly && r.URL.Scheme != "https" {
+		return nil, api.Errorf(api.CodeInvalidArgument, "refusing to send the node secret to %s: this node speaks TLS to other nodes, give an https:// address", r.URL.Redacted())
+	}
 	r = r.Clone(r.Context())
 	r.Header.Set(nodeSecretHeader, t.secret)
 	return t.rt.RoundTrip(r)
