@@ -69,7 +69,7 @@ func refusedSilently(t *testing.T, c net.Conn) string {
 // plaintext are refused during the handshake and learn nothing: no hello,
 // no cluster id.
 func TestStreamLayerNodeCertificatesOnly(t *testing.T) {
-	p := testCA(t, "alice", "node")
+	p := testCA(t, "alice")
 	other := testCA(t)
 	id := newClusterID()
 	srvConf := peerTLS(t, p(certs.NodeCert), p(certs.NodeKey), p(certs.CACert))
@@ -89,7 +89,6 @@ func TestStreamLayerNodeCertificatesOnly(t *testing.T) {
 
 	for name, conf := range map[string]*tls.Config{
 		"client certificate":             peerTLS(t, p(certs.ClientCert("alice")), p(certs.ClientKey("alice")), p(certs.CACert)),
-		"client certificate named node":  peerTLS(t, p(certs.ClientCert("node")), p(certs.ClientKey("node")), p(certs.CACert)),
 		"node certificate of another CA": peerTLS(t, other(certs.NodeCert), other(certs.NodeKey), p(certs.CACert)),
 	} {
 		t.Run(name, func(t *testing.T) {
