@@ -582,6 +582,11 @@ func (s *Server) redact(ctx context.Context, pol *auth.Policies, msg any) {
 		infos = []*pb.LockInfo{m.GetLock()}
 	case *pb.ListResponse:
 		infos = m.GetLocks()
+	case *pb.ReleaseResponse:
+		if n := m.GetNext(); n != nil && !s.owns(p, n.GetLeaseId()) {
+			n.LeaseId = ""
+		}
+		return
 	case *pb.WatchResponse:
 		if e := m.GetEvent(); e != nil && e.GetLeaseId() != "" && !s.owns(p, e.GetLeaseId()) {
 			e.LeaseId = ""
