@@ -57,7 +57,8 @@ type Client struct {
 }
 
 type endpoint struct {
-	addr    string
+	addr    string // as given to Dial
+	base    string // its URL (dialOptions.baseURL): every call and stream to it uses this one
 	locks   leaseholdv1connect.LeaseholdServiceClient
 	cluster leaseholdv1connect.ClusterServiceClient
 	ls      *lockSlot // the lock stream (lockstream.go); nil: unary RPCs only
@@ -124,6 +125,7 @@ func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, err
 		}
 		e := endpoint{
 			addr:    ep,
+			base:    base,
 			locks:   leaseholdv1connect.NewLeaseholdServiceClient(c.httpc, base, connect.WithGRPC()),
 			cluster: leaseholdv1connect.NewClusterServiceClient(c.httpc, base, connect.WithGRPC()),
 		}

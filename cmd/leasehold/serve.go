@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -59,7 +60,10 @@ TLS: --cert and --key serve the API over TLS only (HTTP/2 and HTTP/1.1 on the on
 to other nodes then use https:// with this node's certificate, verifying theirs with the
 global --cacert (default: --client-ca). Without --cert, serve refuses a non-loopback --listen
 address unless --insecure is given. --peer-cert, --peer-key and --peer-ca run Raft peer
-traffic inside mutual TLS; a non-loopback --raft-addr without them needs --insecure.
+traffic inside mutual TLS, where only node certificates (certs create-node) are peers; with
+--node-secret-file every Raft peer must also prove it knows the secret (a challenge-response:
+the secret never travels). A --raft-addr with neither admits any process that can reach it:
+serve allows that only on a loopback address, or with --insecure.
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
@@ -155,6 +159,18 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 			if cfg.NodeSecret, err = readNodeSecret(nodeSecretFile); err != nil {
 				_ = ln.Close()
 				return err
+			}
+			if cfg.NodeSecret != "" {
+				cfg.Raft.PeerSecret = []byte(cfg.NodeSecret)
+			} else if raftAddr != "" && raftTLS == nil {
+				// On loopback this is the documented development cluster (Info,
+				// so that a normal start logs nothing at WARN); elsewhere only
+				// --insecure allows it, and it is worth a warning.
+				level := slog.LevelWarn
+				if loopback(raftAddr) {
+					level = slog.LevelInfo
+				}
+				logger.Log(cmd.Context(), level, "the Raft port admits any process that can reach it: give --peer-cert/--peer-key/--peer-ca or --node-secret-file", "raft", raftAddr)
 			}
 			cfg.Pprof = pprofOn
 			if err := applyTestHooks(&cfg, logger); err != nil {

@@ -30,11 +30,7 @@ func TestTLSCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetHTTP2(true)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, Protocols: &protos}, Timeout: 5 * time.Second}
-	defer hc.CloseIdleConnections()
+	hc := httpsClient(t, tlsCfg)
 	procs := startClusterWith(t, 3, hc, "https://",
 		"--cert", p(certs.NodeCert), "--key", p(certs.NodeKey), "--client-ca", p(certs.CACert),
 		"--peer-cert", p(certs.NodeCert), "--peer-key", p(certs.NodeKey), "--peer-ca", p(certs.CACert))

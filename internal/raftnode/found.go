@@ -76,7 +76,7 @@ func (c Config) decideFounding(clusterID string) (id string, bootstrap bool, err
 // ErrShutdown when cfg.Abort is closed first. The listener is closed
 // when it returns.
 func awaitFounding(cfg Config, clusterID string) error {
-	sl, err := newStreamLayer(cfg.RaftAddr, cfg.PeerTLS, clusterID, cfg.NodeID, cfg.Logger)
+	sl, err := newStreamLayer(cfg.RaftAddr, cfg.PeerTLS, cfg.PeerSecret, clusterID, cfg.NodeID, cfg.Logger)
 	if err != nil {
 		return err
 	}

@@ -93,6 +93,9 @@ type Config struct {
 	// PeerTLS, when set, runs every Raft connection inside TLS with this
 	// config (server and client side; set ClientAuth for mutual TLS).
 	PeerTLS *tls.Config
+	// PeerSecret, when set, is the node secret every Raft peer must prove
+	// it knows (a challenge-response, see peerauth.go) before it is heard.
+	PeerSecret []byte
 	// Transport overrides the transport (tests: raft.InmemTransport).
 	Transport raft.Transport
 	// Limits bound the state machine; every node must use the same.
@@ -293,7 +296,7 @@ func Open(cfg Config) (*Node, error) {
 	case cfg.RaftAddr == "":
 		selfAddr, n.trans = raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 	default:
-		sl, err := newStreamLayer(cfg.RaftAddr, cfg.PeerTLS, n.clusterID, cfg.NodeID, cfg.Logger)
+		sl, err := newStreamLayer(cfg.RaftAddr, cfg.PeerTLS, cfg.PeerSecret, n.clusterID, cfg.NodeID, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}

@@ -31,9 +31,12 @@ import (
 // probes every voter of the list (status probe): a peer of the same cluster
 // answers formed when its log holds more than the founding configuration,
 // ok otherwise (see found.go). A probe connection is closed after the
-// answer. With a TLS config
-// the handshake runs inside TLS (both ends present certificates when the
-// config asks for client certificates).
+// answer.
+//
+// Before the hello, each end proves it is a node (peerauth.go): with a TLS
+// config the hello runs inside mutual TLS with node certificates, and with
+// a secret it follows a challenge-response over it. A peer that proves
+// nothing learns nothing, not even the cluster id.
 
 const helloMagic = "LHR1"
 
@@ -70,6 +73,9 @@ func readHello(r io.Reader) (hello, error) {
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return hello{}, fmt.Errorf("read handshake: %w", err)
 	}
+	if string(head[:4]) == proofMagic {
+		return hello{}, fmt.Errorf("%w: it proves a node secret; this node has none (is --node-secret-file the same on every node?)", errUnproven)
+	}
 	if string(head[:4]) != helloMagic {
 		return hello{}, fmt.Errorf("not a leasehold raft handshake (first bytes %q)", head[:4])
 	}
@@ -95,7 +101,8 @@ func readHello(r io.Reader) (hello, error) {
 type streamLayer struct {
 	ln        net.Listener
 	advertise string      // the configured address; "" when its port was 0
-	tls       *tls.Config // nil: plain TCP
+	tls       *tls.Config // nil: plain TCP; else accepts node certificates only
+	secret    []byte      // nil: no proof of a shared secret
 	self      hello
 	logger    *slog.Logger
 	// formed reports whether this node holds more of the cluster than its
@@ -110,8 +117,9 @@ type streamLayer struct {
 var _ raft.StreamLayer = (*streamLayer)(nil)
 
 // newStreamLayer listens on addr. addr must be an address peers can dial
-// (not 0.0.0.0): raft advertises it.
-func newStreamLayer(addr string, tlsConf *tls.Config, clusterID, nodeID string, logger *slog.Logger) (*streamLayer, error) {
+// (not 0.0.0.0): raft advertises it. With tlsConf, peers must present node
+// certificates; with secret, peers must prove they know it.
+func newStreamLayer(addr string, tlsConf *tls.Config, secret []byte, clusterID, nodeID string, logger *slog.Logger) (*streamLayer, error) {
 	if len(clusterID) > 255 || len(nodeID) > 255 {
 		return nil, errors.New("raftnode: cluster id or node id longer than 255 bytes")
 	}
@@ -130,7 +138,7 @@ func newStreamLayer(addr string, tlsConf *tls.Config, clusterID, nodeID string, 
 	if tcp.Port == 0 {
 		advertise = ""
 	}
-	return &streamLayer{ln: ln, advertise: advertise, tls: tlsConf, self: hello{status: helloOK, clusterID: clusterID, nodeID: nodeID}, logger: logger, accepted: map[*acceptedConn]struct{}{}}, nil
+	return &streamLayer{ln: ln, advertise: advertise, tls: nodeTLS(tlsConf), secret: secret, self: hello{status: helloOK, clusterID: clusterID, nodeID: nodeID}, logger: logger, accepted: map[*acceptedConn]struct{}{}}, nil
 }
 
 // Accept returns the next connection; its handshake runs on its first
@@ -236,6 +244,9 @@ func (s *streamLayer) probe(address string, timeout time.Duration) probeAnswer {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	c = s.clientConn(c, address)
+	if s.secret != nil && proveDialer(c, s.secret) != nil {
+		return probeAnswer{}
+	}
 	q := s.self
 	q.status = helloProbe
 	if _, err := c.Write(q.encode()); err != nil {
@@ -256,6 +267,11 @@ func (s *streamLayer) probe(address string, timeout time.Duration) probeAnswer {
 }
 
 func (s *streamLayer) dialHandshake(c net.Conn) (hello, error) {
+	if s.secret != nil {
+		if err := proveDialer(c, s.secret); err != nil {
+			return hello{}, fmt.Errorf("raftnode: handshake: %w", err)
+		}
+	}
 	if _, err := c.Write(s.self.encode()); err != nil {
 		return hello{}, fmt.Errorf("raftnode: handshake: %w", err)
 	}
@@ -272,6 +288,9 @@ func (s *streamLayer) dialHandshake(c net.Conn) (hello, error) {
 // refusalLevel is WARN for a handshake that was refused or made no sense,
 // DEBUG for a connection that merely closed (a peer or this node stopping).
 func refusalLevel(err error) slog.Level {
+	if errors.Is(err, errUnproven) {
+		return slog.LevelWarn
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
 		return slog.LevelDebug
 	}
@@ -290,7 +309,11 @@ type acceptedConn struct {
 func (c *acceptedConn) handshake() error {
 	c.once.Do(func() {
 		_ = c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
-		peer, err := readHello(c.Conn)
+		var peer hello
+		err := c.prove()
+		if err == nil {
+			peer, err = readHello(c.Conn)
+		}
 		if err != nil {
 			c.err = fmt.Errorf("raftnode: handshake: %w", err)
 		} else {
@@ -320,6 +343,21 @@ func (c *acceptedConn) handshake() error {
 		_ = c.Conn.SetDeadline(time.Time{})
 	})
 	return c.err
+}
+
+// prove checks that the peer is a node before anything is read from it or
+// told to it: the TLS handshake (node certificates only) and the proof of
+// the secret.
+func (c *acceptedConn) prove() error {
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return err
+		}
+	}
+	if c.s.secret != nil {
+		return proveAcceptor(c.Conn, c.s.secret)
+	}
+	return nil
 }
 
 // Close closes the connection and forgets it.

@@ -65,11 +65,7 @@ func (c clusterCheck) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 func join(cfg Config) (string, error) {
 	hc := withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret)
 	defer hc.CloseIdleConnections()
-	base := "http://" + cfg.Join
-	if cfg.PeerClientTLS != nil {
-		base = "https://" + cfg.Join
-	}
-	cc := leaseholdv1connect.NewClusterServiceClient(hc, base, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(hc, peerBaseURL(cfg.PeerClientTLS, cfg.Join), connect.WithGRPC())
 	req := &pb.AddMemberRequest{Id: cfg.Raft.NodeID, RaftAddr: cfg.Raft.RaftAddr, ApiAddr: cfg.APIAddr, Fresh: true}
 	deadline := time.Now().Add(joinTimeout)
 	for {
