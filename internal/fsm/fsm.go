@@ -341,9 +341,14 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	m.counts.tally(l, -1)
 	defer m.counts.tally(l, 1)
 	// A session holds a name at most once: acquiring what it already holds
-	// (a retry whose answer was lost) returns the same holding, and the
-	// latest request owns it for CancelWait.
+	// in the same mode and with the same value (a retry whose answer was
+	// lost) returns the same holding, and the latest request owns it for
+	// CancelWait; another mode or value is refused (repeats).
 	if i := retryOf(l, s.pb.LeaseId); i >= 0 {
+		if err := repeats(l.name, false, l.holders[i].GetMode(), l.holders[i].GetValue(), c); err != nil {
+			a.res.Err = err
+			return
+		}
 		// Copy on write: a snapshot being written may share the old record.
 		h := proto.CloneOf(l.holders[i])
 		h.WaitId = c.GetWaitId()
@@ -352,6 +357,10 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 		return
 	}
 	if i := slices.IndexFunc(l.waiters, func(w *fsmpb.Waiter) bool { return w.LeaseId == s.pb.LeaseId }); i >= 0 {
+		if err := repeats(l.name, true, l.waiters[i].GetMode(), l.waiters[i].GetValue(), c); err != nil {
+			a.res.Err = err
+			return
+		}
 		if c.GetTry() {
 			a.res.Err = ErrLocked
 			return

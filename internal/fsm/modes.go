@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 
@@ -48,6 +49,59 @@ func (e *PermitsError) Error() string {
 func (e *PermitsError) Unwrap() error { return ErrInvalidMode }
 
 func permitsOf(n uint32) uint32 { return max(n, 1) }
+
+// MismatchError refuses an Acquire by a session that already holds or waits
+// for the name in another mode, or with another value: modes never mix
+// within one session's standing, and a request only repeats one that
+// matches it. There is no upgrade: the session releases the name (or stops
+// waiting) first, and its next request queues like any other.
+type MismatchError struct {
+	Name   string
+	Queued bool       // the session waits for the name rather than holds it
+	Mode   fsmpb.Mode // the mode it holds or waits in
+	Asked  fsmpb.Mode
+	// Value is true when the modes agree and the values differ.
+	Value bool
+}
+
+func (e *MismatchError) Error() string {
+	standing, undo := "held", "release it first"
+	if e.Queued {
+		standing, undo = "queued for", "withdraw that request first"
+	}
+	if e.Value {
+		if !e.Queued {
+			undo = "Proclaim changes a held value, or release it first"
+		}
+		return fmt.Sprintf("fsm: %q is already %s by this session with another value; %s", e.Name, standing, undo)
+	}
+	return fmt.Sprintf("fsm: %q is already %s %s by this session, the request asked for it %s; %s",
+		e.Name, standing, modeWord(e.Mode), modeWord(e.Asked), undo)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidMode) true.
+func (e *MismatchError) Unwrap() error { return ErrInvalidMode }
+
+func modeWord(m fsmpb.Mode) string {
+	if m == fsmpb.Mode_MODE_SHARED {
+		return "shared"
+	}
+	return "exclusive"
+}
+
+// repeats returns nil when c asks for what the session's holding (or queue
+// entry, when queued) of name already is: the same mode and the same value.
+// Permits were checked against the name by checkMode, and a session holds
+// at most one slot, so mode and value are all that can differ.
+func repeats(name string, queued bool, mode fsmpb.Mode, value []byte, c *fsmpb.Acquire) error {
+	switch {
+	case c.GetMode() != mode:
+		return &MismatchError{Name: name, Queued: queued, Mode: mode, Asked: c.GetMode()}
+	case !bytes.Equal(c.GetValue(), value):
+		return &MismatchError{Name: name, Queued: queued, Mode: mode, Asked: c.GetMode(), Value: true}
+	}
+	return nil
+}
 
 // checkMode validates a request's mode against itself and the lock l (nil or
 // empty when the name is free).

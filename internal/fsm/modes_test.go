@@ -332,3 +332,113 @@ func TestRestoreRejectsBadModes(t *testing.T) {
 		}
 	}
 }
+
+// TestModesNeverMix pins that a session's second request for a name it
+// holds or waits for repeats the first only when it asks for the same mode
+// and value; any other request is refused and changes nothing, so a reader
+// never passes for a writer, nor a lock holder for an election's leader.
+func TestModesNeverMix(t *testing.T) {
+	mismatch := func(queued bool, mode, asked fsmpb.Mode, value bool, text string) func(*testing.T, *rig, Result) {
+		return func(t *testing.T, r *rig, res Result) {
+			var e *MismatchError
+			if !errors.As(res.Err, &e) {
+				t.Fatalf("Err = %v, want a *MismatchError", res.Err)
+			}
+			if e.Queued != queued || e.Mode != mode || e.Asked != asked || e.Value != value {
+				t.Fatalf("MismatchError = %+v", e)
+			}
+			if !strings.Contains(e.Error(), text) {
+				t.Fatalf("message %q does not say %q", e.Error(), text)
+			}
+		}
+	}
+	const (
+		ex = fsmpb.Mode_MODE_EXCLUSIVE
+		sh = fsmpb.Mode_MODE_SHARED
+	)
+	readers := append(sessions("A", "B"), acquire("x", "A", shared()), acquire("x", "B", shared()))
+	runCases(t, []applyCase{
+		{
+			name:    "a reader asks for the write lock",
+			setup:   readers,
+			cmd:     acquire("x", "A"),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(false, sh, ex, false, `"x" is already held shared by this session, the request asked for it exclusive; release it first`),
+		},
+		{name: "a reader tries for the write lock", setup: readers, cmd: acquire("x", "A", try()), wantErr: ErrInvalidMode},
+		{
+			name:    "the writer asks for a read lock",
+			setup:   append(sessions("W"), acquire("x", "W")),
+			cmd:     acquire("x", "W", shared()),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(false, ex, sh, false, "already held exclusive"),
+		},
+		{
+			name:  "a reader repeats its read lock",
+			setup: readers,
+			cmd:   acquire("x", "A", shared()),
+			check: func(t *testing.T, r *rig, res Result) {
+				wantHolding(t, res, "A", 1)
+				wantHolders(t, r, "x", "A:1:0", "B:2:0")
+			},
+		},
+		{
+			name:  "a semaphore holder repeats its permit",
+			setup: append(sessions("A", "B"), acquire("s", "A", permits(2)), acquire("s", "B", permits(2))),
+			cmd:   acquire("s", "B", permits(2)),
+			check: func(t *testing.T, r *rig, res Result) {
+				wantHolding(t, res, "B", 2)
+				wantHolders(t, r, "s", "A:1:0", "B:2:1")
+			},
+		},
+		{
+			name:    "a leader campaigns with another value",
+			setup:   append(sessions("L"), acquire("e", "L", withValue("a"))),
+			cmd:     acquire("e", "L", withValue("b")),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(false, ex, ex, true, "with another value; Proclaim"),
+		},
+		{name: "a leader's plain acquire of its election", setup: append(sessions("L"), acquire("e", "L", withValue("a"))), cmd: acquire("e", "L"), wantErr: ErrInvalidMode},
+		{name: "a reader campaigns", setup: readers, cmd: acquire("x", "A", withValue("a")), wantErr: ErrInvalidMode},
+		{
+			name:  "a leader repeats its campaign",
+			setup: append(sessions("L"), acquire("e", "L", withValue("a"))),
+			cmd:   acquire("e", "L", withValue("a")),
+			check: func(t *testing.T, r *rig, res Result) { wantHolding(t, res, "L", 1) },
+		},
+		{
+			name:  "a leader campaigns with the value it proclaimed",
+			setup: append(sessions("L"), acquire("e", "L", withValue("a")), proclaim("e", "L", 1, "b")),
+			cmd:   acquire("e", "L", withValue("b")),
+			check: func(t *testing.T, r *rig, res Result) { wantHolding(t, res, "L", 1) },
+		},
+		{
+			name:    "a queued writer asks for a read lock",
+			setup:   append(sessions("A", "W"), acquire("x", "A", shared()), acquire("x", "W", waitID(5))),
+			cmd:     acquire("x", "W", shared(), waitID(6)),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(true, ex, sh, false, `"x" is already queued for exclusive by this session, the request asked for it shared; withdraw that request first`),
+		},
+		{
+			name:    "a queued candidate asks with another value",
+			setup:   append(sessions("L", "C"), acquire("e", "L", withValue("l")), acquire("e", "C", withValue("c"))),
+			cmd:     acquire("e", "C", withValue("d")),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(true, ex, ex, true, "already queued for by this session with another value"),
+		},
+		{
+			name:  "a queued reader repeats its request",
+			setup: append(sessions("W", "R"), acquire("x", "W"), acquire("x", "R", shared(), waitID(5))),
+			cmd:   acquire("x", "R", shared(), waitID(6)),
+			check: func(t *testing.T, r *rig, res Result) {
+				if !res.Queued || res.Err != nil {
+					t.Fatalf("repeat of a queued request: %+v", res)
+				}
+				wantWaiters(t, r, "x", "R")
+				if w := r.m.Lock("x").Waiters[0]; w.GetMode() != fsmpb.Mode_MODE_SHARED || w.GetWaitId() != 6 {
+					t.Fatalf("waiter = %v", w)
+				}
+			},
+		},
+	})
+}
