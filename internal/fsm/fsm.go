@@ -113,7 +113,8 @@ type lock struct {
 	// holders are the holdings in grant order (see modes.go): at most one
 	// unless the name is shared or has permits > 1.
 	holders    []*fsmpb.Holding
-	permits    uint32 // >= 1
+	permits    uint32   // >= 1
+	slots      *slotSet // a semaphore's free slots (modes.go); nil until needed
 	waiters    []*fsmpb.Waiter
 	delayToken uint64
 	delayMs    int64
@@ -299,10 +300,9 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 	for _, name := range names {
 		l := m.locks[name]
 		m.counts.tally(l, -1)
-		m.bytes -= l.valueBytes(leaseID)
 		if i := l.holderIndex(leaseID); i >= 0 {
-			h := l.holders[i]
-			l.holders = slices.Delete(l.holders, i, i+1)
+			h := l.removeHolder(i)
+			m.bytes -= int64(len(h.GetValue()))
 			a.res.Released = append(a.res.Released, name)
 			if expired {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_EXPIRED, name, leaseID, s.pb.Owner, h.Token)
@@ -314,6 +314,7 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, name, leaseID, s.pb.Owner, h.Token)
 			}
 		} else {
+			m.bytes -= l.valueBytes(leaseID)
 			waitID := withdrawWait(l, leaseID)
 			a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, name, leaseID, s.pb.Owner, 0, waitID)
 		}
@@ -425,7 +426,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 func (m *Machine) grant(a *applyCtx, l *lock, s *session, mode fsmpb.Mode, lockDelayMs int64, waitID uint64, value []byte) *fsmpb.Holding {
 	token := nextToken(m, l.name)
 	m.noteGrant(a.unixMs)
-	h := &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID, Mode: mode, Slot: l.freeSlot(mode), Value: value}
+	h := &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID, Mode: mode, Slot: l.takeSlot(mode), Value: value}
 	l.holders = append(l.holders, h)
 	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, token, waitID)
 	a.res.Events[len(a.res.Events)-1].Value = string(value)
@@ -503,9 +504,8 @@ func (m *Machine) holding(name, leaseID string, token uint64) (*lock, *session, 
 
 // releaseHolder ends l.holders[i], which s holds.
 func (m *Machine) releaseHolder(a *applyCtx, l *lock, s *session, i int) {
-	h := l.holders[i]
+	h := l.removeHolder(i)
 	a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, l.name, s.pb.LeaseId, s.pb.Owner, h.Token)
-	l.holders = slices.Delete(l.holders, i, i+1)
 	delete(s.locks, l.name)
 	m.bytes -= entryBytes(l.name, s.pb.LeaseId) + int64(len(h.GetValue()))
 	m.grantNext(a, l)

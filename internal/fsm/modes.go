@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"container/heap"
 	"fmt"
 	"slices"
 
@@ -158,17 +159,84 @@ func (l *lock) valueBytes(leaseID string) int64 {
 	return 0
 }
 
-// freeSlot returns the slot of a new holding of mode: the lowest no holder
-// occupies; shared holders all share slot 0.
-func (l *lock) freeSlot(mode fsmpb.Mode) uint32 {
-	if mode == fsmpb.Mode_MODE_SHARED {
+// takeSlot returns the slot of a new holding of mode, the lowest no holder
+// occupies, and marks it taken; shared holders all share slot 0. The caller
+// adds the holding to l.holders.
+func (l *lock) takeSlot(mode fsmpb.Mode) uint32 {
+	if mode == fsmpb.Mode_MODE_SHARED || l.permits == 1 {
 		return 0
 	}
-	for k := uint32(0); ; k++ {
-		if !slices.ContainsFunc(l.holders, func(h *fsmpb.Holding) bool { return h.GetSlot() == k }) {
-			return k
+	if l.slots == nil {
+		l.slots = newSlotSet(l.holders)
+	}
+	return l.slots.take()
+}
+
+// removeHolder removes l.holders[i], frees its slot and returns it.
+func (l *lock) removeHolder(i int) *fsmpb.Holding {
+	h := l.holders[i]
+	l.holders = slices.Delete(l.holders, i, i+1)
+	if l.slots != nil {
+		l.slots.put(h.GetSlot())
+	}
+	return h
+}
+
+// slotSet is the free slots of a semaphore: every slot at or above next,
+// and the slots below next in free, a min-heap. Taking the lowest free slot
+// and freeing one are O(log permits) inside Apply, where scanning the slots
+// against the holders was O(permits × holders). It is not part of the
+// snapshot: the first grant after a restore builds it from the holders
+// (newSlotSet), so every node takes the same slot.
+type slotSet struct {
+	next uint32
+	free slotHeap
+}
+
+// newSlotSet returns the free slots of a semaphore held by holders.
+func newSlotSet(holders []*fsmpb.Holding) *slotSet {
+	s := &slotSet{}
+	used := make(map[uint32]bool, len(holders))
+	for _, h := range holders {
+		used[h.GetSlot()] = true
+		s.next = max(s.next, h.GetSlot()+1)
+	}
+	for k := range s.next {
+		if !used[k] {
+			s.free = append(s.free, k) // ascending: already a heap
 		}
 	}
+	return s
+}
+
+func (s *slotSet) take() uint32 {
+	if len(s.free) > 0 {
+		return heap.Pop(&s.free).(uint32)
+	}
+	s.next++
+	return s.next - 1
+}
+
+func (s *slotSet) put(k uint32) {
+	if k+1 == s.next {
+		s.next--
+		return
+	}
+	heap.Push(&s.free, k)
+}
+
+// slotHeap is a min-heap of slots (container/heap).
+type slotHeap []uint32
+
+func (h slotHeap) Len() int           { return len(h) }
+func (h slotHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *slotHeap) Push(x any)        { *h = append(*h, x.(uint32)) }
+func (h *slotHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // proclaim changes the value of a holding without ending it.

@@ -442,3 +442,29 @@ func TestModesNeverMix(t *testing.T) {
 		},
 	})
 }
+
+// TestSlotsReused: a new holding takes the lowest free slot however the
+// slots were freed, the same before and after a snapshot round trip (the
+// free slots are not in the snapshot and are rebuilt from the holders).
+func TestSlotsReused(t *testing.T) {
+	r := newRig(t, DefaultLimits())
+	r.must(sessions("A", "B", "C", "D", "E", "F", "G", "H")...)
+	for _, s := range []string{"A", "B", "C", "D", "E"} {
+		r.must(acquire("s", s, permits(5)))
+	}
+	r.must(release("s", "D", 4), release("s", "B", 2), release("s", "E", 5))
+	restored := roundTrip(t, r.m)
+	for _, m := range []*Machine{r.m, restored} {
+		var got []uint32
+		for i, s := range []string{"F", "G", "H"} {
+			res := m.Apply(r.index+uint64(i)+1, acquire("s", s, permits(5)))
+			if res.Err != nil || res.Holding == nil {
+				t.Fatalf("acquire by %s: %+v", s, res)
+			}
+			got = append(got, res.Holding.GetSlot())
+		}
+		if want := []uint32{1, 3, 4}; !slices.Equal(got, want) {
+			t.Fatalf("slots taken %v, want the lowest free ones %v", got, want)
+		}
+	}
+}
