@@ -307,8 +307,14 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 			if expired {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_EXPIRED, name, leaseID, s.pb.Owner, h.Token)
 				if h.LockDelayMs > 0 {
-					l.delayToken, l.delayMs = h.Token, h.LockDelayMs
-					a.res.LockDelays = append(a.res.LockDelays, LockDelay{Name: name, Token: h.Token, Ms: h.LockDelayMs})
+					// On a shared or semaphore name a delay may be in
+					// force already. It began earlier, so restarting the
+					// longer of the two lengths now ends no earlier than
+					// either: the name's delay is never shortened, and the
+					// earlier delay's EndLockDelay no longer matches.
+					ms := max(h.LockDelayMs, l.delayMs)
+					l.delayToken, l.delayMs = h.Token, ms
+					a.res.LockDelays = append(a.res.LockDelays, LockDelay{Name: name, Token: h.Token, Ms: ms})
 				}
 			} else {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, name, leaseID, s.pb.Owner, h.Token)

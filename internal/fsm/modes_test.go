@@ -468,3 +468,39 @@ func TestSlotsReused(t *testing.T) {
 		}
 	}
 }
+
+// TestLockDelaysNeverShorten: on a name with several holders, a holder that
+// expires with a shorter lock-delay while a longer one is in force does
+// not end the name's delay early: the name keeps the longer length, counted
+// again from the later expiry, under the later token.
+func TestLockDelaysNeverShorten(t *testing.T) {
+	readers := func(first, second int64) cmds {
+		return append(sessions("A", "B", "W"), acquire("x", "A", shared(), delay(first)), acquire("x", "B", shared(), delay(second)), acquire("x", "W"))
+	}
+	delayed := func(token uint64, ms int64) func(*testing.T, *rig, Result) {
+		return func(t *testing.T, r *rig, res Result) {
+			if want := []LockDelay{{Name: "x", Token: token, Ms: ms}}; !slices.Equal(res.LockDelays, want) {
+				t.Fatalf("LockDelays = %v, want %v", res.LockDelays, want)
+			}
+			if li := r.m.Lock("x"); !li.Delayed || li.DelayToken != token || li.DelayMs != ms {
+				t.Fatalf("lock %+v, want a delay of %d ms under token %d", li, ms, token)
+			}
+			// The earlier delay's end no longer ends the name's delay.
+			if res := r.apply(endDelay("x", 1)); len(res.Events) > 0 || !r.m.Lock("x").Delayed {
+				t.Fatalf("the earlier delay's end ended the name's delay: %+v", res)
+			}
+			res = r.apply(endDelay("x", token))
+			wantHolding(t, res, "W", 3)
+		}
+	}
+	runCases(t, []applyCase{
+		{name: "a shorter delay after a longer one", setup: append(readers(1000, 100), expire("A")), cmd: expire("B"), check: delayed(2, 1000)},
+		{name: "a longer delay after a shorter one", setup: append(readers(100, 1000), expire("A")), cmd: expire("B"), check: delayed(2, 1000)},
+		{name: "a holder without a delay changes nothing", setup: append(readers(1000, 0), expire("A")), cmd: expire("B"),
+			check: func(t *testing.T, r *rig, res Result) {
+				if li := r.m.Lock("x"); len(res.LockDelays) != 0 || li.DelayToken != 1 || li.DelayMs != 1000 {
+					t.Fatalf("lock %+v, LockDelays %v", li, res.LockDelays)
+				}
+			}},
+	})
+}
