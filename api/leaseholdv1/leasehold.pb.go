@@ -516,7 +516,7 @@ func (x *ErrorDetail) GetLeaderApiAddr() string {
 
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// ttl_ms is the requested TTL; it must be > 0 and is clamped to [1s, 1h].
+	// ttl_ms is the requested TTL; it must be in (0, 1h]; below 1s it is raised to 1s.
 	TtlMs int64 `protobuf:"varint,1,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// owner is a label for operators; never used for authorization.
 	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`

@@ -111,7 +111,7 @@ func (cl *client) createSession(ttl time.Duration) string {
 			return ""
 		}
 		if _, l, ok := n.leading(); ok {
-			if _, err := l.Renew(lease); err == nil {
+			if _, err := l.RenewCommitted(lease); err == nil {
 				cl.c.acked(lease, sent, ttl, n.barrierTerm.Load())
 			}
 		}
@@ -148,7 +148,7 @@ func (cl *client) keepalive(lease string, ttl time.Duration) bool {
 		if !ok {
 			continue
 		}
-		_, err := l.Renew(lease)
+		_, err := l.RenewCommitted(lease)
 		switch {
 		case err == nil:
 			cl.c.acked(lease, sent, ttl, n.barrierTerm.Load())

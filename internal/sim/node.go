@@ -171,6 +171,7 @@ func (n *node) start(bootstrap bool) error {
 	lcfg.Grace = 2 * c.cfg.LeaderLease // as the server sets it
 	lcfg.Tick = 20 * time.Millisecond
 	lcfg.Logger = slog.New(slog.DiscardHandler)
+	lcfg.Confirmer = confirmer{n}
 	l, err := lessor.New(lcfg, proposer{n})
 	if err != nil {
 		return err
@@ -364,6 +365,17 @@ func (n *node) readIndex(ctx context.Context) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// confirmer is the lessor's Confirmer: raft's VerifyLeader.
+type confirmer struct{ n *node }
+
+func (c confirmer) ConfirmLeadership(ctx context.Context) error {
+	r, _, ok := c.n.leading()
+	if !ok || r.VerifyLeader().Error() != nil {
+		return lessor.ErrNotLeader
+	}
+	return nil
 }
 
 // walStore is the node's log store as raft sees raft-wal, the server's
