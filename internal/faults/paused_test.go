@@ -319,8 +319,8 @@ func pausedRound(ctx context.Context, t *testing.T, c *cluster, round int) round
 	close(cutCh)
 	writing.Wait()
 	<-readsDone
-	t.Logf("round %d: %s paused %v, a successor in %v, %d reads queued or sent after the resume; holders cut %v after the resume",
-		round, leader.id, resumed.Sub(paused).Round(time.Millisecond), res.failover.Round(time.Millisecond), nread, cut.Sub(resumed).Round(time.Millisecond))
+	t.Logf("round %d: %s paused %v (resumed at %s), a successor in %v, %d reads queued or sent after the resume; holders cut %v after the resume",
+		round, leader.id, resumed.Sub(paused).Round(time.Millisecond), resumed.UTC().Format("15:04:05.000"), res.failover.Round(time.Millisecond), nread, cut.Sub(resumed).Round(time.Millisecond))
 
 	for i, h := range holders {
 		select {
