@@ -38,18 +38,20 @@ const (
 // and write through the other nodes, and the reader reads at the leader.
 var pausedNames = []string{"p:w0", "p:w1"}
 
-// Schedule 7: a paused leader with renewals and reads queued at it, three
-// rounds. Holders (one Client each) reach only the leader, through a proxy
-// of the test, and renew every 500 ms; a waiter for each held name queues
-// through the other nodes once they elected a successor. The leader is
-// SIGSTOPped for 5 s while the holders' renewals and linearizable reads
-// (KV get, status) of the workers' names are in flight to it on
-// connections opened before the pause, and more reads follow for 500 ms
-// after its SIGCONT; 300 ms after the resume the proxy closes, so that
-// only renewals the resumed process answered count. On one clock, every
-// holder's end (its Done, or its local safe deadline if earlier) must
-// precede the grant of its name to the waiter; every read is checked with
-// the rest of the history (P4 on tokens, porcupine on the lock table).
+// TestPausedLeaderQueues: a paused leader with renewals, writes and reads
+// queued at it, three rounds on one cluster. Holders (one Client each)
+// reach only the leader, through a proxy of the test, and renew every
+// 500 ms; some of them write their name's KV key with their token in a
+// loop, and workers take, write and release pausedNames through the other
+// nodes. The leader is SIGSTOPped for 5 s while renewals, writes and
+// linearizable reads (KV get, status) of pausedNames are in flight to it
+// on connections opened before the pause; a waiter for every held name
+// queues through the successor once it leads; reads go on for 500 ms
+// after the SIGCONT, and 300 ms after it the proxy closes, so that only
+// renewals the resumed process answered count. On the test's clock,
+// every holder's end (its Done, or its local safe deadline if earlier)
+// must precede the grant of its name to its waiter; the reads join the
+// history that P4 (tokens) and porcupine (the lock table) check.
 func TestPausedLeaderQueues(t *testing.T) {
 	c := startCluster(t)
 	ctx := t.Context()
@@ -59,14 +61,25 @@ func TestPausedLeaderQueues(t *testing.T) {
 	var mine, reads, statuses []rec
 	keys := append([]string(nil), pausedNames...)
 	for round := range pausedRounds {
-		r := pausedRound(ctx, t, c, round)
-		cnt.failover = append(cnt.failover, r.failover)
-		procs = append(procs, r.workers...)
-		mine = append(mine, r.recs...)
-		reads = append(reads, r.reads...)
-		statuses = append(statuses, r.statuses...)
-		keys = append(keys, r.written...)
+		// A round whose set-up the cluster spoils (the leader moves before
+		// the pause, as it may on a loaded machine) is set up again.
+		for attempt := 0; ; attempt++ {
+			r, ok := pausedRound(ctx, t, c, fmt.Sprintf("r%d.%d", round, attempt))
+			procs = append(procs, r.workers...)
+			mine = append(mine, r.recs...)
+			reads = append(reads, r.reads...)
+			statuses = append(statuses, r.statuses...)
+			keys = append(keys, r.written...)
+			if ok {
+				cnt.failover = append(cnt.failover, r.failover)
+				break
+			}
+			if attempt == 2 {
+				t.Fatalf("round %d: the leader did not stay put through three set-ups", round)
+			}
+		}
 	}
+	waitAll(t, procs, 20*time.Second)
 	h := collect(t, o, c.endpoints(), keys, procs, mine...)
 	h.reads = append(h.reads, reads...)
 	h.status = append(h.status, statuses...)
@@ -104,31 +117,32 @@ type roundResult struct {
 	written               []string // the KV keys the holders wrote
 }
 
-// pausedRound runs one round of TestPausedLeaderQueues on the current
-// leader and checks its holders' ends against their waiters' grants.
-func pausedRound(ctx context.Context, t *testing.T, c *cluster, round int) roundResult {
+// pausedRound runs one round of TestPausedLeaderQueues (tag names it) on
+// the current leader and checks its holders' ends against their waiters'
+// grants. It reports false, with what it did until then, when the set-up
+// failed before the pause: the round must be set up again.
+func pausedRound(ctx context.Context, t *testing.T, c *cluster, tag string) (res roundResult, ok bool) {
 	t.Helper()
-	var res roundResult
 	var mu sync.Mutex // protects res's records
 	add := func(to *[]rec, r rec) {
 		mu.Lock()
 		*to = append(*to, r)
 		mu.Unlock()
 	}
-	leader := c.mustLeader(ctx)
+	leader, _ := c.awaitLeader(ctx, c.nodes, 4*leaderBound) // set-up: not a failover
 	rest := others(c, leader)
 	px, err := newProxy(leader.id, leader.apiAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer px.close()
-	prefix := fmt.Sprintf("p:r%d-", round)
+	prefix := "p:" + tag + "-"
 
 	// Workers acquire, write and release the workers' names through the
 	// other nodes, before the pause and, through the successor, during it.
 	until := time.Now().Add(4*time.Second + pauseLength + 2*time.Second)
 	for i, name := range pausedNames {
-		res.workers = append(res.workers, spawn(t, "worker", fmt.Sprintf("r%d-w%d", round, i), c.endpoints(leader), []string{name}, workerTTL, until))
+		res.workers = append(res.workers, spawn(t, "worker", fmt.Sprintf("%s-w%d", tag, i), c.endpoints(leader), []string{name}, workerTTL, until))
 	}
 
 	holders := make([]*holder, pausedHolders)
@@ -142,12 +156,15 @@ func pausedRound(ctx context.Context, t *testing.T, c *cluster, round int) round
 		defer h.cl.Close()
 		h.s, err = h.cl.NewSession(ctx, client.WithTTL(pausedTTL), client.WithKeepAliveInterval(pausedKeepAlive), client.WithOwner("holder"))
 		if err != nil {
-			t.Fatalf("holder %d: %v", i, err)
+			t.Logf("round %s: holder %d: %v; setting the round up again", tag, i, err)
+			return res, false
 		}
 		sent := time.Now()
 		l, err := h.s.Acquire(ctx, h.name)
 		if err != nil {
-			t.Fatalf("holder %d: %v", i, err)
+			res.recs = append(res.recs, rec{K: "error", Op: "acquire", Proc: prefix + fmt.Sprintf("holder%d", i), Name: h.name, Lease: h.s.ID(), Code: codeOf(err), Msg: err.Error(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
+			t.Logf("round %s: holder %d: %v; setting the round up again", tag, i, err)
+			return res, false
 		}
 		h.token = l.Token()
 		res.recs = append(res.recs, rec{K: "grant", Proc: prefix + fmt.Sprintf("holder%d", i), Name: h.name, Lease: l.LeaseID(), Token: l.Token(), Sent: sent.UnixNano(), Ret: time.Now().UnixNano()})
@@ -164,8 +181,9 @@ func pausedRound(ctx context.Context, t *testing.T, c *cluster, round int) round
 		t.Fatal(err)
 	}
 	defer reader.Close()
-	if _, err := reader.Status(ctx, "p:w0"); err != nil {
-		t.Fatalf("the reader's first status read: %v", err)
+	if _, err := reader.Status(ctx, pausedNames[0]); err != nil {
+		t.Logf("round %s: the reader's first status read: %v; setting the round up again", tag, err)
+		return res, false
 	}
 	var reading sync.WaitGroup
 	nread := 0
@@ -228,7 +246,10 @@ func pausedRound(ctx context.Context, t *testing.T, c *cluster, round int) round
 			break
 		}
 		if l != nil || time.Since(start) > 3*time.Second {
-			t.Fatalf("round %d: the leader moved from %s before the pause", round, leader.id)
+			t.Logf("round %s: the leader moved from %s before the pause; setting the round up again", tag, leader.id)
+			close(cutCh)
+			writing.Wait()
+			return res, false
 		}
 	}
 	for _, h := range holders {
@@ -319,14 +340,14 @@ func pausedRound(ctx context.Context, t *testing.T, c *cluster, round int) round
 	close(cutCh)
 	writing.Wait()
 	<-readsDone
-	t.Logf("round %d: %s paused %v (resumed at %s), a successor in %v, %d reads queued or sent after the resume; holders cut %v after the resume",
-		round, leader.id, resumed.Sub(paused).Round(time.Millisecond), resumed.UTC().Format("15:04:05.000"), res.failover.Round(time.Millisecond), nread, cut.Sub(resumed).Round(time.Millisecond))
+	t.Logf("round %s: %s paused %v (resumed at %s), a successor in %v, %d reads queued or sent after the resume; holders cut %v after the resume",
+		tag, leader.id, resumed.Sub(paused).Round(time.Millisecond), resumed.UTC().Format("15:04:05.000"), res.failover.Round(time.Millisecond), nread, cut.Sub(resumed).Round(time.Millisecond))
 
 	for i, h := range holders {
 		select {
 		case <-h.ended:
 		case <-time.After(time.Until(cut.Add(pausedTTL + slack))):
-			t.Fatalf("round %d: holder %d still holds %s %v after its link was cut (deadline %v after the cut)", round, i, h.name, time.Since(cut), h.s.Deadline().Sub(cut))
+			t.Fatalf("round %s: holder %d still holds %s %v after its link was cut (deadline %v after the cut)", tag, i, h.name, time.Since(cut), h.s.Deadline().Sub(cut))
 		}
 	}
 	waiting.Wait()
@@ -349,27 +370,26 @@ func pausedRound(ctx context.Context, t *testing.T, c *cluster, round int) round
 			}
 		}
 		if granted[i].IsZero() {
-			t.Errorf("round %d: the waiter for %s was not granted it", round, h.name)
+			t.Errorf("round %s: the waiter for %s was not granted it", tag, h.name)
 			continue
 		}
 		if d := granted[i].Sub(h.end()); d < 0 {
 			bad = append(bad, margin{h, d, h.end().Sub(paused), granted[i].Sub(paused)})
 		}
 	}
-	t.Logf("round %d: %d of %d holders' deadlines moved after the pause began, %d of them by a renewal sent before the resume", round, moved, len(holders), queued)
+	t.Logf("round %s: %d of %d holders' deadlines moved after the pause began, %d of them by a renewal sent before the resume", tag, moved, len(holders), queued)
 	sort.Slice(bad, func(i, j int) bool { return bad[i].d < bad[j].d })
 	for k, b := range bad {
 		if k == 10 {
-			t.Errorf("round %d: … and %d more", round, len(bad)-k)
+			t.Errorf("round %s: … and %d more", tag, len(bad)-k)
 			break
 		}
-		t.Errorf("round %d: two holders of %s: the holder's Done came %v after its waiter was granted the name (margin %v; since the pause: grant %v, Done %v)",
-			round, b.h.name, -b.d.Round(time.Millisecond), b.d.Round(time.Millisecond), b.gr.Round(time.Millisecond), b.end.Round(time.Millisecond))
+		t.Errorf("round %s: two holders of %s: the holder's Done came %v after its waiter was granted the name (margin %v; since the pause: grant %v, Done %v)",
+			tag, b.h.name, -b.d.Round(time.Millisecond), b.d.Round(time.Millisecond), b.gr.Round(time.Millisecond), b.end.Round(time.Millisecond))
 	}
 	if len(bad) > 0 {
-		t.Errorf("round %d: %d of %d holders still held their name after it was granted to another session; smallest margin %v",
-			round, len(bad), len(holders), bad[0].d.Round(time.Millisecond))
+		t.Errorf("round %s: %d of %d holders still held their name after it was granted to another session; smallest margin %v",
+			tag, len(bad), len(holders), bad[0].d.Round(time.Millisecond))
 	}
-	waitAll(t, res.workers, max(time.Until(until), 0)+10*time.Second)
-	return res
+	return res, true
 }
