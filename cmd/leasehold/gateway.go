@@ -87,6 +87,7 @@ has issued (403 permission-denied; 503 unavailable while the cluster cannot be a
 	f.StringVar(&cfg.Record, "record", cfg.Record, `when to record a token: "before" forwarding, or after the answer "unless-4xx"`)
 	f.DurationVar(&cfg.LockTimeout, "lock-timeout", cfg.LockTimeout, "how long a request waits for its key (then 503)")
 	f.DurationVar(&cfg.UpstreamTimeout, "upstream-timeout", cfg.UpstreamTimeout, "bound on one upstream exchange (0: none)")
+	f.DurationVar(&cfg.Settle, "settle", cfg.Settle, "after an exchange whose outcome is unknown (timeout, reset) refuse its key (503, Retry-After) this long, and every key this long after start, so an older write still on its way to the upstream cannot land after a newer one; set it at least to the upstream's own request timeout (0: off)")
 	f.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most keys kept in --data; a new key beyond it gets 507 resource-exhausted")
 	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, `address of /healthz, /metrics and POST /admin/drop-idle?older-than=DUR ("" for none)`)
 	seq.add(f)

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
 
@@ -77,5 +84,43 @@ func TestServeOperatorMistakes(t *testing.T) {
 	e = fails(t, srv.cli(t, "serve", "--data", dir, "--listen", freeAddr(t), "-o", "json"), "invalid-argument", 2)
 	if !strings.Contains(e.Error.Message, "in use by another leasehold process") || !strings.Contains(e.Error.Message, dir) {
 		t.Errorf("serve on a data dir in use: %q", e.Error.Message)
+	}
+}
+
+// TestGatewaySettleFlag: `gateway --settle D` refuses fenced writes for D
+// after it starts (a previous gateway may have died while forwarding), with
+// 503 and Retry-After, and forwards nothing meanwhile.
+func TestGatewaySettleFlag(t *testing.T) {
+	t.Parallel()
+	var forwarded atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { forwarded.Add(1) }))
+	defer up.Close()
+	listen := freeAddr(t)
+	cmd := exec.Command(leaseholdBin, "gateway", "--listen", listen, "--upstream", up.URL, "--data", filepath.Join(t.TempDir(), "gw.db"), "--admin-listen", "", "--settle", "30s")
+	cmd.Env = binEnv()
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var resp *http.Response
+	eventually(t, 20*time.Second, "the gateway to answer", func() bool {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+listen+"/w", strings.NewReader("v"))
+		req.Header.Set(fence.DefaultKeyHeader, "k")
+		req.Header.Set(fence.DefaultTokenHeader, "1")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		resp = r
+		return true
+	})
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a write right after start with --settle 30s: %d (Retry-After %q), want 503 with Retry-After\n%s", resp.StatusCode, resp.Header.Get("Retry-After"), log.String())
+	}
+	if n := forwarded.Load(); n != 0 {
+		t.Fatalf("%d requests reached the upstream during the settle time", n)
 	}
 }
