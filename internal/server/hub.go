@@ -180,6 +180,12 @@ func (h *hub) wait(name, leaseID string) *waiter {
 	if h.waiters[w.key] == nil {
 		h.waiters[w.key] = map[*waiter]struct{}{}
 	}
+	// A session has one queued request per name: a newer one (another wait
+	// id) replaced the others in the state, so they look again now and end
+	// instead of waiting out their deadlines (unbounded handlers otherwise).
+	for other := range h.waiters[w.key] {
+		other.signal()
+	}
 	h.waiters[w.key][w] = struct{}{}
 	h.mu.Unlock()
 	return w

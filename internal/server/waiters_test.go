@@ -80,3 +80,46 @@ func heldAndWanted(t *testing.T, name string) (c *servertest.Cluster, a, b *pb.C
 	b = newSession(t, c.Client, 60_000, "B")
 	return c, a, b, acquire(t, c.Client, name, a.GetLeaseId())
 }
+
+// TestReplacedWaitsEndAtOnce: a session has one queued request per name, so
+// each Acquire with a new wait id replaces the one before it in the state.
+// The replaced requests are answered at once (unavailable: replaced), not
+// held until their deadlines: one session cannot pile up handlers.
+func TestReplacedWaitsEndAtOnce(t *testing.T) {
+	t.Parallel()
+	c, _ := startManual(t, servertest.Options{})
+	holder := newSession(t, c.Client, 60_000, "holder")
+	acquire(t, c.Client, "busy", holder.GetLeaseId())
+	w := newSession(t, c.Client, 60_000, "waiter")
+	const n = 50
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	answered := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := c.Client.Acquire(ctx, req(&pb.AcquireRequest{Name: "busy", LeaseId: w.GetLeaseId(), WaitId: uint64(1000 + i)}))
+			answered <- err
+		}()
+	}
+	// All but the request whose wait id the state holds now end by
+	// themselves, long before their 60 s deadline.
+	timeout := time.After(20 * time.Second)
+	for range n - 1 {
+		select {
+		case err := <-answered:
+			if api.CodeOf(err) != api.CodeUnavailable {
+				t.Fatalf("a replaced request: %v, want unavailable", err)
+			}
+		case <-timeout:
+			t.Fatal("replaced requests still wait: each keeps a handler until its deadline")
+		}
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("the standing request ended while the name is still held: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if ws := waiters(status(t, c.Client, "busy")); len(ws) != 1 {
+		t.Fatalf("queue %v, want the waiter's one entry", ws)
+	}
+}
