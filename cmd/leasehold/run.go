@@ -241,8 +241,9 @@ func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf r
 		return err
 	}
 	closeSession()
-	if res.LeaseLost {
-		// Whatever CMD answered, it ran without the lock at the end: a
+	if res.LeaseLost || !res.TermSent.IsZero() || !res.KillSent.IsZero() {
+		// The lease was lost, or its safe deadline came with no renewal
+		// confirmed and CMD was stopped for it: whatever CMD answered, a
 		// wrapper must be able to tell this from CMD's own failure.
 		return api.Errorf(api.CodeLeaseExpired, "the lease of %s was lost while %s ran; it was stopped (its status %d)", name, argv[0], res.ExitCode)
 	}
