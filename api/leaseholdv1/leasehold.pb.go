@@ -516,7 +516,7 @@ func (x *ErrorDetail) GetLeaderApiAddr() string {
 
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// ttl_ms is the requested TTL; it must be > 0 and is clamped to [1s, 1h].
+	// ttl_ms is the requested TTL; it must be in (0, 1h]; below 1s it is raised to 1s.
 	TtlMs int64 `protobuf:"varint,1,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// owner is a label for operators; never used for authorization.
 	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -3415,7 +3415,7 @@ type Member struct {
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	// role is leader, follower, candidate or unknown (not reachable).
+	// role is leader, follower, candidate, or unreachable (it did not answer within 1 s; term and indexes are then 0).
 	Role          string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
 	Term          uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
 	CommitIndex   uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`

@@ -25,10 +25,14 @@ type memberJSON struct {
 func emitMembers(cmd *cobra.Command, g *globals, members []*client.Member, leader string) {
 	out := make([]memberJSON, 0, len(members))
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-8s %-10s %-8s %-22s %-22s %6s %8s %8s\n", "ID", "ROLE", "SUFFRAGE", "RAFT", "API", "TERM", "COMMIT", "APPLIED")
+	fmt.Fprintf(&b, "%-8s %-11s %-8s %-22s %-22s %6s %8s %8s\n", "ID", "ROLE", "SUFFRAGE", "RAFT", "API", "TERM", "COMMIT", "APPLIED")
 	for _, m := range members {
 		out = append(out, memberJSON{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr(), Role: m.GetRole(), Suffrage: m.GetSuffrage(), Term: m.GetTerm(), CommitIndex: m.GetCommitIndex(), AppliedIndex: m.GetAppliedIndex()})
-		fmt.Fprintf(&b, "%-8s %-10s %-8s %-22s %-22s %6d %8d %8d\n", m.GetId(), m.GetRole(), strings.ToLower(m.GetSuffrage()), m.GetRaftAddr(), m.GetApiAddr(), m.GetTerm(), m.GetCommitIndex(), m.GetAppliedIndex())
+		term, commit, applied := fmt.Sprint(m.GetTerm()), fmt.Sprint(m.GetCommitIndex()), fmt.Sprint(m.GetAppliedIndex())
+		if m.GetRole() == "unreachable" { // nothing known: no zeros that look like a fresh node
+			term, commit, applied = "-", "-", "-"
+		}
+		fmt.Fprintf(&b, "%-8s %-11s %-8s %-22s %-22s %6s %8s %8s\n", m.GetId(), m.GetRole(), strings.ToLower(m.GetSuffrage()), m.GetRaftAddr(), m.GetApiAddr(), term, commit, applied)
 	}
 	emit(cmd, g, map[string]any{"leader_id": leader, "members": out}, b.String())
 }

@@ -136,9 +136,50 @@ func TestCLIRunBusy(t *testing.T) {
 	}
 }
 
+// TestCLIRunIfFree: `run --if-free` on a held name exits 0 at once and
+// never starts its command (a cron job that must not overlap itself); on
+// a free name it runs the command under the lock.
+func TestCLIRunIfFree(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	ok[holdingOut](t, srv.cli(t, "acquire", "cron:nightly", "--ttl", "30s", "--owner", "earlier-run", "-o", "json"))
+	marker := filepath.Join(t.TempDir(), "ran")
+	script := "echo ran $LEASEHOLD_TOKEN > " + marker
+	r := srv.cli(t, "run", "cron:nightly", "--if-free", "--", "sh", "-c", script)
+	if r.code != 0 || readFile(t, marker) != "" {
+		t.Fatalf("run --if-free on a held name: %v, marker %q; want exit 0 and the command not started", r, readFile(t, marker))
+	}
+	if !strings.Contains(r.stderr, "earlier-run") || !strings.Contains(r.stderr, "not started") {
+		t.Errorf("run --if-free stderr %q; want it to say who holds the name and that it did not start", r.stderr)
+	}
+	if st := srv.status(t, "cron:nightly"); len(st.Waiters) != 0 {
+		t.Errorf("waiters left behind: %+v", st.Waiters)
+	}
+	if r := srv.cli(t, "run", "cron:free", "--if-free", "--", "sh", "-c", script); r.code != 0 || !strings.HasPrefix(readFile(t, marker), "ran ") {
+		t.Fatalf("run --if-free on a free name: %v, marker %q; want the command run", r, readFile(t, marker))
+	}
+	fails(t, srv.cli(t, "run", "cron:free", "--if-free", "--wait", "1s", "-o", "json", "--", "true"), "invalid-argument", 2)
+}
+
+// TestCLIRunSaysItWaits: a run that queues behind a holder says so on
+// stderr with -v, naming the holder, before it is granted.
+func TestCLIRunSaysItWaits(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	ok[holdingOut](t, srv.cli(t, "acquire", "queue:me", "--ttl", "1s", "--owner", "first", "-o", "json"))
+	r := srv.cli(t, "run", "queue:me", "-v", "--", "true")
+	if r.code != 0 {
+		t.Fatalf("run -v: %v", r)
+	}
+	if !strings.Contains(r.stderr, `waiting for queue:me: held by "first"`) || !strings.Contains(r.stderr, "position 1") {
+		t.Errorf("run -v stderr %q; want it to say it waits for the holder", r.stderr)
+	}
+}
+
 // TestCLIRunLeaseLost freezes `leasehold run` (SIGSTOP) past its TTL; when
 // it resumes it finds the lease lost and, the safe deadline being past,
-// kills its command at once, whose exit status it then returns.
+// kills its command at once, and exits with lease-expired's status (5),
+// not the command's, so a wrapper can tell a lost lock from a failure.
 func TestCLIRunLeaseLost(t *testing.T) {
 	t.Parallel()
 	srv := startServe(t, t.TempDir())
@@ -180,10 +221,8 @@ exit 0`
 		t.Fatal(err)
 	}
 
-	// Past the deadline SIGKILL follows SIGTERM at once; the TERM trap's
-	// exit 7 wins only if it runs in between.
-	if code := exitStatus(t, done, 15*time.Second, "leasehold run"); code != 137 && code != 7 {
-		t.Errorf("run exited %d, want 137 (SIGKILL) or the command's 7\nstderr: %s", code, stderr.String())
+	if code := exitStatus(t, done, 15*time.Second, "leasehold run"); code != 5 {
+		t.Errorf("run exited %d, want 5 (lease-expired)\nstderr: %s", code, stderr.String())
 	}
 	checkNoRace(t, "leasehold run", stderr.String())
 	if !strings.Contains(stderr.String(), "lease lost") {
@@ -394,5 +433,28 @@ func TestCLIWatchJSON(t *testing.T) {
 		case <-timeout:
 			t.Fatal("no acquired event for w:final")
 		}
+	}
+}
+
+// TestCLIDefaultOwnerAndTTLLimit: a lock taken without --owner names who
+// took it (user@host:pid), and a TTL above the maximum is refused rather
+// than silently lowered.
+func TestCLIDefaultOwnerAndTTLLimit(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, t.TempDir())
+	a := ok[holdingOut](t, srv.cli(t, "acquire", "owner:default", "-o", "json"))
+	at, colon := strings.LastIndexByte(a.Owner, '@'), strings.LastIndexByte(a.Owner, ':')
+	if at <= 0 || colon < at+2 {
+		t.Fatalf("acquire without --owner: owner %q, want user@host:pid", a.Owner)
+	}
+	if _, err := strconv.Atoi(a.Owner[colon+1:]); err != nil {
+		t.Fatalf("acquire without --owner: owner %q does not end in a pid", a.Owner)
+	}
+	if st := srv.status(t, "owner:default"); st.Holder == nil || st.Holder.Owner != a.Owner {
+		t.Fatalf("status shows holder %+v, want owner %q", st.Holder, a.Owner)
+	}
+	e := fails(t, srv.cli(t, "acquire", "owner:long", "--ttl", "2h", "-o", "json"), "invalid-argument", 2)
+	if !strings.Contains(e.Error.Message, "maximum") {
+		t.Errorf("--ttl 2h refused with %q; want it to name the maximum", e.Error.Message)
 	}
 }

@@ -59,6 +59,7 @@ epoch), until interrupted.`,
 			if len(args) == 2 {
 				return usageErr("usage: leasehold elect NAME VALUE [flags] -- CMD [ARGS...]: CMD is missing")
 			}
+			rf.queues = true // a campaign waits in the queue
 			return holdAndRun(cmd, g, name, args[2:], rf, campaign)
 		},
 	}

@@ -122,8 +122,8 @@ SIGINT or SIGTERM; then close the session, releasing the lock. If the lease may 
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "session TTL (granted within [1s, 1h]); renewed every TTL/3")
-	cmd.Flags().StringVar(&owner, "owner", "", "owner label shown to operators")
+	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "session TTL, at most 1h (below 1s is raised to 1s); renewed every TTL/3")
+	cmd.Flags().StringVar(&owner, "owner", "", "owner label shown to operators (default: user@host:pid)")
 	mf.register(cmd)
 	return cmd
 }

@@ -90,8 +90,8 @@ command runs.`,
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&ttl, "ttl", 10*time.Second, "session TTL (granted within [1s, 1h])")
-	f.StringVar(&owner, "owner", "", "owner label shown to operators")
+	f.DurationVar(&ttl, "ttl", 10*time.Second, "session TTL, at most 1h (below 1s is raised to 1s)")
+	f.StringVar(&owner, "owner", "", "owner label shown to operators (default: user@host:pid)")
 	f.DurationVar(&wait, "wait", 0, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
 	f.StringVar(&session, "session", "", "acquire in this existing session (see 'leasehold session create'), which stays open; --ttl and --owner are ignored")

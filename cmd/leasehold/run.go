@@ -16,6 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/supervise"
 )
@@ -25,28 +27,68 @@ type runFlags struct {
 	ttl, killAfter time.Duration
 	owner          string
 	shell, seq     bool
+	verbose        bool
+	// queues is set by the command when its acquire may wait in the
+	// queue: then a waiting run says so (with -v, or on a terminal).
+	queues bool
 }
 
 func (f *runFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL (granted within [1s, 1h]); renewed every TTL/3")
-	fs.StringVar(&f.owner, "owner", "", "owner label shown to operators (default: hostname:pid)")
+	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL, at most 1h (below 1s is raised to 1s); renewed every TTL/3")
+	fs.StringVar(&f.owner, "owner", "", "owner label shown to operators (default: user@host:pid)")
 	fs.DurationVar(&f.killAfter, "kill-after", 3*time.Second, "SIGTERM the command this long before SIGKILL at the lease's safe deadline; capped at TTL·0.98 − 0.1s − TTL/3 − min(TTL/6, 1s) (5.4s for a 10s TTL)")
 	fs.BoolVar(&f.shell, "shell", false, "run CMD ARGS... joined by spaces through /bin/sh -c")
+	fs.BoolVarP(&f.verbose, "verbose", "v", false, "say on stderr when it waits in the queue, and for whom (always when stderr is a terminal)")
 	sequencerFlag(fs, &f.seq)
-	cmd.PreRun = func(*cobra.Command, []string) {
-		if f.owner == "" {
-			host, _ := os.Hostname()
-			f.owner = fmt.Sprintf("%s:%d", host, os.Getpid())
-		}
-	}
 }
+
+// announceWait prints, when the lock is held by someone else, that this
+// command waits for it and for whom: a run started by hand or from cron
+// that sits in the queue says so instead of hanging silently.
+func announceWait(ctx context.Context, cmd *cobra.Command, c *client.Client, name string, rf runFlags) {
+	if !rf.queues || !(rf.verbose || isTerminal(cmd.ErrOrStderr())) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := c.Status(ctx, name, client.Stale())
+	if err != nil {
+		return // only a courtesy: the acquire reports what matters
+	}
+	holders := info.GetHolders()
+	if h := info.GetHolder(); h != nil {
+		holders = []*pb.Holding{h}
+	}
+	if len(holders) == 0 {
+		return
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "leasehold %s: waiting for %s: held by %q (token %d)", cmd.Name(), name, holders[0].GetOwner(), holders[0].GetToken())
+	if n := len(holders); n > 1 {
+		fmt.Fprintf(cmd.ErrOrStderr(), " and %d more", n-1)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "; position %d in the queue\n", len(info.GetWaiters())+1)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// errSkipped ends a run --if-free whose lock is held: nothing ran, exit 0.
+var errSkipped = errors.New("skipped: the lock is held")
 
 func newRunCmd(g *globals) *cobra.Command {
 	var (
 		wait, lockDelay time.Duration
 		rf              runFlags
 		mf              modeFlags
+		ifFree          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME [flags] -- CMD [ARGS...]",
@@ -59,10 +101,14 @@ the local safe deadline and SIGKILL at the deadline; if the server says the leas
 gets SIGTERM at once and SIGKILL --kill-after later (at the latest at the deadline). On Linux,
 CMD is killed if leasehold run itself is killed. When CMD exits, processes it left in its group
 get SIGTERM, then SIGKILL after --kill-after, and the lock is released only once the whole
-group is gone. The exit status is CMD's (128+N if signal N killed it); before CMD starts,
-failures exit with the error code's status (see the README). SIGINT, SIGTERM and SIGHUP sent
+group is gone. The exit status is CMD's (128+N if signal N killed it), or 5 (lease-expired)
+when the lease was lost while CMD ran, whatever CMD answered; before CMD starts, failures
+exit with the error code's status (see the README). With --if-free a held NAME is not waited
+for: run exits 0 without starting CMD. A run that waits in the queue says so on stderr (with
+-v, or when stderr is a terminal). SIGINT, SIGTERM and SIGHUP sent
 to leasehold run are passed on to CMD's group.`,
 		Example: `  leasehold run report:417:rebuild --ttl 10s -- ./rebuild.sh --report 417
+  leasehold run nightly:backup --if-free -- ./backup.sh     # from cron: skip if the last run still runs
   leasehold run report:417:rebuild --shell -- './rebuild.sh 417 && ./publish.sh 417'`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -74,6 +120,20 @@ to leasehold run are passed on to CMD's group.`,
 				return err
 			}
 			opts = append(opts, client.WithLockDelay(lockDelay))
+			if ifFree {
+				if cmd.Flags().Changed("wait") {
+					return usageErr("--if-free and --wait exclude each other")
+				}
+				return holdAndRun(cmd, g, args[0], args[1:], rf, func(ctx context.Context, s *client.Session) (*client.Lock, error) {
+					l, err := s.TryAcquire(ctx, args[0], opts...)
+					if errors.Is(err, client.ErrLocked) || errors.Is(err, client.ErrLockDelay) {
+						fmt.Fprintf(cmd.ErrOrStderr(), "leasehold run: %s; %s not started (--if-free)\n", errorMessage(err, api.CodeOf(err)), args[1])
+						return nil, errSkipped
+					}
+					return l, err
+				})
+			}
+			rf.queues = wait != 0
 			return holdAndRun(cmd, g, args[0], args[1:], rf, func(ctx context.Context, s *client.Session) (*client.Lock, error) {
 				return acquireLock(ctx, s, args[0], wait, opts...)
 			})
@@ -83,6 +143,8 @@ to leasehold run are passed on to CMD's group.`,
 	mf.register(cmd)
 	f := cmd.Flags()
 	f.DurationVar(&wait, "wait", -1, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
+	f.Lookup("wait").DefValue = "forever"
+	f.BoolVar(&ifFree, "if-free", false, "run CMD only if NAME is free now; when it is held, exit 0 at once without running it (a cron job that must not overlap itself)")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
 	return cmd
 }
@@ -125,7 +187,12 @@ func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf r
 	// The lease's window, measured before a wait in the queue moves the
 	// deadline away from sent.
 	window := s.Deadline().Sub(sent)
+	announceWait(ctx, cmd, c, name, rf)
 	l, err := take(ctx, s)
+	if errors.Is(err, errSkipped) {
+		closeSession()
+		return nil
+	}
 	if err != nil {
 		closeSession()
 		return err
@@ -174,6 +241,11 @@ func holdAndRun(cmd *cobra.Command, g *globals, name string, argv []string, rf r
 		return err
 	}
 	closeSession()
+	if res.LeaseLost {
+		// Whatever CMD answered, it ran without the lock at the end: a
+		// wrapper must be able to tell this from CMD's own failure.
+		return api.Errorf(api.CodeLeaseExpired, "the lease of %s was lost while %s ran; it was stopped (its status %d)", name, argv[0], res.ExitCode)
+	}
 	if res.ExitCode != 0 {
 		return exitError{res.ExitCode}
 	}

@@ -42,7 +42,7 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
-				s, err := c.NewSession(ctx, client.WithTTL(ttl), client.WithOwner(owner))
+				s, err := c.NewSession(ctx, client.WithTTL(ttl), client.WithOwner(ownerOr(owner)))
 				if err != nil {
 					return err
 				}
@@ -52,8 +52,8 @@ func newSessionCreateCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "session TTL (granted within [1s, 1h])")
-	cmd.Flags().StringVar(&owner, "owner", "", "owner label shown to operators")
+	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "session TTL, at most 1h (below 1s is raised to 1s)")
+	cmd.Flags().StringVar(&owner, "owner", "", "owner label shown to operators (default: user@host:pid)")
 	return cmd
 }
 

@@ -337,6 +337,16 @@ func TestClusterKillLeader(t *testing.T) {
 	killed := time.Now()
 	leader.kill()
 	time.Sleep(3 * time.Second) // load while the leader is down
+	// The members list says the dead node is unreachable, not a fresh one.
+	ms, _, err := c.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.GetId() == leader.id && (m.GetRole() != "unreachable" || m.GetTerm() != 0) {
+			t.Errorf("the killed node in the members list: %v; want role unreachable", m)
+		}
+	}
 	leader.start(t, "")
 	waitHealthy(t, leader.api)
 	time.Sleep(2 * time.Second) // load after it rejoined

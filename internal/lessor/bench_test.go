@@ -14,6 +14,7 @@ import (
 func benchLessor(b *testing.B) *Lessor {
 	clk := clock.NewManual(epoch)
 	cfg := DefaultConfig()
+	cfg.Confirmer = confirmed
 	cfg.Clock, cfg.Logger = clk, discard
 	l, err := New(cfg, &fakeProposer{clk: clk})
 	if err != nil {

@@ -54,21 +54,21 @@ func TestExpireOfUnknownOutcomeIsFinal(t *testing.T) {
 					t.Fatalf("first Expire: %v", got)
 				}
 				synctest.Wait()
-				ttl, err := r.l.Renew("a")
+				ttl, err := r.l.RenewCommitted("a")
 				if tc.renewOpens {
 					if err != nil || ttl != time.Second {
 						t.Fatalf("Renew after a not-applied Expire = %v, %v; want 1s, nil", ttl, err)
 					}
-				} else if !errors.Is(err, ErrNotFound) {
-					t.Fatalf("Renew after an Expire of unknown outcome = %v, %v; want ErrNotFound (the expiry may still commit)", ttl, err)
+				} else if !errors.Is(err, ErrExpiring) {
+					t.Fatalf("Renew after an Expire of unknown outcome = %v, %v; want ErrExpiring (the expiry may still commit)", ttl, err)
 				}
 				r.advanceTo(r.now() + 2*r.tick)
 				if !tc.renewOpens {
 					if got := r.p.expires(); len(got) != 2 {
 						t.Fatalf("after an Expire of unknown outcome: proposed %v, want it proposed again", got)
 					}
-					if _, err := r.l.Renew("a"); !errors.Is(err, ErrNotFound) {
-						t.Fatalf("Renew while the retry is in flight: %v, want ErrNotFound", err)
+					if _, err := r.l.RenewCommitted("a"); !errors.Is(err, ErrExpiring) {
+						t.Fatalf("Renew while the retry is in flight: %v, want ErrExpiring", err)
 					}
 				}
 				close(release)
@@ -113,7 +113,7 @@ func TestRenewOfCheckpointedSessionClearsFirst(t *testing.T) {
 		})
 		r.l.Promote([]*fsmpb.Session{{LeaseId: "a", TtlMs: 10_000, Checkpointed: true, CheckpointRemainingMs: 2000, CheckpointGeneration: 3}}, nil)
 		before, _ := r.l.Remaining("a")
-		if _, err := r.l.Renew("a"); !errors.Is(err, errUnknown) {
+		if _, err := r.l.RenewCommitted("a"); !errors.Is(err, errUnknown) {
 			t.Fatalf("Renew with a failing clear: %v, want the clear's error", err)
 		}
 		if rem, _ := r.l.Remaining("a"); rem != before {
@@ -121,7 +121,7 @@ func TestRenewOfCheckpointedSessionClearsFirst(t *testing.T) {
 		}
 		fail = false
 		r.p.setRespond(nil)
-		if ttl, err := r.l.Renew("a"); err != nil || ttl != 10*time.Second {
+		if ttl, err := r.l.RenewCommitted("a"); err != nil || ttl != 10*time.Second {
 			t.Fatalf("Renew = %v, %v; want 10s, nil", ttl, err)
 		}
 		var clears []*fsmpb.SessionCheckpoint
@@ -135,7 +135,7 @@ func TestRenewOfCheckpointedSessionClearsFirst(t *testing.T) {
 			t.Fatalf("after the renewal Remaining = %v, want the full %v", rem, grantorDeadline(0, 10*time.Second))
 		}
 		n := len(r.p.all())
-		if _, err := r.l.Renew("a"); err != nil || len(r.p.all()) != n {
+		if _, err := r.l.RenewCommitted("a"); err != nil || len(r.p.all()) != n {
 			t.Fatalf("a renewal after the clear wrote to the log (%d proposals, err %v)", len(r.p.all())-n, err)
 		}
 	})
@@ -195,6 +195,7 @@ func TestDeadHolderFreedUnderLeaderChurn(t *testing.T) {
 				)
 				clk := clock.NewManual(epoch)
 				cfg := DefaultConfig()
+				cfg.Confirmer = confirmed
 				cfg.Clock, cfg.Logger, cfg.Tick, cfg.Grace, cfg.CheckpointInterval = clk, discard, 10*time.Millisecond, grace, cpi
 				p := &logProposer{clk: clk, m: fsm.New(fsm.DefaultLimits()), expired: map[string]time.Time{}}
 				newLeader := func() *Lessor {
@@ -221,7 +222,7 @@ func TestDeadHolderFreedUnderLeaderChurn(t *testing.T) {
 				lastRenew := map[string]time.Duration{}
 				renew := func(id string) {
 					sent := since()
-					if _, err := l.Renew(id); err != nil {
+					if _, err := l.RenewCommitted(id); err != nil {
 						t.Fatalf("at %v: renew %s: %v", sent, id, err)
 					}
 					holderDeadline[id] = sent + ttl - time.Duration(float64(ttl)*cfg.Drift)
@@ -311,7 +312,7 @@ func TestCheckpointDueWhileClearInFlight(t *testing.T) {
 		r.p.holdCheckpoints(release, nil)
 		r.l.Promote([]*fsmpb.Session{{LeaseId: "a", TtlMs: 10_000, Checkpointed: true, CheckpointRemainingMs: 5000, CheckpointGeneration: 1}}, nil)
 		renewed := make(chan error, 1)
-		go func() { _, err := r.l.Renew("a"); renewed <- err }()
+		go func() { _, err := r.l.RenewCommitted("a"); renewed <- err }()
 		r.advanceTo(3 * time.Second) // past the checkpoint time (every 1 s)
 		n := len(r.p.all())
 		close(release)

@@ -22,6 +22,7 @@ import (
 func TestClearInFlightDoesNotStopTicks(t *testing.T) {
 	clk := clock.NewManual(epoch)
 	cfg := DefaultConfig()
+	cfg.Confirmer = confirmed
 	cfg.Clock, cfg.Logger, cfg.Tick, cfg.Grace, cfg.CheckpointInterval = clk, discard, 10*time.Millisecond, 0, time.Second
 	release := make(chan struct{})
 	p := &fakeProposer{clk: clk}
@@ -43,7 +44,7 @@ func TestClearInFlightDoesNotStopTicks(t *testing.T) {
 	}, nil)
 	renewed := make(chan error, 1)
 	go func() { // ends when release is closed
-		_, err := l.Renew("a")
+		_, err := l.RenewCommitted("a")
 		renewed <- err
 	}()
 	waitFor(t, "the clear of a proposed", func() bool { return len(p.all()) == 1 })

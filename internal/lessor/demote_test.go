@@ -39,7 +39,7 @@ func TestDemoteWhileClearInFlight(t *testing.T) {
 							panicked <- p
 						}
 					}()
-					_, err := r.l.Renew("a")
+					_, err := r.l.RenewCommitted("a")
 					renewed <- err
 				}()
 				synctest.Wait() // the clear is in flight

@@ -104,6 +104,7 @@ func newRig(t *testing.T, mutate func(*Config)) *rig {
 	cfg.Grace = 0
 	cfg.Logger = discard
 	cfg.CheckpointInterval = 0 // tests of checkpoints turn them on
+	cfg.Confirmer = confirmed
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -141,3 +142,11 @@ func session(lease string, ttl time.Duration) *fsm.Result {
 func grantorDeadline(answered, ttl time.Duration) time.Duration {
 	return answered + ttl + time.Duration(float64(ttl)*DefaultConfig().Drift)
 }
+
+// confirmFunc is a Confirmer.
+type confirmFunc func(ctx context.Context) error
+
+func (f confirmFunc) ConfirmLeadership(ctx context.Context) error { return f(ctx) }
+
+// confirmed confirms every time: a leader whose quorum answers.
+var confirmed = confirmFunc(func(context.Context) error { return nil })

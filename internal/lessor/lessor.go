@@ -16,22 +16,54 @@
 // the lock unless rates differ by more than Drift.
 //
 // A new leader does not know the old leader's deadlines. On Promote it
-// treats every live session as renewed at that moment and adds Grace, the
-// longest a deposed leader may keep acknowledging renewals without a quorum
-// (raft's LeaderLeaseTimeout). Two leaders can coexist for at most that long,
-// so a renewal the old leader acknowledged is covered. A lessor never
-// shortens a deadline: expiring late only delays failover, expiring early
-// would break exclusivity as the holder sees it.
+// treats every live session as renewed at that moment (plus Grace, a margin
+// the argument below does not need), never shortening a deadline: expiring
+// late only delays failover, expiring early would break exclusivity as the
+// holder sees it.
 //
-// # Expiry is final
+// # Confirmed leadership: why Done always fires before another grant
 //
-// Once an Expire is proposed the session's end is decided: renewals are
-// refused (ErrNotFound, lease-expired) until the proposal is known not to
-// have applied (the proposer's error wraps ErrNotApplied). An Expire of
-// unknown outcome may still commit, so the session stays expiring and the
-// Expire is proposed again on the next tick (Expire is idempotent: a
-// session already gone is success). A holder is never told "renewed" for a
-// session whose expiry may still commit.
+// The claim: a holder's Lock.Done() fires before any other session is
+// granted the same name, whatever the message delays and reorderings, for
+// a process pause of any length on any node, as long as clock rates differ
+// by no more than Drift. The steps, with what each relies on:
+//
+//  1. The holder's deadline is s + TTL·(1−Drift) − margin, where s is when
+//     it SENT the last request the grantor acknowledged for its session:
+//     CreateSession, an Acquire, or a keepalive (client.Session). Done fires
+//     at that deadline, or earlier.
+//  2. Every acknowledgement was given by a leader L after a quorum showed
+//     that no successor existed when the request arrived: a keepalive is
+//     answered only after RenewMany's Confirmer
+//     (raftnode.Node.ConfirmLeadership) counted a quorum's answers to
+//     AppendEntries sent after the request arrived; CreateSession and a
+//     grant are answered only after an entry proposed after the request
+//     arrived committed in L's term (RenewCommitted). Either way, a quorum
+//     took L's term after s, so any successor L′ (which needs votes of an
+//     overlapping quorum, given in a later term) was elected after s. This
+//     holds however long L was paused: evidence from before a pause is
+//     never counted (raftnode/confirm.go).
+//  3. L′ is promoted after its election (and its barrier), so at P > s, and
+//     expires the session no earlier than P + TTL·(1+Drift) (Promote); a
+//     checkpointed session no earlier than the deadline of the leader that
+//     wrote the checkpoint (see Checkpoints below), which is itself bounded
+//     by steps 2–3 for that leader.
+//  4. L itself expires the session no earlier than its answer + TTL·(1+Drift)
+//     (renewLocked), and its answer follows the request's arrival, so
+//     follows s.
+//  5. Only the leader proposes Expire, and the name is granted again only
+//     after the Expire (or the holder's release) commits. By 3 and 4 that
+//     is after s + TTL·(1+Drift) on the clock of the leader that decided,
+//     while by 1 the holder gave up at s + TTL·(1−Drift) − margin on its
+//     own clock: with rates within Drift, the holder's Done comes first.
+//
+// A leader resumed from a pause answers nothing from memory: its renewals
+// wait for a confirmation that fails (ErrUnconfirmed or ErrNotLeader, both
+// retryable), and a session whose Expire it proposed but that has not
+// applied is ErrExpiring (retryable), not ErrNotFound: lease-expired is
+// answered only for a session gone from the applied state of a confirmed
+// leader. Fencing tokens do not depend on any of this: a late writer is
+// refused by the resource whatever the holder believed.
 //
 // # Checkpoints: dead holders are freed however often leadership moves
 //
@@ -103,17 +135,34 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
 
-// Errors of Renew and of a Proposer.
+// Errors of the renewals and of a Proposer.
 var (
 	// ErrNotLeader: this lessor is not running (the node is not the leader).
 	ErrNotLeader = errors.New("lessor: not the leader")
-	// ErrNotFound: the session is unknown or its expiry is already decided.
-	ErrNotFound = errors.New("lessor: session not found or expiring")
+	// ErrNotFound: a leader whose leadership was confirmed does not know
+	// the session: it ended in the applied state, or never existed.
+	ErrNotFound = errors.New("lessor: session not found")
+	// ErrExpiring: the session's Expire was proposed and its outcome is not
+	// known yet: it is not renewed, and not known to be gone either (a
+	// leader resumed from a pause proposes the expiry of sessions its
+	// successor keeps). Retryable.
+	ErrExpiring = errors.New("lessor: session expiring, outcome not known yet")
+	// ErrUnconfirmed: the Confirmer did not confirm this node's leadership;
+	// nothing was renewed. Retryable (on the leader).
+	ErrUnconfirmed = errors.New("lessor: leadership not confirmed")
 	// ErrNotApplied is what a Proposer's error wraps when the command
 	// certainly did not apply (not the leader, could not be proposed).
 	// Any other error means the outcome is unknown.
 	ErrNotApplied = errors.New("lessor: command not applied")
 )
+
+// Confirmer confirms that this node leads, with evidence gathered after the
+// call began (raftnode.Node.ConfirmLeadership). It must not be called with
+// any lessor lock held. An error that wraps ErrNotLeader means another node
+// leads; any other error means leadership could not be confirmed now.
+type Confirmer interface {
+	ConfirmLeadership(ctx context.Context) error
+}
 
 // Proposer submits a command to the Raft log and returns its result. It
 // must not be called with any lessor lock held. An error wraps
@@ -131,8 +180,10 @@ type Config struct {
 	// grantor and holder. The grantor expires a session no earlier than
 	// answered + TTL·(1+Drift). Default 0.02; must be in [0, 0.5].
 	Drift float64
-	// Grace is added to every deadline on Promote: the old leader's longest
-	// authority window. Default 500 ms; must be ≥ 0.
+	// Grace is added to every deadline on Promote: a margin for failover
+	// on top of what the safety argument needs (renewals are confirmed, so
+	// a deposed leader acknowledges none; see the package comment).
+	// Default 500 ms; must be ≥ 0.
 	Grace time.Duration
 	// Tick is the grid deadlines are checked on: a deadline is acted on
 	// within one Tick after it, and never twice within one Tick. A tick
@@ -146,6 +197,9 @@ type Config struct {
 	// Default 1 s; 0 disables checkpoints (every promotion then restarts
 	// every session's full TTL); otherwise at least Tick.
 	CheckpointInterval time.Duration
+	// Confirmer confirms leadership before a renewal is answered
+	// (RenewMany). Required.
+	Confirmer Confirmer
 	// Logger receives decisions. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -172,6 +226,8 @@ func (c Config) Validate() error {
 		return errors.New("lessor: CheckpointInterval must be 0 (off) or ≥ Tick")
 	case c.Logger == nil:
 		return errors.New("lessor: Logger is nil")
+	case c.Confirmer == nil:
+		return errors.New("lessor: Confirmer is nil")
 	}
 	return nil
 }
@@ -194,6 +250,7 @@ type Lessor struct {
 	mu       sync.Mutex // protects following
 	leading  bool
 	stop     chan struct{} // closed by Demote/Close; nil when not leading
+	promoted chan struct{} // closed by Promote; a new one after Demote
 	sessions map[string]*entry
 	timers   timerHeap              // every tracked session not in flight, by entry.at
 	delays   map[delayKey]time.Time // lock-delay → earliest end
@@ -232,7 +289,7 @@ func New(cfg Config, p Proposer) (*Lessor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Lessor{cfg: cfg, proposer: p, sessions: map[string]*entry{}, delays: map[delayKey]time.Time{}, wake: make(chan struct{}, 1)}, nil
+	return &Lessor{cfg: cfg, proposer: p, sessions: map[string]*entry{}, delays: map[delayKey]time.Time{}, wake: make(chan struct{}, 1), promoted: make(chan struct{})}, nil
 }
 
 // grantorTTL is how long the grantor waits, from its answer, before it may
@@ -263,6 +320,7 @@ func (l *Lessor) Promote(sessions []*fsmpb.Session, delays []fsm.LockDelay) {
 	}
 	l.leading = true
 	l.stop = make(chan struct{})
+	close(l.promoted)
 	now := l.cfg.Clock.Now()
 	checkpointed := 0
 	for _, s := range sessions {
@@ -287,6 +345,14 @@ func (l *Lessor) Promote(sessions []*fsmpb.Session, delays []fsm.LockDelay) {
 	l.wg.Go(func() { l.loop(stop) })
 }
 
+// Promoted returns a channel that is closed while the lessor leads: at once
+// when it leads now, else at its next Promote.
+func (l *Lessor) Promoted() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.promoted
+}
+
 // Demote stops the lessor when leadership is lost and forgets every
 // deadline; the next leader rebuilds them from the log.
 func (l *Lessor) Demote() {
@@ -302,6 +368,7 @@ func (l *Lessor) demoteLocked() {
 	l.leading = false
 	close(l.stop)
 	l.stop = nil
+	l.promoted = make(chan struct{})
 	clear(l.sessions)
 	// An entry a renewal still holds (its clear in flight) must not look
 	// scheduled when the renewal comes back: it is on no heap any more.
@@ -405,29 +472,62 @@ type Renewal struct {
 	Err error         // ErrNotLeader, ErrNotFound, or why a checkpoint could not be cleared
 }
 
-// Renew records that the leader is answering a request of session leaseID
-// now (keepalive, acquire, create): its deadline becomes at least
-// now + TTL·(1+Drift). It refuses sessions it does not know or whose expiry
-// is already decided; on a non-leader it returns ErrNotLeader. A session
-// that may be checkpointed is renewed only after a clear commits (at most
-// 2 s).
-func (l *Lessor) Renew(leaseID string) (time.Duration, error) {
+// RenewCommitted records that the leader is answering a request of session
+// leaseID now, a request answered by a log entry this leader committed
+// after the request arrived (CreateSession, a grant): that commit is the
+// quorum's confirmation that no successor existed when the request
+// arrived, so no other round is needed. The session's deadline becomes at
+// least now + TTL·(1+Drift). It refuses sessions it does not know
+// (ErrNotFound) and sessions whose expiry is in flight (ErrExpiring); on a
+// non-leader it returns ErrNotLeader. A session that may be checkpointed
+// is renewed only after a clear commits (at most 2 s).
+func (l *Lessor) RenewCommitted(leaseID string) (time.Duration, error) {
 	var out [1]Renewal
-	l.RenewMany(context.Background(), []string{leaseID}, out[:])
+	l.renew(context.Background(), []string{leaseID}, out[:])
 	return out[0].TTL, out[0].Err
 }
 
-// RenewMany renews every session of ids as Renew does, writing the outcome
-// of ids[i] to out[i] (len(out) ≥ len(ids)). Sessions that need their
-// checkpoint cleared share one log entry, written under ctx and within
-// clearTimeout; the others are renewed in memory at once.
+// RenewMany renews every session of ids, writing the outcome of ids[i] to
+// out[i] (len(out) ≥ len(ids)); it is what every keepalive goes through. It
+// first confirms leadership with the Confirmer, so a renewal is answered
+// only by a node that led after the request arrived (a leader resumed from
+// a pause gets ErrUnconfirmed or ErrNotLeader for every id, never a
+// renewal); then it renews as RenewCommitted does. Sessions that need
+// their checkpoint cleared share one log entry, written under ctx and
+// within clearTimeout; the others are renewed in memory at once.
 func (l *Lessor) RenewMany(ctx context.Context, ids []string, out []Renewal) {
+	if !l.isLeading() {
+		fill(out[:len(ids)], Renewal{Err: ErrNotLeader})
+		return
+	}
+	if err := renewConfirm(l, ctx); err != nil {
+		if !errors.Is(err, ErrNotLeader) {
+			err = fmt.Errorf("%w: %w", ErrUnconfirmed, err)
+		}
+		fill(out[:len(ids)], Renewal{Err: err})
+		return
+	}
+	l.renew(ctx, ids, out)
+}
+
+func fill(out []Renewal, r Renewal) {
+	for i := range out {
+		out[i] = r
+	}
+}
+
+func (l *Lessor) isLeading() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leading
+}
+
+// renew renews ids on a leader whose answer is confirmed by the caller.
+func (l *Lessor) renew(ctx context.Context, ids []string, out []Renewal) {
 	l.mu.Lock()
 	if !l.leading {
 		l.mu.Unlock()
-		for i := range ids {
-			out[i] = Renewal{Err: ErrNotLeader}
-		}
+		fill(out[:len(ids)], Renewal{Err: ErrNotLeader})
 		return
 	}
 	now := l.cfg.Clock.Now()
@@ -439,8 +539,10 @@ func (l *Lessor) RenewMany(ctx context.Context, ids []string, out []Renewal) {
 	for i, id := range ids {
 		e, ok := l.sessions[id]
 		switch {
-		case !ok || e.expiring:
+		case !ok:
 			out[i] = Renewal{Err: ErrNotFound}
+		case e.expiring:
+			out[i] = Renewal{Err: ErrExpiring}
 		case e.short:
 			e.gen++
 			e.clearing++
@@ -486,7 +588,7 @@ func (l *Lessor) RenewMany(ctx context.Context, ids []string, out []Renewal) {
 		case !l.leading || l.sessions[e.id] != e:
 			out[i] = Renewal{Err: ErrNotLeader}
 		case e.expiring:
-			out[i] = Renewal{Err: ErrNotFound}
+			out[i] = Renewal{Err: ErrExpiring}
 		default:
 			if e.gen == clears[k].GetGeneration() {
 				e.short = false // no later clear was started: the log holds ours

@@ -31,7 +31,7 @@ func TestExpireNotBeforeDeadline(t *testing.T) {
 					r.l.Promote(nil, nil)
 					r.l.Observe(session("a", ttl)) // applied at 0
 					r.advanceTo(time.Second)
-					got, err := r.l.Renew("a") // answered at 1 s
+					got, err := r.l.RenewCommitted("a") // answered at 1 s
 					if err != nil || got != ttl {
 						t.Fatalf("Renew = %v, %v; want %v, nil", got, err, ttl)
 					}
@@ -81,7 +81,7 @@ func TestRenewNeverEarlier(t *testing.T) {
 		deadline := 2*time.Second + grantorDeadline(0, ttl) // 7.1 s
 
 		r.advanceTo(time.Second)
-		if _, err := r.l.Renew("a"); err != nil {
+		if _, err := r.l.RenewCommitted("a"); err != nil {
 			t.Fatal(err)
 		}
 		// 1 s + 5.1 s is earlier than the promoted deadline: it must not win,
@@ -95,7 +95,7 @@ func TestRenewNeverEarlier(t *testing.T) {
 		}
 
 		r.advanceTo(deadline)
-		if _, err := r.l.Renew("a"); err != nil {
+		if _, err := r.l.RenewCommitted("a"); err != nil {
 			t.Fatalf("Renew at the deadline: %v", err)
 		}
 		deadline = grantorDeadline(deadline, ttl) // 12.2 s
@@ -122,11 +122,11 @@ func TestRenewNeverEarlier(t *testing.T) {
 func TestRenewRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, nil)
-		if _, err := r.l.Renew("a"); !errors.Is(err, ErrNotLeader) {
+		if _, err := r.l.RenewCommitted("a"); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("Renew before Promote: %v, want ErrNotLeader", err)
 		}
 		r.l.Promote(nil, nil)
-		if _, err := r.l.Renew("unknown"); !errors.Is(err, ErrNotFound) {
+		if _, err := r.l.RenewCommitted("unknown"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Renew of an unknown session: %v, want ErrNotFound", err)
 		}
 
@@ -146,12 +146,12 @@ func TestRenewRefusals(t *testing.T) {
 		if got := r.p.expires(); len(got) != 1 {
 			t.Fatalf("Expire proposals %v, want one in flight", got)
 		}
-		if _, err := r.l.Renew("a"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("Renew of an expiring session: %v, want ErrNotFound", err)
+		if _, err := r.l.RenewCommitted("a"); !errors.Is(err, ErrExpiring) {
+			t.Fatalf("Renew of an expiring session: %v, want ErrExpiring (not known to be gone yet)", err)
 		}
 		close(release)
 		synctest.Wait()
-		if _, err := r.l.Renew("a"); !errors.Is(err, ErrNotFound) {
+		if _, err := r.l.RenewCommitted("a"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Renew of an expired session: %v, want ErrNotFound", err)
 		}
 	})
@@ -171,7 +171,7 @@ func TestObserveEndedSession(t *testing.T) {
 		if got := r.p.all(); len(got) != 0 {
 			t.Fatalf("proposed %d commands for ended or refused sessions", len(got))
 		}
-		if _, err := r.l.Renew("b"); !errors.Is(err, ErrNotFound) {
+		if _, err := r.l.RenewCommitted("b"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Renew of a session from a refused command: %v, want ErrNotFound", err)
 		}
 	})
@@ -259,7 +259,7 @@ func TestDemoteStopsProposals(t *testing.T) {
 		if got := r.p.all(); len(got) != 0 {
 			t.Fatalf("a demoted lessor proposed %d commands", len(got))
 		}
-		if _, err := r.l.Renew("a"); !errors.Is(err, ErrNotLeader) {
+		if _, err := r.l.RenewCommitted("a"); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("Renew after Demote: %v, want ErrNotLeader", err)
 		}
 		if _, ok := r.l.Remaining("a"); ok {
@@ -275,7 +275,7 @@ func TestDemoteStopsProposals(t *testing.T) {
 			return fsm.Result{}, ctx.Err()
 		})
 		r.l.Promote([]*fsmpb.Session{{LeaseId: "a", TtlMs: 1000}}, nil)
-		if _, err := r.l.Renew("b"); !errors.Is(err, ErrNotFound) {
+		if _, err := r.l.RenewCommitted("b"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Renew of a session observed while demoted: %v, want ErrNotFound", err)
 		}
 		r.advanceTo(r.now() + grantorDeadline(0, time.Second) + r.tick)
@@ -412,6 +412,7 @@ func TestClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := clock.NewManual(epoch)
 		cfg := DefaultConfig()
+		cfg.Confirmer = confirmed
 		cfg.Clock = clk
 		cfg.Logger = discard
 		cfg.CheckpointInterval = 0
@@ -441,7 +442,7 @@ func TestClose(t *testing.T) {
 		l.Close()
 		l.Close()
 		l.Promote([]*fsmpb.Session{{LeaseId: "b", TtlMs: 1000}}, nil)
-		if _, err := l.Renew("b"); !errors.Is(err, ErrNotLeader) {
+		if _, err := l.RenewCommitted("b"); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("Renew on a closed lessor after Promote: %v, want ErrNotLeader", err)
 		}
 	})
@@ -449,6 +450,7 @@ func TestClose(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	ok := DefaultConfig()
+	ok.Confirmer = confirmed
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)
 	}
@@ -473,6 +475,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
+			c.Confirmer = confirmed
 			tc.mutate(&c)
 			err := c.Validate()
 			if (err == nil) != tc.valid {
@@ -546,6 +549,72 @@ func TestIdleLessorSleeps(t *testing.T) {
 			if gap := prev[i].at.Sub(prev[i-1].at); gap < r.tick {
 				t.Fatalf("Expire proposals %d and %d %v apart, less than a tick", i-1, i, gap)
 			}
+		}
+	})
+}
+
+// TestRenewManyConfirmsFirst: a keepalive is answered only after the
+// Confirmer confirmed leadership for it. A refused confirmation renews
+// nothing (the session still expires on its old deadline) and answers
+// ErrUnconfirmed, or ErrNotLeader when another node leads.
+func TestRenewManyConfirmsFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu     sync.Mutex // protects answer and calls
+			answer error
+			calls  int
+		)
+		r := newRig(t, func(c *Config) {
+			c.Confirmer = confirmFunc(func(context.Context) error {
+				mu.Lock()
+				defer mu.Unlock()
+				calls++
+				return answer
+			})
+		})
+		set := func(err error) {
+			mu.Lock()
+			answer = err
+			mu.Unlock()
+		}
+		r.l.Promote(nil, nil)
+		r.l.Observe(session("a", time.Second)) // applied at 0
+		renew := func() error {
+			out := make([]Renewal, 2)
+			r.l.RenewMany(context.Background(), []string{"a", "unknown"}, out)
+			if !errors.Is(out[0].Err, out[1].Err) && !(out[0].Err == nil && errors.Is(out[1].Err, ErrNotFound)) {
+				t.Fatalf("one batch, two verdicts on leadership: %v / %v", out[0].Err, out[1].Err)
+			}
+			return out[0].Err
+		}
+
+		r.advanceTo(500 * time.Millisecond)
+		set(errors.New("no quorum answered"))
+		if err := renew(); !errors.Is(err, ErrUnconfirmed) {
+			t.Fatalf("RenewMany with leadership unconfirmed: %v, want ErrUnconfirmed", err)
+		}
+		set(fmt.Errorf("raft says: %w", ErrNotLeader))
+		if err := renew(); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("RenewMany on a deposed leader: %v, want ErrNotLeader", err)
+		}
+		// Nothing was renewed: the session expires on the deadline of its
+		// creation, not of the refused renewals.
+		r.advanceTo(grantorDeadline(0, time.Second) + r.tick)
+		if got := r.p.expires(); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("after two unconfirmed renewals: Expire proposed for %v, want [a] on the old deadline", got)
+		}
+
+		r.l.Observe(session("b", time.Second))
+		set(nil)
+		out := make([]Renewal, 1)
+		r.l.RenewMany(context.Background(), []string{"b"}, out)
+		if out[0].Err != nil || out[0].TTL != time.Second {
+			t.Fatalf("RenewMany confirmed: %+v, want TTL 1s", out[0])
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if calls != 3 {
+			t.Fatalf("Confirmer called %d times for 3 RenewMany, want one each", calls)
 		}
 	})
 }

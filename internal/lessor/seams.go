@@ -1,6 +1,9 @@
 package lessor
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Seams of the lessor's deadline decisions. A build with a mutant_* tag
 // replaces one (see the mutant_*.go files) so that internal/sim can prove it
@@ -16,4 +19,6 @@ var (
 	// promoteDeadline is the deadline a new leader gives a live session:
 	// renewed now, plus the old leader's authority window.
 	promoteDeadline = func(now time.Time, grace, ttl time.Duration) time.Time { return now.Add(grace + ttl) }
+	// renewConfirm confirms leadership before a keepalive is answered.
+	renewConfirm = func(l *Lessor, ctx context.Context) error { return l.cfg.Confirmer.ConfirmLeadership(ctx) }
 )

@@ -185,6 +185,8 @@ type Node struct {
 	// its barrier: every entry of earlier terms is applied. ReadIndex waits
 	// for it to equal the current term.
 	barrierTerm atomic.Uint64
+	// confirm runs the rounds of ConfirmLeadership (confirm.go).
+	confirm confirmer
 	// floorPending is true while this node, started from existing state,
 	// has not yet raised the token floor as leader (see restore.go).
 	floorPending atomic.Bool
@@ -285,6 +287,11 @@ func Open(cfg Config) (*Node, error) {
 		n.trans = newNetworkTransport(sl, hlog)
 	}
 
+	// raft sends through acked, which numbers its AppendEntries for
+	// ConfirmLeadership; n.trans stays the transport this node closes.
+	acked, acks := wrapAcks(n.trans)
+	n.confirm = confirmer{n: n, acks: acks, calls: make(chan *confirmCall)}
+
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = hlog
@@ -319,11 +326,11 @@ func Open(cfg Config) (*Node, error) {
 		for _, p := range peers {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
-		if err := raft.BootstrapCluster(rc, logs, store, snaps, n.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, store, snaps, acked, conf); err != nil {
 			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, guardedStableStore{store, n.storage}, marking, n.trans)
+	r, err := raft.NewRaft(rc, n.fsm, logs, guardedStableStore{store, n.storage}, marking, acked)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
@@ -334,6 +341,7 @@ func Open(cfg Config) (*Node, error) {
 	r.RegisterObserver(raft.NewObserver(obs, false, healthFilter))
 	n.wg.Go(func() { n.health.watch(obs, n.done) })
 	n.wg.Go(func() { n.watchLeadership(notify) })
+	n.wg.Go(func() { n.confirm.run(n.done) })
 	n.cfg.Logger.Info("raft node open", "node", cfg.NodeID, "cluster_id", n.clusterID, "bootstrapped", bootstrap)
 	return n, nil
 }
@@ -458,6 +466,9 @@ func (n *Node) ReadAt(f func(m *fsm.Machine, applied uint64)) {
 // ReadIndex confirms this node is the leader and waits until every entry
 // committed before the call is applied here, so a Read that follows sees
 // every write acknowledged before ReadIndex was called (a linearizable read).
+// The confirmation is ConfirmLeadership's: evidence gathered after the
+// commit index was read, so a leader resumed from a pause never serves a
+// read from what it knew before (confirm.go).
 func (n *Node) ReadIndex(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -480,13 +491,7 @@ func (n *Node) ReadIndex(ctx context.Context) error {
 		}
 	}
 	commit := n.raft.CommitIndex()
-	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
-		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
-			return ErrNotLeader
-		case errors.Is(err, errCtxDone):
-			return fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
+	if err := n.ConfirmLeadership(ctx); err != nil {
 		return err
 	}
 	for n.raft.AppliedIndex() < commit {

@@ -39,7 +39,7 @@ func (c *clusterService) Members(ctx context.Context, req *connect.Request[pb.Me
 	out := make([]*pb.Member, len(servers))
 	var wg sync.WaitGroup
 	for i, srv := range servers {
-		m := &pb.Member{Id: string(srv.ID), RaftAddr: string(srv.Address), Suffrage: srv.Suffrage.String(), Role: "unknown"}
+		m := &pb.Member{Id: string(srv.ID), RaftAddr: string(srv.Address), Suffrage: srv.Suffrage.String(), Role: "unreachable"}
 		s.node.Read(func(fm *fsm.Machine) { m.ApiAddr = fm.NodeAPIAddr(m.Id) })
 		out[i] = m
 		if m.Id == s.node.ID() {

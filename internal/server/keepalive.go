@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/lessor"
 )
 
 const (
@@ -21,13 +22,15 @@ const (
 	// answer in time (paused, partitioned) gets `unavailable` and the
 	// client tries another node instead of waiting out its lease.
 	keepAliveForwardTimeout = time.Second
-	// renewTimeout bounds the log write that clears a checkpoint before a
+	// renewTimeout bounds a renewal on the leader: the confirmation of its
+	// leadership and the log write that clears a checkpoint before a
 	// checkpointed session is renewed (see package lessor).
 	renewTimeout = 2 * time.Second
 )
 
 // KeepAlive renews one session (lease_id) or a batch (lease_ids) from the
-// leader's memory; a follower forwards it with a short deadline.
+// leader's memory, once its leadership is confirmed for the request (see
+// lessor.RenewMany); a follower forwards it with a short deadline.
 func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.KeepAliveRequest]) (*connect.Response[pb.KeepAliveResponse], error) {
 	m := req.Msg
 	if err := checkKeepAlive(m.GetLeaseId(), m.GetLeaseIds()); err != nil {
@@ -35,11 +38,14 @@ func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.Kee
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
 		if id := m.GetLeaseId(); id != "" {
-			ttl, err := h.s.lessor.Renew(id)
-			if err != nil {
-				return nil, err
+			ctx, cancel := context.WithTimeout(ctx, renewTimeout)
+			defer cancel()
+			var out [1]lessor.Renewal
+			h.s.lessor.RenewMany(ctx, []string{id}, out[:])
+			if out[0].Err != nil {
+				return nil, out[0].Err
 			}
-			return &pb.KeepAliveResponse{LeaseId: id, TtlMs: ttl.Milliseconds()}, nil
+			return &pb.KeepAliveResponse{LeaseId: id, TtlMs: out[0].TTL.Milliseconds()}, nil
 		}
 		results, err := h.s.renewLocal(ctx, m.GetLeaseIds())
 		if err != nil {

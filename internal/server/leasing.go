@@ -29,6 +29,17 @@ func LessorPropose(ctx context.Context, node *raftnode.Node, cmd *fsmpb.Command)
 	return res, err
 }
 
+// ConfirmForLessor confirms node's leadership for its lessor
+// (lessor.Confirmer): an error that wraps lessor.ErrNotLeader means another
+// node leads.
+func ConfirmForLessor(ctx context.Context, node *raftnode.Node) error {
+	err := node.ConfirmLeadership(ctx)
+	if errors.Is(err, raftnode.ErrNotLeader) {
+		return fmt.Errorf("%w: %w", lessor.ErrNotLeader, err)
+	}
+	return err
+}
+
 // PromoteLessor starts l on node, which became the leader and applied its
 // barrier. It reads the live sessions and lock-delays under the state's
 // read lock: an entry applied after the read reaches Observe only after

@@ -44,7 +44,7 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 		if err != nil {
 			return nil, err
 		}
-		_, _ = h.s.lessor.Renew(id) // the TTL counts from this answer
+		_, _ = h.s.lessor.RenewCommitted(id) // the TTL counts from this answer
 		return &pb.CreateSessionResponse{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner()}, nil
 	}, client.CreateSession)
 }
@@ -210,29 +210,46 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 		withdraw()
 		return nil, ctxErr(ctx, "the caller gave up before the grant of %q was answered", r.name)
 	}
-	ttl, err := s.lessor.Renew(r.leaseID)
+	ttl, err := s.renewGranted(ctx, r.leaseID)
 	if err != nil {
 		var sess *fsmpb.Session
 		s.node.Read(func(m *fsm.Machine) { sess = m.Session(r.leaseID) })
-		switch {
-		case sess == nil:
+		if sess == nil {
 			return nil, api.Errorf(api.CodeLeaseExpired, "session %s ended", r.leaseID)
-		case errors.Is(err, lessor.ErrNotLeader):
-			// Granted, but leadership moved: the new leader tracks the
-			// session; report the TTL it was created with.
-			ttl = time.Duration(sess.GetTtlMs()) * time.Millisecond
-		default:
-			// Granted, but this lessor did not renew the session: it
-			// proposed its expiry (which has not applied and may never:
-			// a leader resumed from a pause expires what its successor
-			// keeps) or could not clear its checkpoint. Whether the
-			// session lives on is not known here, so neither is the
-			// grant's fate: withdraw it.
-			withdraw()
-			return nil, api.Errorf(api.CodeOutcomeUnknown, "granted %q, but the session %s could not be renewed with it (%v); the grant is withdrawn", r.name, r.leaseID, err)
 		}
+		// Granted, but no lessor of a leader renewed the session with it:
+		// leadership moved, this lessor proposed the session's expiry
+		// (which may never apply: a leader resumed from a pause expires
+		// what its successor keeps), or its checkpoint could not be
+		// cleared. The TTL the grant could promise is not known here (the
+		// next leader may have the session checkpointed, shorter than a
+		// full TTL), so neither is the grant's fate: withdraw it.
+		withdraw()
+		return nil, api.Errorf(api.CodeOutcomeUnknown, "granted %q, but the session %s could not be renewed with it (%v); the grant is withdrawn", r.name, r.leaseID, err)
 	}
 	return &pb.AcquireResponse{Holding: s.signed(holdingPB(r.name, holding, owner)), TtlMs: ttl.Milliseconds()}, nil
+}
+
+// renewGranted renews the session of a grant this leader committed and
+// returns the TTL its answer may promise: the TTL the leader's own lessor
+// will enforce from now. A leader elected a moment ago may commit a grant
+// before its lessor is promoted (the barrier and the token floor come
+// first); the renewal then waits for the promotion, as long as ctx and
+// renewTimeout allow.
+func (s *Server) renewGranted(ctx context.Context, leaseID string) (time.Duration, error) {
+	ttl, err := s.lessor.RenewCommitted(leaseID)
+	if !errors.Is(err, lessor.ErrNotLeader) || !s.node.IsLeader() {
+		return ttl, err
+	}
+	t := s.clock.After(renewTimeout)
+	select {
+	case <-s.lessor.Promoted():
+		return s.lessor.RenewCommitted(leaseID)
+	case <-ctx.Done():
+	case <-t:
+	case <-s.drain:
+	}
+	return 0, err
 }
 
 // waitOutcome reads what became of the queued request r: granted (the

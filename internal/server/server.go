@@ -41,9 +41,9 @@ type Config struct {
 	// Raft configures the node (id, data dir, raft address, bootstrap).
 	Raft raftnode.Config
 	// Lessor configures the leader's timers. Its Grace defaults (when zero)
-	// to twice Raft.LeaderLeaseTimeout: the longest a deposed leader keeps
-	// answering renewals, with as much again for scheduling delays and
-	// clock-rate drift. Its Clock is the server's clock.
+	// to twice Raft.LeaderLeaseTimeout, a failover margin (safety does not
+	// rest on it: every renewal is confirmed, see package lessor). Its
+	// Clock is the server's clock; its Confirmer is the node.
 	Lessor lessor.Config
 	// APIAddr is the host:port other nodes use to reach this node's API; it
 	// is registered in the replicated state so followers can forward to
@@ -188,6 +188,7 @@ func Open(cfg Config) (*Server, error) {
 	if s.lim, err = newLimiter(cfg.Limits, cfg.Lessor.Clock, reg); err != nil {
 		return nil, err
 	}
+	cfg.Lessor.Confirmer = confirmer{s}
 	if s.lessor, err = lessor.New(cfg.Lessor, proposer{s}); err != nil {
 		return nil, err
 	}
@@ -325,6 +326,14 @@ func (s *Server) register(ctx context.Context) error {
 	req.Header().Set(clusterIDHeader, s.node.ClusterID())
 	_, err = cc.AddMember(ctx, req)
 	return err
+}
+
+// confirmer adapts the node to lessor.Confirmer: every keepalive's answer
+// waits for a leadership confirmation gathered after it arrived.
+type confirmer struct{ s *Server }
+
+func (c confirmer) ConfirmLeadership(ctx context.Context) error {
+	return ConfirmForLessor(ctx, c.s.node)
 }
 
 // proposer adapts the server to lessor.Proposer.

@@ -19,7 +19,7 @@ const (
 	MaxOwnerLen    = 128              // owner labels (bytes)
 	MaxValueLen    = 64 << 10         // KV values (bytes)
 	MinTTL         = time.Second      // shorter TTLs are raised to this
-	MaxTTL         = time.Hour        // longer TTLs are lowered to this
+	MaxTTL         = time.Hour        // longer TTLs are refused
 	MaxLockDelay   = 60 * time.Second // longer lock-delays are lowered to this
 	MaxWait        = time.Hour        // the longest server-side queue wait
 	MaxListLimit   = 1000             // locks returned by one List
@@ -90,13 +90,14 @@ func checkLeaseID(s string) error {
 	return nil
 }
 
-// grantTTL checks a requested TTL and clamps it to [MinTTL, MaxTTL].
+// grantTTL checks a requested TTL: above MaxTTL is refused (a caller that
+// asked for 2 h must not believe it got it), below MinTTL is raised to it.
 func grantTTL(ms int64) (time.Duration, error) {
 	if ms <= 0 {
 		return 0, api.Errorf(api.CodeInvalidArgument, "ttl must be > 0, got %dms", ms)
 	}
 	if ms > int64(MaxTTL/time.Millisecond) {
-		return MaxTTL, nil
+		return 0, api.Errorf(api.CodeInvalidArgument, "ttl %dms is above the maximum %v", ms, MaxTTL)
 	}
 	return max(time.Duration(ms)*time.Millisecond, MinTTL), nil
 }
@@ -148,6 +149,8 @@ func toAPI(err error) error {
 		{fsm.ErrNotHolder, api.CodeNotHolder},
 		{fsm.ErrSessionNotFound, api.CodeLeaseExpired},
 		{lessor.ErrNotFound, api.CodeLeaseExpired},
+		{lessor.ErrExpiring, api.CodeUnavailable},
+		{lessor.ErrUnconfirmed, api.CodeUnavailable},
 		{fsm.ErrLocked, api.CodeLocked},
 		{fsm.ErrLockDelay, api.CodeLockDelay},
 		{fsm.ErrTooManySessions, api.CodeResourceExhausted},

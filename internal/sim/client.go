@@ -107,7 +107,7 @@ func (cl *client) createSession(ttl time.Duration) string {
 		var term uint64
 		actx, acancel := context.WithTimeout(context.Background(), opTimeout)
 		res, err := n.applyThen(actx, cmd, func(l *lessor.Lessor) {
-			_, rerr := l.Renew(lease)
+			_, rerr := l.RenewCommitted(lease)
 			renewed, term = rerr == nil, n.promoted.Load()
 		})
 		acancel()

@@ -169,6 +169,7 @@ func (n *node) start() error {
 	lcfg.Tick = 20 * time.Millisecond
 	lcfg.Logger = slog.New(slog.DiscardHandler)
 	rep := &replica{n: n, holders: map[string]uint64{}}
+	lcfg.Confirmer = confirmer{rep}
 	l, err := lessor.New(lcfg, proposer{rep})
 	if err != nil {
 		return err
@@ -475,6 +476,18 @@ func (s stableStore) Set(k, v []byte) error {
 func (s stableStore) SetUint64(k []byte, v uint64) error {
 	s.pause.wait()
 	return s.InmemStore.SetUint64(k, v)
+}
+
+// confirmer is the lessor's Confirmer, as the server's
+// (server.ConfirmForLessor).
+type confirmer struct{ rep *replica }
+
+func (c confirmer) ConfirmLeadership(ctx context.Context) error {
+	rn := c.rep.rn.Load()
+	if rn == nil {
+		return lessor.ErrNotLeader
+	}
+	return server.ConfirmForLessor(ctx, rn)
 }
 
 // proposer lets the lessor propose through its node, as the server's does

@@ -112,7 +112,7 @@ type Member struct {
 	ID           string `json:"id"`
 	RaftAddr     string `json:"raft_addr"`
 	APIAddr      string `json:"api_addr"`
-	Role         string `json:"role"` // leader, follower, candidate, unknown (unreachable)
+	Role         string `json:"role"` // leader, follower, candidate, or unreachable (did not answer)
 	Suffrage     string `json:"suffrage"`
 	Term         uint64 `json:"term"`
 	CommitIndex  uint64 `json:"commit_index"`

@@ -203,7 +203,7 @@ export const ErrorDetailSchema: GenMessage<ErrorDetail> = /*@__PURE__*/
  */
 export type CreateSessionRequest = Message<"leasehold.v1.CreateSessionRequest"> & {
   /**
-   * ttl_ms is the requested TTL; it must be > 0 and is clamped to [1s, 1h].
+   * ttl_ms is the requested TTL; it must be in (0, 1h]; below 1s it is raised to 1s.
    *
    * @generated from field: int64 ttl_ms = 1;
    */
@@ -1644,7 +1644,7 @@ export type Member = Message<"leasehold.v1.Member"> & {
   apiAddr: string;
 
   /**
-   * role is leader, follower, candidate or unknown (not reachable).
+   * role is leader, follower, candidate, or unreachable (it did not answer within 1 s; term and indexes are then 0).
    *
    * @generated from field: string role = 4;
    */
