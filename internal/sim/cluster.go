@@ -89,6 +89,7 @@ type Counters struct {
 	PowerLosses      int // every node crashed at once
 	Transfers        int // leadership transfers started
 	DeposedRenewals  int // renewals a deposed leader acknowledged after its successor's promotion
+	ResumedRefusals  int // renewals that queued at a paused leader and were refused when it resumed
 	EarlyExpiries    int // P7 failures (violations only when CheckP7)
 	SessionsLost     int // W1 sessions their holder saw end (P10; violations only when CheckP10)
 	Operations       int // client operations checked
@@ -112,6 +113,7 @@ func (c *Counters) Add(o Counters) {
 	c.PowerLosses += o.PowerLosses
 	c.Transfers += o.Transfers
 	c.DeposedRenewals += o.DeposedRenewals
+	c.ResumedRefusals += o.ResumedRefusals
 	c.EarlyExpiries += o.EarlyExpiries
 	c.SessionsLost += o.SessionsLost
 	c.Operations += o.Operations
@@ -122,8 +124,8 @@ func (c *Counters) Add(o Counters) {
 
 // String prints the counters on one line.
 func (c Counters) String() string {
-	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d pauses=%d power_losses=%d transfers=%d deposed_renewals=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d undecided=%d",
-		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.Pauses, c.PowerLosses, c.Transfers, c.DeposedRenewals, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced, c.Undecided)
+	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d pauses=%d power_losses=%d transfers=%d deposed_renewals=%d resumed_refusals=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d undecided=%d",
+		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.Pauses, c.PowerLosses, c.Transfers, c.DeposedRenewals, c.ResumedRefusals, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced, c.Undecided)
 }
 
 // Report is the outcome of one run.

@@ -300,24 +300,24 @@ func (n *node) leads() bool {
 
 // serve runs h, a request's handling on the node, as the node's server
 // would once the request arrived: at once, or, while the node is paused,
-// when it resumes (the request queued in its socket). The caller waits
+// when it resumes (the request queued in its socket; h is told so). The caller waits
 // until ctx ends: errNoAnswer then, while h may still run later. A node
 // that is down refuses (errNotLeader: nothing was done).
-func (n *node) serve(ctx context.Context, h func(rn *raftnode.Node, l *lessor.Lessor) error) error {
-	run := func() error {
+func (n *node) serve(ctx context.Context, h func(rn *raftnode.Node, l *lessor.Lessor, queued bool) error) error {
+	run := func(queued bool) error {
 		rn, l := n.current()
 		if rn == nil {
 			return errNotLeader
 		}
-		return h(rn, l)
+		return h(rn, l, queued)
 	}
 	if !n.pause.paused() {
-		return run()
+		return run(false)
 	}
 	done := make(chan error, 1)
 	n.c.queued.Go(func() {
 		n.pause.wait()
-		done <- run()
+		done <- run(true)
 	})
 	select {
 	case err := <-done:
@@ -339,7 +339,7 @@ func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error
 func (n *node) applyThen(ctx context.Context, cmd *fsmpb.Command, then func(l *lessor.Lessor)) (fsm.Result, error) {
 	stamped, nonce := n.c.outcomes.stamp(cmd)
 	var res fsm.Result
-	err := n.serve(ctx, func(rn *raftnode.Node, l *lessor.Lessor) error {
+	err := n.serve(ctx, func(rn *raftnode.Node, l *lessor.Lessor, _ bool) error {
 		r, err := rn.Apply(ctx, stamped)
 		if err == nil && then != nil {
 			then(l)
@@ -362,7 +362,7 @@ func (n *node) applyThen(ctx context.Context, cmd *fsmpb.Command, then func(l *l
 // read runs f on n's applied state after readBarrier, as the server's
 // linearizable reads do.
 func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
-	return n.serve(ctx, func(rn *raftnode.Node, _ *lessor.Lessor) error {
+	return n.serve(ctx, func(rn *raftnode.Node, _ *lessor.Lessor, _ bool) error {
 		if err := readBarrier(ctx, rn); err != nil {
 			return err
 		}
@@ -376,11 +376,14 @@ func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
 // result's error code ("" renewed) and the term the node's lessor was
 // promoted in. errNotLeader: n does not lead; errNoAnswer: none in time.
 func (n *node) renew(ctx context.Context, lease string) (code string, term uint64, err error) {
-	err = n.serve(ctx, func(rn *raftnode.Node, l *lessor.Lessor) error {
+	err = n.serve(ctx, func(rn *raftnode.Node, l *lessor.Lessor, queued bool) error {
 		if !rn.IsLeader() { // the handler forwards: not this node's answer
 			return errNotLeader
 		}
 		res, err := server.RenewLeases(context.Background(), l, []string{lease})
+		if queued && (err != nil || res[0].GetErrorCode() != "") {
+			n.c.count(&n.c.counters.ResumedRefusals)
+		}
 		if err != nil {
 			return errNotLeader
 		}

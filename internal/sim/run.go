@@ -245,7 +245,8 @@ func (cl *client) fencedWrites(stop <-chan struct{}, fenced, unfenced *resource)
 // Go client's keepalive stream does), now and then takes one of two names
 // its peers also try for, and stops for 1–1.25 TTL (a paused or dead
 // holder; a peer may then get its name) in 1 of 100 rounds, and when the
-// fault schedule freezes it (see transfer).
+// fault schedule freezes it (see transfer), and in 2 of 100 rounds stops
+// so that its next renewal races its session's expiry.
 func (cl *client) shortLease(stop <-chan struct{}) {
 	var lease string
 	var held bool
@@ -275,8 +276,16 @@ func (cl *client) shortLease(stop <-chan struct{}) {
 				continue
 			}
 		}
-		if cl.rng.IntN(100) == 0 || cl.c.frozen(cl.id) {
+		switch p := cl.rng.IntN(100); {
+		case p == 0 || cl.c.frozen(cl.id):
 			time.Sleep(w4TTL + time.Duration(cl.rng.Int64N(int64(w4TTL/4))))
+		case p < 3:
+			// Stop until its next renewal goes out about when the leader
+			// may expire the session (TTL·(1+δ) after the last renewal on
+			// the leader's clock, within a tick): a late renewal racing
+			// the expiry, which the lessor must settle one way — renewed,
+			// or ended — and never both.
+			time.Sleep(w4TTL*90/100 + time.Duration(cl.rng.Int64N(int64(w4TTL*10/100))))
 		}
 	}
 }
