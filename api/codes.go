@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -214,9 +215,13 @@ func detailOf(ce *connect.Error) *leaseholdv1.ErrorDetail {
 }
 
 // NotSent reports whether err is a failure to connect: the request never
-// left, so it was certainly not applied. Besides a failed dial this is a
-// TLS handshake that failed, for example an https:// endpoint that
-// answers plain HTTP.
+// reached a leasehold server's handlers, so it was certainly not applied.
+// Besides a failed dial this is a TLS handshake that failed (an https://
+// endpoint that answers plain HTTP, an untrusted server certificate, or
+// the server's TLS alert refusing the client certificate, which under TLS
+// 1.3 arrives after the client sent its request but before the server
+// read it), and an answer in HTTP/1.1 where leasehold speaks HTTP/2 (a
+// port that is not leasehold's API).
 func NotSent(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
@@ -224,7 +229,11 @@ func NotSent(err error) bool {
 	}
 	var rh tls.RecordHeaderError
 	var ce *tls.CertificateVerificationError
-	return errors.Is(err, http.ErrSchemeMismatch) || errors.As(err, &rh) || errors.As(err, &ce)
+	if errors.Is(err, http.ErrSchemeMismatch) || errors.As(err, &rh) || errors.As(err, &ce) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "remote error: tls: ") || strings.Contains(msg, "frame header looked like an HTTP/1.1 header")
 }
 
 // Refused reports whether err is a refused connection: nothing listens at

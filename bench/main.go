@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&systems, "systems", "leasehold,etcd,redis", "systems to run, in this order; leasehold@REV is leasehold built from git revision REV (before/after a change in one run)")
 	flag.StringVar(&o.src, "src", "..", "leasehold source tree to build cmd/leasehold from")
 	flag.StringVar(&o.pprof, "pprof", "", "write CPU and allocation profiles of leasehold's server and Go client (uncontended, contended and keepalive phases) into this dir")
-	flag.IntVar(&sessions, "sessions", 0, "sessions each holding a lock (default 10000; smoke 20)")
+	flag.IntVar(&sessions, "sessions", 0, "sessions each holding a lock (default 10000; smoke 20; with -cluster, none unless set)")
 	flag.BoolVar(&o.cluster, "cluster", false, "3-node clusters of leasehold and etcd on 127.0.0.1: uncontended, contended and leader-kill rows into cluster.md")
 	flag.StringVar(&only, "workloads", "", "run only these workloads (comma-separated: uncontended, contended, sessions, churn, crash, leaderkill); default all")
 	flag.StringVar(&unc, "uncontended", "", "uncontended concurrencies, comma-separated (default 1,16,64)")
@@ -79,6 +79,9 @@ func main() {
 	}
 	if sessions > 0 {
 		o.p.Sessions = sessions
+		if o.p.SessionTTL == 0 { // a cluster run measures keepalives only when asked
+			o.p.Window, o.p.SessionTTL = 10*time.Second, 10*time.Second
+		}
 	}
 	if only != "" {
 		o.p.Only = map[string]bool{}

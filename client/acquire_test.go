@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/leasehold/leasehold/api"
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
 )
 
@@ -240,5 +244,58 @@ func TestLockViewsShareDone(t *testing.T) {
 	}
 	if !isClosed(l4.Done()) || !isClosed(l5.Done()) {
 		t.Fatal("Done of a closed session's locks stayed open")
+	}
+}
+
+// mixedModes answers every acquire with the shared holding of token 1
+// carrying no value, as a server does that returns a session's existing
+// holding whatever the request's mode; it counts withdrawals.
+type mixedModes struct {
+	leaseholdv1connect.UnimplementedLeaseholdServiceHandler
+	withdrawals atomic.Int32
+}
+
+func (m *mixedModes) CreateSession(context.Context, *connect.Request[pb.CreateSessionRequest]) (*connect.Response[pb.CreateSessionResponse], error) {
+	return connect.NewResponse(&pb.CreateSessionResponse{LeaseId: "l1", TtlMs: 60_000}), nil
+}
+
+func (m *mixedModes) Acquire(_ context.Context, r *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
+	h := &pb.Holding{Name: r.Msg.GetName(), LeaseId: r.Msg.GetLeaseId(), Token: 1, Mode: pb.LockMode_LOCK_MODE_SHARED}
+	return connect.NewResponse(&pb.AcquireResponse{Holding: h, TtlMs: 60_000}), nil
+}
+
+func (m *mixedModes) CancelWait(context.Context, *connect.Request[pb.CancelWaitRequest]) (*connect.Response[pb.CancelWaitResponse], error) {
+	m.withdrawals.Add(1)
+	return connect.NewResponse(&pb.CancelWaitResponse{}), nil
+}
+
+// TestAcquireChecksTheModeItGot: the client never takes a grant in another
+// mode or with another value than it asked for as its own, and withdraws
+// nothing: the holding is one the session already had.
+func TestAcquireChecksTheModeItGot(t *testing.T) {
+	srv := &mixedModes{}
+	_, h := leaseholdv1connect.NewLeaseholdServiceHandler(srv)
+	c := dial(t, serveHandler(t, h), client.WithUnaryLocks())
+	ctx := testCtx(t)
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Orphan()
+	if l, err := s.Acquire(ctx, "rw", client.Shared()); err != nil || l.Token() != 1 {
+		t.Fatalf("read lock = %v, %v", l, err)
+	}
+	for what, try := range map[string]func() error{
+		"write lock": func() error { _, err := s.Acquire(ctx, "rw"); return err },
+		"campaign":   func() error { _, err := s.Campaign(ctx, "rw", []byte("me")); return err },
+		"AcquireIn":  func() error { _, err := c.AcquireIn(ctx, s.ID(), "rw", false); return err },
+	} {
+		err := try()
+		if !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "release it first") {
+			t.Fatalf("%s answered with a shared holding: %v, want invalid-argument", what, err)
+		}
+	}
+	if n := srv.withdrawals.Load(); n != 0 {
+		t.Fatalf("%d withdrawals of a holding the session already had", n)
 	}
 }

@@ -57,7 +57,8 @@ type Client struct {
 }
 
 type endpoint struct {
-	addr    string
+	addr    string // as given to Dial
+	base    string // its URL (dialOptions.baseURL): every call and stream to it uses this one
 	locks   leaseholdv1connect.LeaseholdServiceClient
 	cluster leaseholdv1connect.ClusterServiceClient
 	ls      *lockSlot // the lock stream (lockstream.go); nil: unary RPCs only
@@ -124,6 +125,7 @@ func Dial(_ context.Context, endpoints string, opts ...DialOption) (*Client, err
 		}
 		e := endpoint{
 			addr:    ep,
+			base:    base,
 			locks:   leaseholdv1connect.NewLeaseholdServiceClient(c.httpc, base, connect.WithGRPC()),
 			cluster: leaseholdv1connect.NewClusterServiceClient(c.httpc, base, connect.WithGRPC()),
 		}
@@ -257,8 +259,9 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 ) (*Res, error) {
 	stop := time.Now().Add(c.opts.retryTimeout)
 	backoff := 10 * time.Millisecond
-	refused := 0           // endpoints that refused the connection, while all before them did too
-	var refusal *api.Error // the last `unavailable` or `not-leader` answer
+	refused := 0                    // endpoints that refused the connection, while all before them did too
+	var refusal *api.Error          // the last `unavailable` or `not-leader` answer
+	misconfigured := map[int]bool{} // endpoints this call cannot reach with its settings
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil { // not sent: certainly not applied
 			return nil, opError(op, atDeadline(ctx, &api.Error{Code: ctxCode(ctx), Message: context.Cause(ctx).Error()}, refusal, req))
@@ -272,11 +275,23 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 			return resp.Msg, nil
 		}
 		e := c.opts.dialHint(classify(ctx, err, req), err)
+		// A refused connection or a misconfiguration (TLS, wrong port) on
+		// every endpoint of the first round fails at once: retrying
+		// cannot help, and nothing reached a server.
+		hint := c.opts.misconfigured(ctx, c.eps[i].addr, err)
+		if hint != "" {
+			e = &api.Error{Code: api.CodeUnavailable, Message: c.eps[i].addr + ": " + hint}
+		}
 		if refused == attempt-1 && (api.Refused(err) || errors.Is(err, http.ErrSchemeMismatch)) {
 			if refused++; refused == len(c.eps) {
 				if api.Refused(err) {
 					e = &api.Error{Code: api.CodeUnavailable, Message: "no server at " + c.addrs()}
 				}
+				return nil, opError(op, e)
+			}
+		}
+		if hint != "" {
+			if misconfigured[i] = true; len(misconfigured) == len(c.eps) {
 				return nil, opError(op, e)
 			}
 		}

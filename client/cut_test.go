@@ -233,3 +233,41 @@ func TestLeaderThatRefusedIsFollowed(t *testing.T) {
 		t.Fatalf("B got %d calls, A %d; want B the 2nd and 3rd after its refusal and A's naming it", got, a.calls.Load())
 	}
 }
+
+// A re-entrant AcquireIn (acquire NAME --session ID) whose replies are cut
+// off until its deadline withdraws its own request, and that withdrawal
+// releases nothing: the holding was created by an earlier request, whose
+// caller learned it.
+func TestReentrantAcquireInCutKeepsTheHolding(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	direct := dial(t, ts.Addr)
+	var cutting atomic.Bool
+	h := ts.srv.Handler()
+	addr := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cutting.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceTryAcquireProcedure {
+			cutreply.Serve(h, w, r) // applied, then the reply is lost
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	c := dial(t, addr, client.WithUnaryLocks())
+	s := newSession(t, direct)
+	first, err := c.AcquireIn(ctx, s.ID(), "re-1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutting.Store(true)
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.AcquireIn(cctx, s.ID(), "re-1", true); err == nil {
+		t.Fatal("an AcquireIn with its replies cut succeeded")
+	}
+	info, err := direct.Status(ctx, "re-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := info.GetHolder(); h.GetLeaseId() != s.ID() || h.GetToken() != first.GetToken() {
+		t.Fatalf("after the second caller's withdrawal, re-1 is held by %v; the first caller holds token %d", h, first.GetToken())
+	}
+}

@@ -29,7 +29,10 @@ type Leadership struct {
 
 // Campaign waits in the election name's queue until this session is
 // elected or ctx ends, and returns the leadership, carrying value. A
-// session campaigning for a name it leads gets the same leadership.
+// session campaigning for a name it leads, with the value it last
+// proclaimed, gets the same leadership; with another value, or for a name
+// it holds as a plain or shared lock, Campaign fails with
+// ErrInvalidArgument and changes nothing.
 func (s *Session) Campaign(ctx context.Context, name string, value []byte) (*Leadership, error) {
 	l, err := s.Acquire(ctx, name, withValue(value))
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -427,11 +426,7 @@ func (c *Client) openKeepAlive(ep int) *kaStream {
 	st := &kaStream{cancel: cancel, out: make(chan *pb.KeepAliveStreamRequest, maxQueuedMessages), in: make(chan kaReply, 16)}
 	// Renewal answers are small and frequent: compressing them costs more
 	// CPU than it saves on the wire, so this stream does not accept gzip.
-	base := c.eps[ep].addr
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	lc := leaseholdv1connect.NewLeaseholdServiceClient(c.keeper.httpc, base, connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil))
+	lc := leaseholdv1connect.NewLeaseholdServiceClient(c.keeper.httpc, c.eps[ep].base, connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil))
 	bs := lc.KeepAliveStream(ctx)
 	st.bs = bs
 	report := func(r kaReply) {

@@ -113,5 +113,8 @@ func (c *Client) AcquireIn(ctx context.Context, leaseID, name string, try bool, 
 		}
 		return nil, err
 	}
+	if err := o.check(name, res.GetHolding()); err != nil {
+		return nil, err
+	}
 	return res.GetHolding(), nil
 }

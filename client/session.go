@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -263,9 +264,12 @@ func WithLockDelay(d time.Duration) AcquireOption {
 
 // Acquire takes the lock name, waiting in the server's FIFO queue until it
 // is granted or ctx ends (ErrDeadlineExceeded or ErrCanceled; the queue
-// entry is withdrawn). Acquiring a name the session already holds returns
-// another view of the same holding, so a retried Acquire never grants
-// twice.
+// entry is withdrawn). Acquiring a name the session already holds, in the
+// same mode (and with the same value), returns another view of the same
+// holding, so a retried Acquire never grants twice. Modes never mix: asking
+// for a name the session holds or waits for in the other mode fails with
+// ErrInvalidArgument and changes nothing (there is no upgrade from shared
+// to exclusive: release the read lock, then acquire the write lock).
 //
 // A grant the caller never learned is never kept: each attempt carries a
 // fresh wait id, and when Acquire ends in anything but a definite refusal
@@ -274,7 +278,7 @@ func WithLockDelay(d time.Duration) AcquireOption {
 // the withdrawal fails, the error is ErrOutcomeUnknown.
 func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
-	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
+	return s.acquire(ctx, name, o, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
 		res, err := call(ctx, s.c, "acquire "+name, asEndpoint, acquireOp, &pb.AcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
 			Mode: o.mode, Permits: o.permits, Value: o.value})
 		return res.GetHolding(), err
@@ -286,7 +290,7 @@ func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOptio
 // it withdraws a grant whose answer it did not get.
 func (s *Session) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
-	return s.acquire(ctx, name, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
+	return s.acquire(ctx, name, o, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
 		res, err := call(ctx, s.c, "try acquire "+name, asEndpoint, tryAcquireOp, &pb.TryAcquireRequest{Name: name, LeaseId: s.id, LockDelayMs: o.lockDelay.Milliseconds(), WaitId: waitID,
 			Mode: o.mode, Permits: o.permits, Value: o.value})
 		return res.GetHolding(), err
@@ -305,7 +309,7 @@ func acquireOpts(opts []AcquireOption) acquireOptions {
 // caller did not learn.
 const cancelWaitTimeout = 5 * time.Second
 
-func (s *Session) acquire(ctx context.Context, name string, do func(context.Context, uint64) (*pb.Holding, error)) (*Lock, error) {
+func (s *Session) acquire(ctx context.Context, name string, o acquireOptions, do func(context.Context, uint64) (*pb.Holding, error)) (*Lock, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
@@ -334,10 +338,39 @@ func (s *Session) acquire(ctx context.Context, name string, do func(context.Cont
 		}
 		return nil, err
 	}
+	if err := o.check(name, h); err != nil {
+		return nil, err
+	}
 	if !s.renewedAt(sent) {
 		return nil, s.Err()
 	}
 	return s.hold(h), nil
+}
+
+// check refuses a grant h of name that is not what o asked for: another
+// mode or another value. The server refuses such a request of a session
+// that holds the name otherwise; a server that does not answers with the
+// session's existing holding, which another caller may have learned, so
+// nothing is withdrawn and the error says what the session holds.
+func (o acquireOptions) check(name string, h *pb.Holding) error {
+	var got string
+	switch {
+	case h.GetMode() != o.mode:
+		got = fmt.Sprintf("it %s, the session holds it %s", modeWord(o.mode), modeWord(h.GetMode()))
+	case !bytes.Equal(h.GetValue(), o.value):
+		got = "another value than the session holds it with"
+	default:
+		return nil
+	}
+	return opError("acquire "+name, &api.Error{Code: api.CodeInvalidArgument,
+		Message: fmt.Sprintf("asked for %s (token %d); release it first", got, h.GetToken())})
+}
+
+func modeWord(m pb.LockMode) string {
+	if m == pb.LockMode_LOCK_MODE_SHARED {
+		return "shared"
+	}
+	return "exclusive"
 }
 
 // definite reports whether err is a refusal that certainly granted nothing.

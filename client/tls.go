@@ -80,9 +80,9 @@ func (o dialOptions) checkClientCert(now time.Time) error {
 	return nil
 }
 
-// dialHint adds the likely cause to a call whose connection broke without an answer:
-// a plaintext client talking to a TLS port, or a TLS server refusing the client certificate
-// (which TLS 1.3 reports only as a closed connection).
+// dialHint adds the likely cause to a call over TLS whose connection broke without an
+// answer: a TLS server refusing the client certificate (which TLS 1.3 may report only as a
+// closed connection).
 func (o dialOptions) dialHint(e *api.Error, cause error) *api.Error {
 	if api.IsServerError(cause) || api.Refused(cause) ||
 		(e.Code != api.CodeOutcomeUnknown && e.Code != api.CodeUnavailable) {
@@ -91,8 +91,7 @@ func (o dialOptions) dialHint(e *api.Error, cause error) *api.Error {
 	var hint string
 	switch {
 	case o.tls == nil:
-		hint = " (the server closed the connection: if it serves TLS, use https:// endpoints " +
-			"and client.WithTLS; CLI: --cacert)"
+		return e // a TLS port is found by a probe instead (misconfigured)
 	case len(o.tls.Certificates) > 0:
 		hint = " (the server closed the connection during TLS setup: it may have refused the " +
 			"client certificate as not signed by its --client-ca)"

@@ -142,3 +142,29 @@ func withCert(cfg *tls.Config, p pki, name string) *tls.Config {
 	cfg.Certificates = []tls.Certificate{pair}
 	return cfg
 }
+
+// TestTLSSchemelessEndpointRenews: with WithTLS a host:port endpoint means
+// TLS for the keepalive stream as for unary calls, so a session and its
+// lock outlive several TTLs.
+func TestTLSSchemelessEndpointRenews(t *testing.T) {
+	p := newPKI(t, certs.Options{})
+	ts := startServer(t, p.server(t, true))
+	c := dial(t, ts.Addr, client.WithTLS(p.client(t, "alice")))
+	const ttl = time.Second
+	s := newSession(t, c, client.WithTTL(ttl))
+	l, err := s.Acquire(testCtx(t), "tls:renewed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatalf("the session ended within 4 TTLs: %v", s.Err())
+	case <-l.Done():
+		t.Fatal("the lock was lost within 4 TTLs")
+	case <-time.After(4 * ttl):
+	}
+	st, err := c.Status(testCtx(t), "tls:renewed")
+	if err != nil || st.GetHolder().GetToken() != l.Token() {
+		t.Fatalf("after 4 TTLs: %+v, %v; want held with token %d", st, err, l.Token())
+	}
+}

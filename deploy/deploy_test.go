@@ -133,7 +133,8 @@ func stripComments(doc string) string {
 // a StatefulSet of three started in parallel (no pod is ready before a
 // quorum), its headless Service publishing not-ready pods, a PDB that
 // never lets two go, a --bootstrap list naming exactly the three pods at
-// their headless-Service DNS names, probes on the API port.
+// their headless-Service DNS names with --join for a pod on an empty
+// volume, TLS from the Secret, HTTPS probes on the API port.
 func TestKubernetesManifests(t *testing.T) {
 	sts, svcs, pdbs := manifests(t)
 	if len(sts) != 1 || len(pdbs) != 1 {
@@ -193,17 +194,21 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	for flag, v := range map[string]string{
 		"--node-id": "$(POD_NAME)", "--raft-addr": "$(POD_NAME)." + headless.Name + ":7520",
-		"--advertise": "$(POD_NAME)." + headless.Name + ":7420", "--listen": "0.0.0.0:7420", "--data": "/data",
+		"--advertise": "$(POD_NAME)." + headless.Name + ":7420", "--listen": "$(POD_IP):7420", "--data": "/data",
+		"--join": "leasehold-api:7420", "--cert": "/tls/tls.crt", "--peer-cert": "/tls/tls.crt",
 	} {
 		if flags[flag] != v {
 			t.Errorf("%s = %q, want %q", flag, flags[flag], v)
 		}
 	}
-	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || c.ReadinessProbe.GRPC.Port != 7420 {
-		t.Errorf("readiness must be the gRPC health check on 7420: %+v", c.ReadinessProbe)
-	}
-	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("liveness must be GET /healthz: %+v", c.LivenessProbe)
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}, {"startup", c.StartupProbe, "/healthz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s must be an HTTPS GET of %s (the API serves TLS only): %+v", p.name, p.path, p.probe)
+		}
 	}
 	mounted := false
 	for _, m := range c.VolumeMounts {
@@ -214,5 +219,25 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 		t.Errorf("the container must have a read-only root and no privilege escalation")
+	}
+}
+
+// TestDockerfilesRunAlike: the image users build (../Dockerfile, multi-stage)
+// and the one scripts/image.sh builds and CI runs (container/Dockerfile,
+// an empty base) run the same way: their runtime lines are the same.
+func TestDockerfilesRunAlike(t *testing.T) {
+	runtime := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, after, ok := strings.Cut(string(b), "# --- runtime")
+		if !ok {
+			t.Fatalf("%s has no \"# --- runtime\" section", path)
+		}
+		return after
+	}
+	if a, b := runtime("../Dockerfile"), runtime("container/Dockerfile"); a != b {
+		t.Fatalf("the runtime sections differ:\n../Dockerfile:%s\ncontainer/Dockerfile:%s", a, b)
 	}
 }

@@ -70,6 +70,7 @@ type httpOptions struct {
 	record      RecordPolicy
 	logger      *slog.Logger
 	seq         *sequencerOptions // verifying mode (verify.go); nil: plain tokens
+	settle      *settler          // settle.go; nil: off
 }
 
 // RecordPolicy selects when Middleware records an admitted token as the key's last token.
@@ -192,6 +193,9 @@ func isRead(method string) bool {
 //     effect applied by a handler that then answered 5xx, panicked or hung still advanced
 //     the key, so an older token is refused afterwards. If recording fails, the client gets
 //     500 internal and next is not called.
+//   - with WithSettle(d), a key whose last exchange ended with an unknown outcome
+//     (MarkUnsettled) is refused with 503 unavailable and Retry-After for d after it ended,
+//     and every key for d after Middleware was built (settle.go).
 //   - with WithRecordPolicy(RecordUnless4xx) next runs first and the token is recorded when
 //     next sends a non-4xx status (or panics, or answers nothing) — before that status
 //     reaches the client. If that recording fails, the client gets 500 internal instead (the
@@ -210,6 +214,7 @@ func Middleware(a *Admitter, opts ...HTTPOption) func(http.Handler) http.Handler
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
+	o.settle.started()
 	return func(next http.Handler) http.Handler {
 		return o.withSequencers(&admitHandler{a: a, o: o, next: next})
 	}
@@ -262,6 +267,15 @@ func (h *admitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer ad.Release()
+	// Checked under the key's lock: a request that waited for it behind an exchange of
+	// unknown outcome sees that exchange's settle time.
+	if wait := h.o.settle.wait(key); wait > 0 {
+		refuseUnsettled(w, key, wait)
+		return
+	}
+	ctx, settled := h.o.settle.track(r.Context(), key)
+	defer settled()
+	r = r.WithContext(ctx)
 
 	if h.o.record == RecordBefore {
 		if err := ad.Commit(r.Context()); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/leasehold/leasehold/sequencer"
 )
@@ -17,7 +18,8 @@ import (
 // sequencer (package sequencer) instead, and it is checked against the cluster's pinned key
 // set and against the lock configured for the key BEFORE its token is compared or recorded:
 //
-//	sequencer ──▶ Sequencers.Verify(key, s): signature, key id, cluster id, lock(key) == s.Name
+//	sequencer ──▶ Sequencers.Verify(key, s): signature, key id, cluster id, lock(key) == s.Name,
+//	                   │                          exclusive (a write), slot K for key NAME/slot/K
 //	                   │ refused: nothing compared, nothing recorded
 //	                   ▼ accepted
 //	              the usual token check with s.Token (Guard.Write, Admitter, Middleware)
@@ -40,6 +42,39 @@ type LockFunc func(key string) (lock string, err error)
 // LockIsKey is the LockFunc for resources whose key is the lock name itself.
 func LockIsKey(key string) (string, error) { return key, nil }
 
+// SlotKeys returns a LockFunc that maps a semaphore's slot key NAME/slot/K (the key the holder
+// of slot K fences, client.SlotKey) to the lock NAME, and any other key through fallback
+// (LockIsKey when nil). Whatever LockFunc maps NAME/slot/K to NAME, a sequencer verifies for
+// that key only when its grant holds slot K.
+func SlotKeys(fallback LockFunc) LockFunc {
+	if fallback == nil {
+		fallback = LockIsKey
+	}
+	return func(key string) (string, error) {
+		if i := strings.LastIndex(key, slotInfix); i > 0 {
+			if _, ok := slotOf(key, key[:i]); ok {
+				return key[:i], nil
+			}
+		}
+		return fallback(key)
+	}
+}
+
+const slotInfix = "/slot/"
+
+// slotOf returns K when key is lock's slot key lock/slot/K, K in canonical decimal.
+func slotOf(key, lock string) (uint32, bool) {
+	rest, ok := strings.CutPrefix(key, lock+slotInfix)
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.ParseUint(rest, 10, 32)
+	if err != nil || strconv.FormatUint(k, 10) != rest {
+		return 0, false
+	}
+	return uint32(k), true
+}
+
 // LockMap returns a LockFunc reading m (key → lock); for a key not in m it calls fallback, or
 // returns ErrNoLock when fallback is nil. m is copied.
 func LockMap(m map[string]string, fallback LockFunc) LockFunc {
@@ -59,8 +94,9 @@ func LockMap(m map[string]string, fallback LockFunc) LockFunc {
 }
 
 // Sequencers verifies signed sequencers for resource keys: a sequencer is accepted for key k
-// iff it verifies under the Verifier and names the lock LockFunc gives for k. It is safe for
-// concurrent use; rotate keys with the Verifier's SetKeySet.
+// iff it verifies under the Verifier, names the lock LockFunc gives for k, holds it exclusive
+// (a reader's grant passes only VerifyRead) and, when k is that lock's slot key NAME/slot/K,
+// holds slot K. It is safe for concurrent use; rotate keys with the Verifier's SetKeySet.
 type Sequencers struct {
 	v    *sequencer.Verifier
 	lock LockFunc
@@ -74,10 +110,21 @@ func NewSequencers(v *sequencer.Verifier, lock LockFunc) *Sequencers {
 	return &Sequencers{v: v, lock: lock}
 }
 
-// Verify checks the text form of a sequencer for key and returns it. The error wraps
-// ErrInvalidKey, ErrNoLock, or one of the sequencer package's errors (ErrMalformed,
-// ErrWrongCluster, ErrUnknownKey, ErrBadSignature, ErrKeyRetired, ErrWrongLock).
+// Verify checks the text form of a sequencer for a write to key and returns it. The error
+// wraps ErrInvalidKey, ErrNoLock, or one of the sequencer package's errors (ErrMalformed,
+// ErrVersion, ErrWrongCluster, ErrUnknownKey, ErrBadSignature, ErrKeyRetired, ErrWrongLock,
+// ErrWrongMode for a shared grant, ErrWrongSlot for another slot's grant).
 func (s *Sequencers) Verify(key, text string) (sequencer.Sequencer, error) {
+	return s.verify(key, text, false)
+}
+
+// VerifyRead is Verify for a fenced read of key: a shared grant (a reader of a read/write
+// lock) passes too.
+func (s *Sequencers) VerifyRead(key, text string) (sequencer.Sequencer, error) {
+	return s.verify(key, text, true)
+}
+
+func (s *Sequencers) verify(key, text string, read bool) (sequencer.Sequencer, error) {
 	if err := ValidateKey(key); err != nil {
 		return sequencer.Sequencer{}, err
 	}
@@ -86,6 +133,12 @@ func (s *Sequencers) Verify(key, text string) (sequencer.Sequencer, error) {
 		return sequencer.Sequencer{}, err
 	}
 	q, err := s.v.VerifyString(text, lock)
+	if err == nil && q.Mode != sequencer.Exclusive && !read {
+		err = fmt.Errorf("%w: token %d holds %q %s; only its exclusive holder may write", sequencer.ErrWrongMode, q.Token, q.Name, q.Mode)
+	}
+	if k, ok := slotOf(key, lock); err == nil && ok && q.Slot != k {
+		err = fmt.Errorf("%w: token %d holds slot %d of %q, the key is slot %d's", sequencer.ErrWrongSlot, q.Token, q.Slot, q.Name, k)
+	}
 	if err != nil {
 		return sequencer.Sequencer{}, fmt.Errorf("fence: sequencer for key %q: %w", key, err)
 	}
@@ -137,9 +190,12 @@ type sequencerOptions struct {
 // of a signed sequencer in the Fencing-Sequencer header (see WithSequencerHeader), which must
 // verify for the request's key before its token is checked:
 //
-//   - missing, repeated or malformed sequencer: 400 invalid-argument;
+//   - missing, repeated or malformed sequencer, or one of the old version 1: 400
+//     invalid-argument;
 //   - forged or altered, signed by an unknown or retired key, from another cluster, for
-//     another lock than the key's, or no lock configured for the key: 403 permission-denied;
+//     another lock than the key's, a reader's (shared) grant for a write, another slot's
+//     grant for a slot key NAME/slot/K, or no lock configured for the key: 403
+//     permission-denied;
 //   - a Fencing-Token header, if also sent, must equal the sequencer's token (else 400).
 //
 // The verified token then replaces the token header for the usual check (and for the
@@ -194,9 +250,9 @@ func (h *verifyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		invalid(w, "fence: key: "+err.Error())
 		return
 	}
-	q, err := h.o.seq.s.Verify(key, text)
+	q, err := h.o.seq.s.verify(key, text, isRead(r.Method))
 	switch {
-	case errors.Is(err, sequencer.ErrMalformed), errors.Is(err, ErrInvalidKey):
+	case errors.Is(err, sequencer.ErrMalformed), errors.Is(err, sequencer.ErrVersion), errors.Is(err, ErrInvalidKey):
 		invalid(w, err.Error())
 		return
 	case err != nil:

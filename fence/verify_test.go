@@ -195,3 +195,52 @@ func TestMiddlewareSequencerHeaderAndRotation(t *testing.T) {
 		t.Fatalf("after pinning the new key: %d %s", w.Code, w.Body.String())
 	}
 }
+
+// TestSequencersCheckModeAndSlot: a reader's grant of a read/write lock never passes for the
+// writer's, and one slot's grant of a semaphore never passes for another slot's key; a read
+// takes the reader's grant.
+func TestSequencersCheckModeAndSlot(t *testing.T) {
+	c := newCluster(t, "c1", 1)
+	sign := func(q sequencer.Sequencer) string {
+		q.LeaseID, q.IssuedUnixMs = "lease-1", 1
+		s, err := c.signer.SignString(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	reader := sign(sequencer.Sequencer{Name: "rw", Token: 7, Mode: sequencer.Shared})
+	writer := sign(sequencer.Sequencer{Name: "rw", Token: 8})
+	slot0 := sign(sequencer.Sequencer{Name: "enc", Token: 9})
+	slot2 := sign(sequencer.Sequencer{Name: "enc", Token: 10, Slot: 2})
+	s := fence.NewSequencers(c.verifier, fence.SlotKeys(nil))
+	byMap := fence.NewSequencers(c.verifier, fence.LockMap(map[string]string{"enc/slot/2": "enc"}, nil))
+	for _, tc := range []struct {
+		name     string
+		s        *fence.Sequencers
+		key, seq string
+		read     bool
+		want     error
+	}{
+		{"the writer writes", s, "rw", writer, false, nil},
+		{"a reader writes", s, "rw", reader, false, sequencer.ErrWrongMode},
+		{"a reader reads", s, "rw", reader, true, nil},
+		{"slot 2 writes its key", s, "enc/slot/2", slot2, false, nil},
+		{"slot 0 writes slot 2's key", s, "enc/slot/2", slot0, false, sequencer.ErrWrongSlot},
+		{"slot 2 writes slot 0's key", s, "enc/slot/0", slot2, false, sequencer.ErrWrongSlot},
+		{"a non-canonical slot key is no slot key", s, "enc/slot/02", slot2, false, sequencer.ErrWrongLock},
+		{"a mapped slot key checks the slot", byMap, "enc/slot/2", slot0, false, sequencer.ErrWrongSlot},
+		{"a mapped slot key takes its slot", byMap, "enc/slot/2", slot2, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verify := tc.s.Verify
+			if tc.read {
+				verify = tc.s.VerifyRead
+			}
+			_, err := verify(tc.key, tc.seq)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("Verify(%q) = %v, want %v", tc.key, err, tc.want)
+			}
+		})
+	}
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ci-services.sh — install (when missing) and start the PostgreSQL and Redis servers that the
 # fence package's integration tests run against, on loopback, on fixed ports; and install
-# (when missing) the chromium and systemd-analyze that the dashboard and deploy tests use.
+# (when missing) the chromium, systemd-analyze and podman that the dashboard and deploy tests use,
+# and the Debian Python packages the Python client's tests use.
 #
 # Usage (CI and dev boxes alike):
 #
@@ -183,5 +184,28 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
 	apt_install systemd
 fi
 
+# ------------------------------------------ Python (clients/python tests)
+# Debian's packages for Debian's python3 (the generated code is committed:
+# no protoc needed here).
+if ! /usr/bin/python3 -c 'import grpc, google.protobuf, psycopg, redis, pytest, build, venv, pip' >/dev/null 2>&1; then
+	apt_install python3-grpcio python3-protobuf python3-psycopg python3-redis python3-pytest python3-build python3-venv python3-pip
+fi
+
+# ------------------------------------------------- podman (the container image)
+# scripts/image.sh builds the image and the deploy tests run it with podman,
+# rootful, with runc and cgroupfs and no ulimits (what works on CI machines).
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+	apt_install podman runc
+fi
+mkdir -p "$CI_DIR"
+cat >"$CI_DIR/containers.conf" <<'CONF'
+[containers]
+default_ulimits = []
+[engine]
+cgroup_manager = "cgroupfs"
+runtime = "runc"
+CONF
+
+printf "export CONTAINERS_CONF='%s'\n" "$CI_DIR/containers.conf"
 printf "export LEASEHOLD_TEST_POSTGRES='%s'\n" "postgres://postgres@$HOST:$PG_PORT/postgres?sslmode=disable"
 printf "export LEASEHOLD_TEST_REDIS='%s'\n" "redis://$HOST:$REDIS_PORT/0"

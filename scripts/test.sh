@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test of the project, in one command (the README's second command and
 # .ci/run call it): vet, the Go tests with the race detector, the deploy/
-# and bench/ modules (each its own Go module), and the TypeScript client
-# against a real server. Run it after scripts/ci-services.sh has started
+# and bench/ modules (each its own Go module), and the TypeScript and
+# Python clients against a real server. Run it after scripts/ci-services.sh has started
 # PostgreSQL and Redis and printed their LEASEHOLD_TEST_* variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,12 +23,19 @@ go test -count=1 -tags leasehold_sim -timeout 20m ./internal/sim -run 'TestSim$|
 step deploy module
 # deploy/ is a module of its own (the Kubernetes API types stay out of leasehold's).
 (cd deploy && go vet ./... && go test -count=1 ./...)
+step container image
+# The image scripts/image.sh builds, run with podman (needs CONTAINERS_CONF from ci-services.sh).
+img=$(bash scripts/image.sh | tail -n 1)
+(cd deploy && LEASEHOLD_IMAGE="$img" go test -count=1 -tags leasehold_image -run TestImage .)
 step bench module
 # The side-by-side benchmark's smoke run (its own module: etcd stays out of the main one).
 (cd bench && go vet ./... && go test -count=1 -timeout 10m ./...)
 step TypeScript client
 # The TypeScript client against a real server (node's test runner).
 bash scripts/ts-test.sh
+step Python client
+# The Python client against a real server, PostgreSQL and Redis (pytest).
+bash clients/python/scripts/test.sh
 step failpoints
 # The crash failpoints of a leasehold_failpoints build (tier 2 arms them in the real binary).
 go test -race -count=1 -tags leasehold_failpoints ./internal/failpoint

@@ -16,12 +16,12 @@
 // A resource refuses a sequencer that does not verify BEFORE it looks at the token, so a
 // forged or altered sequencer can never raise the key's last accepted token.
 //
-// # Wire format (version 1)
+// # Wire format (version 2)
 //
 // The binary form is canonical — one Sequencer has exactly one encoding, and decoding
 // anything else fails with ErrMalformed — and all integers are big-endian:
 //
-//	1 byte        version (1)
+//	1 byte        version (2)
 //	1 byte + n    key id         (1..MaxIDLen bytes of printable ASCII)
 //	1 byte + n    cluster id     (1..MaxIDLen bytes of printable ASCII)
 //	2 bytes + n   lock name      (1..MaxNameLen bytes of UTF-8, no control characters)
@@ -29,7 +29,12 @@
 //	1 byte + n    lease id       (0..MaxIDLen bytes of printable ASCII)
 //	8 bytes       issued at      (Unix milliseconds, >= 0)
 //	1 byte + n    group          (0..MaxIDLen bytes of printable ASCII; a routing hint)
+//	1 byte        mode           (0 exclusive, 1 shared)
+//	4 bytes       slot           (a semaphore's permit; 0 when shared)
 //	64 bytes      Ed25519 signature of "leasehold-sequencer\x00" followed by every byte above
+//
+// Version 1 had no mode and no slot, so a reader's grant passed for the writer's and one
+// slot's for another's; it is refused with ErrVersion.
 //
 // The text form (for the Fencing-Sequencer HTTP header, environment variables, logs) is the
 // binary form in unpadded base64url ([EncodeToString]); it is at most [MaxTextLen] bytes.

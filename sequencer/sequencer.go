@@ -11,10 +11,12 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of the version-1 format.
+// Limits of the version-2 format.
 const (
-	// Version is the format version this package writes and reads.
-	Version = 1
+	// Version is the format version this package writes and reads. Version 1 carried neither
+	// mode nor slot, so a reader's or another slot's grant could pass for the writer's; it is
+	// refused (ErrVersion).
+	Version = 2
 	// MaxNameLen is the longest lock name, in bytes (the server's lock-name limit).
 	MaxNameLen = 256
 	// MaxIDLen is the longest key id, cluster id, lease id and group, in bytes.
@@ -22,7 +24,7 @@ const (
 	// SignatureLen is the length of the Ed25519 signature at the end of the binary form.
 	SignatureLen = ed25519.SignatureSize
 	// MaxLen is the longest binary form, in bytes.
-	MaxLen = 1 + (1 + MaxIDLen) + (1 + MaxIDLen) + (2 + MaxNameLen) + 8 + (1 + MaxIDLen) + 8 + (1 + MaxIDLen) + SignatureLen
+	MaxLen = 1 + (1 + MaxIDLen) + (1 + MaxIDLen) + (2 + MaxNameLen) + 8 + (1 + MaxIDLen) + 8 + (1 + MaxIDLen) + 1 + 4 + SignatureLen
 	// MaxTextLen is the longest text form, in bytes.
 	MaxTextLen = (MaxLen*8 + 5) / 6
 )
@@ -31,8 +33,30 @@ const (
 // a signature over anything else made with the same key.
 const signingContext = "leasehold-sequencer\x00"
 
-// Sequencer is one grant as a resource sees it: which lock, which token, which session, when,
-// and which cluster and key vouch for it.
+// Mode is how a grant holds its lock (the lock modes of leasehold's recipes).
+type Mode uint8
+
+// The modes.
+const (
+	// Exclusive is a lock's one holder, a read/write lock's writer, an election's leader, or
+	// one permit of a semaphore (then in its own Slot).
+	Exclusive Mode = 0
+	// Shared is a reader of a read/write lock, holding it beside other readers.
+	Shared Mode = 1
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// Sequencer is one grant as a resource sees it: which lock, in which mode and slot, which
+// token, which session, when, and which cluster and key vouch for it.
 type Sequencer struct {
 	// Name is the lock the grant is for. The resource compares it with the lock it expects.
 	Name string
@@ -50,6 +74,11 @@ type Sequencer struct {
 	// Group is the Raft group that granted the lock: a routing hint, never compared (may be
 	// empty).
 	Group string
+	// Mode is how the grant holds the lock: a resource that takes writes requires Exclusive.
+	Mode Mode
+	// Slot is the permit a semaphore's grant occupies (0..permits-1; 0 for any other grant).
+	// The holder of slot K fences the key NAME/slot/K, which only a grant of slot K may write.
+	Slot uint32
 }
 
 // Issued returns IssuedUnixMs as a time.
@@ -57,8 +86,8 @@ func (q Sequencer) Issued() time.Time { return time.UnixMilli(q.IssuedUnixMs) }
 
 // String returns a one-line description (not the encoding).
 func (q Sequencer) String() string {
-	return fmt.Sprintf("lock %q token %d lease %q cluster %q key %q issued %s",
-		q.Name, q.Token, q.LeaseID, q.ClusterID, q.KeyID, q.Issued().UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("lock %q %s slot %d token %d lease %q cluster %q key %q issued %s",
+		q.Name, q.Mode, q.Slot, q.Token, q.LeaseID, q.ClusterID, q.KeyID, q.Issued().UTC().Format(time.RFC3339Nano))
 }
 
 // validate checks every field against the format's limits.
@@ -75,6 +104,10 @@ func (q Sequencer) validate() error {
 		return bad("token 0")
 	case q.IssuedUnixMs < 0:
 		return bad("issue time %d ms is negative", q.IssuedUnixMs)
+	case q.Mode != Exclusive && q.Mode != Shared:
+		return bad("unknown %v", q.Mode)
+	case q.Mode == Shared && q.Slot != 0:
+		return bad("a shared grant in slot %d", q.Slot)
 	}
 	for _, f := range []struct {
 		what, v  string
@@ -131,6 +164,8 @@ func (q Sequencer) body(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(q.IssuedUnixMs))
 	b = append(b, byte(len(q.Group)))
 	b = append(b, q.Group...)
+	b = append(b, byte(q.Mode))
+	b = binary.BigEndian.AppendUint32(b, q.Slot)
 	return b
 }
 
@@ -140,8 +175,8 @@ func signedMessage(body []byte) []byte {
 }
 
 // Parse decodes a binary sequencer WITHOUT verifying its signature (to display one, or to
-// find its key id). Anything but a canonical version-1 encoding wraps ErrMalformed. Use a
-// Verifier before trusting any field.
+// find its key id). A version-1 sequencer wraps ErrVersion; anything else but a canonical
+// version-2 encoding wraps ErrMalformed. Use a Verifier before trusting any field.
 func Parse(b []byte) (Sequencer, error) {
 	q, _, err := parse(b)
 	return q, err
@@ -155,7 +190,10 @@ func parse(b []byte) (Sequencer, int, error) {
 		return q, 0, fmt.Errorf("%w: %d bytes, longer than %d", ErrMalformed, len(b), MaxLen)
 	}
 	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != Version {
+	switch v := d.byte(); {
+	case d.err == nil && v == 1:
+		return q, 0, fmt.Errorf("%w: version 1 carries neither mode nor slot and is no longer accepted; acquire the lock again from a cluster that signs version %d", ErrVersion, Version)
+	case d.err == nil && v != Version:
 		return q, 0, fmt.Errorf("%w: version %d, want %d", ErrMalformed, v, Version)
 	}
 	q.KeyID = d.str(int(d.byte()))
@@ -165,6 +203,8 @@ func parse(b []byte) (Sequencer, int, error) {
 	q.LeaseID = d.str(int(d.byte()))
 	q.IssuedUnixMs = int64(d.uint64())
 	q.Group = d.str(int(d.byte()))
+	q.Mode = Mode(d.byte())
+	q.Slot = d.uint32()
 	n := d.off
 	d.str(SignatureLen)
 	if d.err != nil {
@@ -207,6 +247,13 @@ func (d *decoder) byte() byte {
 func (d *decoder) uint16() uint16 {
 	if p := d.take(2); p != nil {
 		return binary.BigEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (d *decoder) uint32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.BigEndian.Uint32(p)
 	}
 	return 0
 }

@@ -118,7 +118,8 @@ func TestVerifyRefuses(t *testing.T) {
 		{"truncated", good[:len(good)-1], grant.Name, sequencer.ErrMalformed},
 		{"trailing byte", append(bytes.Clone(good), 0), grant.Name, sequencer.ErrMalformed},
 		{"empty", nil, grant.Name, sequencer.ErrMalformed},
-		{"version 2", append([]byte{2}, good[1:]...), grant.Name, sequencer.ErrMalformed},
+		{"version 3", append([]byte{3}, good[1:]...), grant.Name, sequencer.ErrMalformed},
+		{"version 1, genuinely signed", version1(t, k1, good), grant.Name, sequencer.ErrVersion},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q, err := v.Verify(tc.b, tc.lock)
@@ -316,5 +317,50 @@ func TestSignerFile(t *testing.T) {
 		if _, err := sequencer.ParseSigner([]byte(bad)); !errors.Is(err, sequencer.ErrInvalidKeySet) {
 			t.Errorf("ParseSigner(%s) = %v", bad, err)
 		}
+	}
+}
+
+// version1 returns the version-1 form of the version-2 sequencer b, signed
+// with k as a cluster of that version did: no mode, no slot.
+func version1(t *testing.T, k sequencer.PrivateKey, b []byte) []byte {
+	t.Helper()
+	body := append([]byte{1}, b[1:len(b)-sequencer.SignatureLen-5]...)
+	return append(body, ed25519.Sign(k.Key, append([]byte("leasehold-sequencer\x00"), body...))...)
+}
+
+// TestModeAndSlotSigned: mode and slot round-trip, and altering either breaks
+// the signature, so a reader's grant cannot be made a writer's, nor one
+// slot's another's.
+func TestModeAndSlotSigned(t *testing.T) {
+	k1 := seededKey(t, "k1", 1)
+	s := newSigner(t, "c1", k1)
+	v := newVerifier(t, s.KeySet())
+	for _, tc := range []struct {
+		q  sequencer.Sequencer
+		at int // the byte altered, counted back from the signature
+	}{
+		{sequencer.Sequencer{Name: "rw", Token: 7, Mode: sequencer.Shared}, 5}, // the mode
+		{sequencer.Sequencer{Name: "sem", Token: 8, Slot: 3}, 1},               // the slot's low byte
+	} {
+		q := tc.q
+		b, err := s.Sign(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := v.Verify(b, q.Name)
+		if err != nil || got.Mode != q.Mode || got.Slot != q.Slot {
+			t.Fatalf("Verify = %+v, %v; want mode %v slot %d", got, err, q.Mode, q.Slot)
+		}
+		bad := bytes.Clone(b)
+		bad[len(b)-sequencer.SignatureLen-tc.at] ^= 1
+		if _, err := v.Verify(bad, q.Name); !errors.Is(err, sequencer.ErrBadSignature) {
+			t.Fatalf("%v altered: %v, want a bad signature", q, err)
+		}
+	}
+	if _, err := s.Sign(sequencer.Sequencer{Name: "rw", Token: 1, Mode: sequencer.Shared, Slot: 1}); !errors.Is(err, sequencer.ErrMalformed) {
+		t.Fatalf("a shared grant in slot 1 signed: %v", err)
+	}
+	if _, err := s.Sign(sequencer.Sequencer{Name: "rw", Token: 1, Mode: 2}); !errors.Is(err, sequencer.ErrMalformed) {
+		t.Fatalf("an unknown mode signed: %v", err)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -38,11 +40,16 @@ func newServeCmd(g *globals) *cobra.Command {
 in ./leasehold-data, fsync'd before any answer, API and metrics on 127.0.0.1:7420.
 
 A cluster: start every node of a new cluster with the same --bootstrap list and its own
---node-id, --raft-addr and --listen; add a node to a running cluster with --join API_ADDR
-(it joins as a non-voter and becomes a voter once it has caught up). A node restarted with
-its data dir rejoins by itself. A node with a --raft-addr and an empty data dir starts only
-with --bootstrap or --join: if its data was lost, remove it (leasehold cluster remove ID)
-and start it with --join.
+--node-id, --raft-addr and --listen. The cluster is founded once: a node with an empty data
+dir founds it only when every voter of the list has answered that the cluster was never
+formed (it waits for them, so start them all); if one holds the cluster's log, the node
+refuses to start (its data was lost, or it comes late): remove it (leasehold cluster remove
+ID) and start it with --join. --bootstrap is ignored on a data dir with state, so restarts
+may keep it. Add a node to a running cluster with --join API_ADDR (it joins as a non-voter
+and becomes a voter once it has caught up). --bootstrap and --join together (deploy files
+with one command line for every start): found the cluster if it was never formed, else join
+it through API_ADDR as a member that starts over. A node with a --raft-addr and an empty
+data dir starts only with --bootstrap or --join.
 
 --force-new-cluster is for a permanent loss of quorum: it keeps this node's data and token
 counter, makes it the only voter of a cluster with a new id, and the others are refused
@@ -53,7 +60,10 @@ TLS: --cert and --key serve the API over TLS only (HTTP/2 and HTTP/1.1 on the on
 to other nodes then use https:// with this node's certificate, verifying theirs with the
 global --cacert (default: --client-ca). Without --cert, serve refuses a non-loopback --listen
 address unless --insecure is given. --peer-cert, --peer-key and --peer-ca run Raft peer
-traffic inside mutual TLS; a non-loopback --raft-addr without them needs --insecure.
+traffic inside mutual TLS, where only node certificates (certs create-node) are peers; with
+--node-secret-file every Raft peer must also prove it knows the secret (a challenge-response:
+the secret never travels). A --raft-addr with neither admits any process that can reach it:
+serve allows that only on a loopback address, or with --insecure.
 
 Every flag can also be set in the environment as LEASEHOLD_<FLAG> (LEASEHOLD_DATA,
 LEASEHOLD_LISTEN, LEASEHOLD_NODE_ID, LEASEHOLD_RAFT_ADDR, LEASEHOLD_BOOTSTRAP, LEASEHOLD_JOIN,
@@ -112,6 +122,9 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				return err
 			}
 			ln, err := net.Listen("tcp", listen)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return usageErr("%s is in use by another process: stop it, or give another --listen", listen)
+			}
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
@@ -147,6 +160,18 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				_ = ln.Close()
 				return err
 			}
+			if cfg.NodeSecret != "" {
+				cfg.Raft.PeerSecret = []byte(cfg.NodeSecret)
+			} else if raftAddr != "" && raftTLS == nil {
+				// On loopback this is the documented development cluster (Info,
+				// so that a normal start logs nothing at WARN); elsewhere only
+				// --insecure allows it, and it is worth a warning.
+				level := slog.LevelWarn
+				if loopback(raftAddr) {
+					level = slog.LevelInfo
+				}
+				logger.Log(cmd.Context(), level, "the Raft port admits any process that can reach it: give --peer-cert/--peer-key/--peer-ca or --node-secret-file", "raft", raftAddr)
+			}
 			cfg.Pprof = pprofOn
 			if err := applyTestHooks(&cfg, logger); err != nil {
 				_ = ln.Close()
@@ -160,9 +185,19 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 				}
 				cfg.Raft.Bootstrap = peers
 			}
+			cfg.Raft.Abort = cmd.Context().Done()
 			s, err := server.Open(cfg)
-			if errors.Is(err, raftnode.ErrNoState) && !forceNewCluster {
+			switch {
+			case errors.Is(err, raftnode.ErrDataDirInUse):
+				err = usageErr("the data dir %s is in use by another leasehold process: stop it, or give another --data", dataDir)
+			case errors.Is(err, raftnode.ErrNoState) && !forceNewCluster:
 				err = usageErr("no state in %s; if this node's data was lost, remove it from the cluster with `leasehold cluster remove %s` and start it with --join ADDR (the API address of a running member); to start a brand-new cluster, give every first node the same --bootstrap list", dataDir, nodeID)
+			case errors.Is(err, raftnode.ErrClusterFormed):
+				err = usageErr("%v", err)
+			case errors.Is(err, raftnode.ErrShutdown) && cmd.Context().Err() != nil:
+				logger.Info("leasehold stopped before the cluster was founded", "node", nodeID)
+				_ = ln.Close()
+				return nil
 			}
 			if err != nil {
 				_ = ln.Close()
@@ -186,8 +221,8 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 	f.StringVar(&advertise, "advertise", "", "API address other nodes use to reach this one (default: the listen address)")
 	f.StringVar(&nodeID, "node-id", "n1", "this node's id in the cluster")
 	f.StringVar(&raftAddr, "raft-addr", "", "Raft peer address host:port (required in a cluster; empty = single node, no Raft port)")
-	f.StringVar(&bootstrap, "bootstrap", "", "voters of a new cluster: id=raftaddr,... (the same on every node; used only on an empty data dir)")
-	f.StringVar(&join, "join", "", "API address of a running member to join through")
+	f.StringVar(&bootstrap, "bootstrap", "", "voters of a new cluster: id=raftaddr,... (the same on every node; used only on an empty data dir, to found the cluster once every voter answers that it was never formed)")
+	f.StringVar(&join, "join", "", "API address of a running member to join through (with --bootstrap: only if the cluster was formed before)")
 	f.StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json (one object per line)")
 	f.BoolVar(&accessLog, "access-log", false, "log one line per request (method, path, status, leasehold code, duration, peer)")

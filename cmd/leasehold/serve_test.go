@@ -62,3 +62,20 @@ func TestServeGCHeapFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestServeOperatorMistakes: a busy port and a data dir another server
+// has open are usage errors (invalid-argument, exit 2) that name the
+// conflict and the fix, not internal errors ("a bug, report it").
+func TestServeOperatorMistakes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := startServeAt(t, dir, "")
+	e := fails(t, srv.cli(t, "serve", "--data", t.TempDir(), "--listen", srv.Addr, "-o", "json"), "invalid-argument", 2)
+	if !strings.Contains(e.Error.Message, "in use by another process") || !strings.Contains(e.Error.Message, "--listen") {
+		t.Errorf("serve on a busy port: %q", e.Error.Message)
+	}
+	e = fails(t, srv.cli(t, "serve", "--data", dir, "--listen", freeAddr(t), "-o", "json"), "invalid-argument", 2)
+	if !strings.Contains(e.Error.Message, "in use by another leasehold process") || !strings.Contains(e.Error.Message, dir) {
+		t.Errorf("serve on a data dir in use: %q", e.Error.Message)
+	}
+}

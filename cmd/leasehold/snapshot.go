@@ -1,189 +1,31 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/backup"
 	"github.com/leasehold/leasehold/internal/fsm"
-	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/server"
 )
 
-// A backup file:
-//
-//	"LHBACKUP1\n"
-//	the snapshot stream (see internal/fsm/snapshot.go), self-delimiting
-//	SnapshotInfo (protobuf: index, term, token, grant clock, node, time)
-//	uint32 big-endian: the length of SnapshotInfo
-//	SHA-256 of every byte before it (32 bytes)
-var backupMagic = []byte("LHBACKUP1\n")
-
-const backupTrailer = 4 + sha256.Size
-
-// backupFile is an opened, checksum-verified backup.
-type backupFile struct {
-	f      *os.File
-	size   int64
-	info   *client.SnapshotInfo
-	stream *io.SectionReader // the snapshot stream
-	sum    []byte
-}
-
-// openBackup opens path and verifies its layout and checksum.
-func openBackup(path string) (*backupFile, error) {
-	f, err := os.Open(path)
+// openBackup opens and verifies the backup at path; every failure is the
+// operator's (a wrong or damaged file): invalid-argument.
+func openBackup(path string) (*backup.File, error) {
+	b, err := backup.Open(path)
 	if err != nil {
-		return nil, usageErr("%v", err)
-	}
-	b, err := readBackup(f)
-	if err != nil {
-		f.Close()
 		return nil, usageErr("%s: %v", path, err)
 	}
 	return b, nil
-}
-
-func readBackup(f *os.File) (*backupFile, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := st.Size()
-	if size < int64(len(backupMagic))+backupTrailer {
-		return nil, errors.New("not a leasehold backup (too short)")
-	}
-	magic := make([]byte, len(backupMagic))
-	if _, err := f.ReadAt(magic, 0); err != nil || !bytes.Equal(magic, backupMagic) {
-		return nil, errors.New("not a leasehold backup (bad magic)")
-	}
-	trailer := make([]byte, backupTrailer)
-	if _, err := f.ReadAt(trailer, size-backupTrailer); err != nil {
-		return nil, err
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(f, 0, size-sha256.Size)); err != nil {
-		return nil, err
-	}
-	sum := h.Sum(nil)
-	if !bytes.Equal(sum, trailer[4:]) {
-		return nil, fmt.Errorf("checksum mismatch: the file is damaged or truncated (sha256 %x, recorded %x)", sum, trailer[4:])
-	}
-	infoLen := int64(binary.BigEndian.Uint32(trailer[:4]))
-	streamEnd := size - backupTrailer - infoLen
-	if infoLen > 1<<20 || streamEnd < int64(len(backupMagic)) {
-		return nil, errors.New("bad info length")
-	}
-	raw := make([]byte, infoLen)
-	if _, err := f.ReadAt(raw, streamEnd); err != nil {
-		return nil, err
-	}
-	info := &client.SnapshotInfo{}
-	if err := proto.Unmarshal(raw, info); err != nil {
-		return nil, fmt.Errorf("decode info: %w", err)
-	}
-	off := int64(len(backupMagic))
-	return &backupFile{f: f, size: size, info: info, stream: io.NewSectionReader(f, off, streamEnd-off), sum: sum}, nil
-}
-
-// saveBackup streams a snapshot from the cluster into path, through a
-// temporary file that is synced and renamed only when complete.
-func saveBackup(ctx context.Context, c *client.Client, path string) (*client.SnapshotInfo, int64, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".part-*")
-	if err != nil {
-		return nil, 0, err
-	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	defer tmp.Close()
-	h := sha256.New()
-	bw := bufio.NewWriterSize(io.MultiWriter(tmp, h), 256<<10)
-	bw.Write(backupMagic)
-	info, err := c.Snapshot(ctx, bw)
-	if err != nil {
-		return nil, 0, err
-	}
-	raw, err := proto.Marshal(info)
-	if err != nil {
-		return nil, 0, err
-	}
-	bw.Write(raw)
-	bw.Write(binary.BigEndian.AppendUint32(nil, uint32(len(raw))))
-	if err := bw.Flush(); err != nil {
-		return nil, 0, err
-	}
-	if _, err := tmp.Write(h.Sum(nil)); err != nil {
-		return nil, 0, err
-	}
-	if err := tmp.Sync(); err != nil {
-		return nil, 0, err
-	}
-	st, err := tmp.Stat()
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, 0, err
-	}
-	return info, st.Size(), os.Rename(tmp.Name(), path)
-}
-
-// backupStats counts the records of a backup's snapshot stream.
-type backupStats struct {
-	Sessions   int   `json:"sessions"`
-	Locks      int   `json:"locks"`
-	KVKeys     int   `json:"kv_keys"`
-	Tombstones int   `json:"kv_tombstones"`
-	ValueBytes int64 `json:"kv_value_bytes"`
-	Nodes      int   `json:"nodes"`
-	StateBytes int64 `json:"state_bytes"`
-}
-
-func scanBackup(b *backupFile) (backupStats, error) {
-	var s backupStats
-	err := fsm.ScanStream(io.NewSectionReader(b.stream, 0, b.stream.Size()), func(r *fsmpb.SnapshotRecord) error {
-		switch x := r.GetRec().(type) {
-		case *fsmpb.SnapshotRecord_Session:
-			s.Sessions++
-		case *fsmpb.SnapshotRecord_Lock:
-			s.Locks++
-		case *fsmpb.SnapshotRecord_Kv:
-			if x.Kv.GetDeleted() {
-				s.Tombstones++
-			} else {
-				s.KVKeys++
-				s.ValueBytes += int64(len(x.Kv.GetValue()))
-			}
-		case *fsmpb.SnapshotRecord_Node:
-			s.Nodes++
-		}
-		return nil
-	})
-	if err != nil {
-		return s, err
-	}
-	limits := fsm.DefaultLimits()
-	limits.MaxStateBytes = 0
-	m, err := fsm.ReadSnapshot(limits, io.NewSectionReader(b.stream, 0, b.stream.Size()))
-	if err != nil {
-		return s, err
-	}
-	s.StateBytes = m.Bytes()
-	return s, nil
 }
 
 func newSnapshotCmd(g *globals) *cobra.Command {
@@ -205,7 +47,7 @@ synced, so FILE is either absent or a whole backup. The cluster keeps serving me
 				g.timeout = time.Hour
 			}
 			return g.do(cmd, func(ctx context.Context, c *client.Client) error {
-				info, size, err := saveBackup(ctx, c, args[0])
+				info, size, err := backup.Save(args[0], func(w io.Writer) (*client.SnapshotInfo, error) { return c.Snapshot(ctx, w) })
 				if err != nil {
 					return err
 				}
@@ -224,25 +66,25 @@ synced, so FILE is either absent or a whole backup. The cluster keeps serving me
 			if err != nil {
 				return err
 			}
-			defer b.f.Close()
-			st, err := scanBackup(b)
+			defer b.Close()
+			st, err := b.Scan()
 			if err != nil {
 				return usageErr("%s: %v", args[0], err)
 			}
-			in := b.info
+			in := b.Info
 			taken := time.UnixMilli(in.GetUnixMs()).UTC().Format(time.RFC3339)
 			lastGrant := "none"
 			if in.GetLastGrantUnixMs() > 0 {
 				lastGrant = time.UnixMilli(in.GetLastGrantUnixMs()).UTC().Format(time.RFC3339)
 			}
 			var t strings.Builder
-			fmt.Fprintf(&t, "file        %s (%d bytes, sha256 %x: OK)\n", args[0], b.size, b.sum)
+			fmt.Fprintf(&t, "file        %s (%d bytes, sha256 %x: OK)\n", args[0], b.Size, b.Sum)
 			fmt.Fprintf(&t, "taken       %s from node %s at index %d, term %d\n", taken, in.GetNodeId(), in.GetIndex(), in.GetTerm())
 			fmt.Fprintf(&t, "token       %d (last grant %s, peak %d grants/s)\n", in.GetToken(), lastGrant, in.GetPeakRate())
 			fmt.Fprintf(&t, "state       %d bytes accounted: %d sessions, %d locks, %d KV keys (%d value bytes), %d tombstones, %d nodes",
 				st.StateBytes, st.Sessions, st.Locks, st.KVKeys, st.ValueBytes, st.Tombstones, st.Nodes)
 			emit(cmd, g, map[string]any{
-				"file": args[0], "bytes": b.size, "sha256": fmt.Sprintf("%x", b.sum), "checksum": "ok",
+				"file": args[0], "bytes": b.Size, "sha256": fmt.Sprintf("%x", b.Sum), "checksum": "ok",
 				"index": in.GetIndex(), "term": in.GetTerm(), "token": in.GetToken(), "node_id": in.GetNodeId(),
 				"unix_ms": in.GetUnixMs(), "last_grant_unix_ms": in.GetLastGrantUnixMs(), "peak_rate": in.GetPeakRate(), "state": st,
 			}, t.String())
@@ -293,7 +135,7 @@ and grow the cluster with --join.`,
 			if err != nil {
 				return err
 			}
-			defer b.f.Close()
+			defer b.Close()
 			explicit := cmd.Flags().Changed("token-floor")
 			var how string
 			floor := func(gc fsm.GrantClock) (uint64, error) {
@@ -318,7 +160,7 @@ and grow the cluster with --join.`,
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
 			defer cancel()
-			res, err := raftnode.Restore(ctx, cfg, raftnode.Snapshot{Stream: b.stream, Size: b.stream.Size(), Index: b.info.GetIndex()}, floor)
+			res, err := raftnode.Restore(ctx, cfg, raftnode.Snapshot{Stream: b.Stream, Size: b.Stream.Size(), Index: b.Info.GetIndex()}, floor)
 			if err != nil {
 				return err
 			}

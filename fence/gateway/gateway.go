@@ -14,6 +14,9 @@
 //     {"error":{"code":"stale-token","message":...,"key":K,"token":T,"last_token":L}}
 //     without contacting the upstream;
 //   - refuses a missing or malformed token or key with 400 {"error":{"code":"invalid-argument"}};
+//   - with Config.Settle, refuses every request for a key (503, Retry-After) for Settle
+//     after an exchange for it ended without a complete answer, and every key for Settle
+//     after start: the upstream may still apply the older request;
 //   - records the token of everything else — fsync'd to the bbolt file — and then forwards
 //     it. Recording before forwarding (admission = advance) keeps the fence ahead of every
 //     effect: an upstream that applied a request and then answered 5xx, timed out or dropped
@@ -93,6 +96,16 @@ type Config struct {
 	// UpstreamTimeout bounds one whole upstream exchange (headers and body); 0 means none.
 	// Since the key stays locked meanwhile, keep it finite.
 	UpstreamTimeout time.Duration
+	// Settle is the longest the upstream may keep working on a request after the gateway
+	// gave up on it: at least the upstream's own request timeout. After an exchange that
+	// ended without a complete answer (UpstreamTimeout, a broken connection, a client that
+	// left), the key is refused (503 unavailable, Retry-After) for Settle after the
+	// gateway closed its side, so no newer token is forwarded while the older request may
+	// still land; and every key is refused for Settle after the gateway starts, for the
+	// requests a previous gateway process was forwarding when it died. 0 turns this off:
+	// then an upstream that goes on after the gateway gave up can apply an older token's
+	// write after a newer one's.
+	Settle time.Duration
 	// MaxKeys bounds the keys in the token file; a request for a new key beyond it gets 507
 	// resource-exhausted (known keys keep working). Drop idle keys through the admin
 	// endpoint. At least 1.
@@ -184,6 +197,9 @@ func (c Config) Validate() error {
 	if c.UpstreamTimeout < 0 {
 		return bad("upstream timeout %v is negative", c.UpstreamTimeout)
 	}
+	if c.Settle < 0 {
+		return bad("settle time %v is negative", c.Settle)
+	}
 	if c.MaxKeys < 1 {
 		return bad("max keys %d is below 1", c.MaxKeys)
 	}
@@ -269,6 +285,8 @@ func New(cfg Config) (*Gateway, error) {
 		Transport: transport,
 		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			// The upstream may have the request and go on with it: its outcome is unknown.
+			fence.MarkUnsettled(r.Context())
 			log.Warn("gateway: upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			fence.WriteHTTPError(w, http.StatusBadGateway, fence.HTTPError{
 				Code: fence.CodeUnavailable, Message: "gateway: upstream: " + err.Error(),
@@ -288,6 +306,7 @@ func New(cfg Config) (*Gateway, error) {
 		fence.WithFenceReads(cfg.FenceReads),
 		fence.WithLockTimeout(cfg.LockTimeout),
 		fence.WithLogger(log),
+		fence.WithSettle(cfg.Settle),
 	}
 	if cfg.Record == RecordUnless4xx {
 		opts = append(opts, fence.WithRecordPolicy(fence.RecordUnless4xx))

@@ -20,8 +20,10 @@ type SequencerConfig struct {
 	Header string
 	// Locks maps a resource key to the lock whose holders may write it.
 	Locks map[string]string
-	// LockIsKey makes a key that is not in Locks protected by the lock of the same name. When
-	// false, requests for a key not in Locks are refused (403 permission-denied).
+	// LockIsKey makes a key that is not in Locks protected by the lock of the same name, and a
+	// semaphore's slot key NAME/slot/K by the lock NAME (fence.SlotKeys), for its slot K's
+	// grants only. When false, requests for a key not in Locks are refused (403
+	// permission-denied).
 	LockIsKey bool
 }
 
@@ -85,7 +87,7 @@ func sequencerOptions(c *SequencerConfig) ([]fence.HTTPOption, *sequencer.Verifi
 	}
 	var fallback fence.LockFunc
 	if c.LockIsKey {
-		fallback = fence.LockIsKey
+		fallback = fence.SlotKeys(fence.LockIsKey)
 	}
 	opts := []fence.HTTPOption{fence.WithSequencers(fence.NewSequencers(v, fence.LockMap(c.Locks, fallback)))}
 	if c.Header != "" {

@@ -2,11 +2,13 @@ package gateway_test
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,23 +43,38 @@ func writeKeySet(t *testing.T, path string, ks sequencer.KeySet) {
 
 func sign(t *testing.T, s *sequencer.Signer, lock string, token uint64) string {
 	t.Helper()
-	text, err := s.SignString(sequencer.Sequencer{Name: lock, Token: token, IssuedUnixMs: 1})
+	return signGrant(t, s, sequencer.Sequencer{Name: lock, Token: token})
+}
+
+// signGrant signs q, issued at 1 ms, in text form.
+func signGrant(t *testing.T, s *sequencer.Signer, q sequencer.Sequencer) string {
+	t.Helper()
+	q.IssuedUnixMs = 1
+	text, err := s.SignString(q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return text
 }
 
+// verifyingGateway starts a gateway in verifying mode with sc, trusting the key set of the
+// signer cl (cluster c1, key k1) written to keys.
+func verifyingGateway(t *testing.T, sc gateway.SequencerConfig) (u *upstream, cl *sequencer.Signer, keys string, tg *testGateway) {
+	t.Helper()
+	u = newUpstream(t)
+	cl = signer(t, "c1", 1, "k1")
+	keys = filepath.Join(t.TempDir(), "keys.json")
+	writeKeySet(t, keys, cl.KeySet())
+	cfg := config(t, u, "")
+	sc.KeySetFile = keys
+	cfg.Sequencers = &sc
+	return u, cl, keys, startGateway(t, cfg)
+}
+
 // TestGatewaySequencers: a forged sequencer with a huge token, or a genuine one for another
 // lock, is refused before the token is recorded, so the honest holder keeps writing.
 func TestGatewaySequencers(t *testing.T) {
-	u := newUpstream(t)
-	cl := signer(t, "c1", 1, "k1")
-	keys := filepath.Join(t.TempDir(), "keys.json")
-	writeKeySet(t, keys, cl.KeySet())
-	cfg := config(t, u, "")
-	cfg.Sequencers = &gateway.SequencerConfig{KeySetFile: keys, Locks: map[string]string{"payments:stream-1": "lock:stream-1"}}
-	tg := startGateway(t, cfg)
+	u, cl, keys, tg := verifyingGateway(t, gateway.SequencerConfig{Locks: map[string]string{"payments:stream-1": "lock:stream-1"}})
 	const key, lock = "payments:stream-1", "lock:stream-1"
 	seqCharge := func(seq string, extra ...string) response {
 		return tg.send(t, http.MethodPost, "/charge", append([]string{"Fencing-Key", key, fence.DefaultSequencerHeader, seq}, extra...)...)
@@ -149,4 +166,52 @@ func TestGatewaySequencerConfig(t *testing.T) {
 			t.Errorf("ParseLocks(%q) = %v", bad, err)
 		}
 	}
+}
+
+// TestGatewaySequencerModeAndSlot: in verifying mode a reader's sequencer of the key's
+// read/write lock cannot write (403), nor a semaphore slot's sequencer another slot's key; a
+// sequencer of the old version 1, which carries neither, is refused as such (400).
+func TestGatewaySequencerModeAndSlot(t *testing.T) {
+	u, cl, _, tg := verifyingGateway(t, gateway.SequencerConfig{Locks: map[string]string{"k": "rw"}, LockIsKey: true})
+	seq := func(q sequencer.Sequencer) string { return signGrant(t, cl, q) }
+	write := func(key, seq string) response {
+		return tg.send(t, http.MethodPost, "/charge", "Fencing-Key", key, fence.DefaultSequencerHeader, seq)
+	}
+	reader := seq(sequencer.Sequencer{Name: "rw", Token: 30, Mode: sequencer.Shared})
+	if r := write("k", reader); r.status != http.StatusForbidden || !strings.Contains(r.err.Message, "only its exclusive holder may write") {
+		t.Fatalf("a reader's write: %d %+v, want 403", r.status, r.err)
+	}
+	if r := write("enc/slot/2", seq(sequencer.Sequencer{Name: "enc", Token: 31})); r.status != http.StatusForbidden || !strings.Contains(r.err.Message, "slot 2's") {
+		t.Fatalf("slot 0's write to slot 2's key: %d %+v, want 403", r.status, r.err)
+	}
+	// Version 1: the same fields without mode and slot, signed as that version was.
+	b, err := sequencer.DecodeString(seq(sequencer.Sequencer{Name: "rw", Token: 32}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := privateKey(t, 1)
+	body := append([]byte{1}, b[1:len(b)-sequencer.SignatureLen-5]...)
+	v1 := sequencer.EncodeToString(append(body, ed25519.Sign(k, append([]byte("leasehold-sequencer\x00"), body...))...))
+	if r := write("k", v1); r.status != http.StatusBadRequest || !strings.Contains(r.err.Message, "version 1") {
+		t.Fatalf("a version-1 sequencer: %d %+v, want 400 naming the version", r.status, r.err)
+	}
+	if u.count() != 0 {
+		t.Fatalf("refused requests reached the upstream: %d", u.count())
+	}
+	if r := write("k", seq(sequencer.Sequencer{Name: "rw", Token: 33})); r.status != http.StatusOK {
+		t.Fatalf("the writer: %d %s", r.status, r.body)
+	}
+	if r := write("enc/slot/2", seq(sequencer.Sequencer{Name: "enc", Token: 34, Slot: 2})); r.status != http.StatusOK {
+		t.Fatalf("slot 2's holder: %d %s", r.status, r.body)
+	}
+}
+
+// privateKey is the Ed25519 key signer(t, _, seed, _) signs with.
+func privateKey(t *testing.T, seed byte) ed25519.PrivateKey {
+	t.Helper()
+	k, err := sequencer.GenerateKey(bytes.NewReader(bytes.Repeat([]byte{seed}, 32)), "k1", time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Key
 }

@@ -34,6 +34,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/auth"
 )
 
 // File names inside the certs directory.
@@ -182,14 +184,14 @@ func CreateNode(o Options, hosts []string) error {
 }
 
 // CreateClient creates client.NAME.crt and client.NAME.key with CN=name (the principal),
-// signed by the CA in o.Dir, for client auth. name is 1..64 of A-Z a-z 0-9 . _ - @, not
-// starting with '.'.
+// signed by the CA in o.Dir, for client auth only. name is a principal name
+// (auth.ValidPrincipal): 1..64 of A-Z a-z 0-9 . _ - @, not starting with '.', not "node".
 func CreateClient(o Options, name string) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	if !validPrincipal(name) {
-		return fmt.Errorf("%w: client name %q: want 1..64 of A-Z a-z 0-9 . _ - @, not starting with '.'", ErrInvalid, name)
+	if !auth.ValidPrincipal(name) {
+		return fmt.Errorf("%w: client name %q: want 1..64 of A-Z a-z 0-9 . _ - @, not starting with '.', not %q", ErrInvalid, name, auth.NodeName)
 	}
 	tmpl, err := o.template(name, o.lifetime(DefaultCertLifetime))
 	if err != nil {
@@ -342,18 +344,6 @@ func validDNSName(h string) bool {
 			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
 				return false
 			}
-		}
-	}
-	return true
-}
-
-func validPrincipal(s string) bool {
-	if s == "" || len(s) > 64 || s[0] == '.' {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._-@", c) >= 0) {
-			return false
 		}
 	}
 	return true

@@ -165,7 +165,7 @@ func TestInvalid(t *testing.T) {
 	if err := certs.CreateNode(o, []string{"bad host"}); !errors.Is(err, certs.ErrInvalid) {
 		t.Fatalf("bad host: %v", err)
 	}
-	for _, name := range []string{"", "../evil", ".hidden", "a/b", strings.Repeat("x", 65)} {
+	for _, name := range []string{"", "../evil", ".hidden", "a/b", strings.Repeat("x", 65), "node", "node:"} {
 		if err := certs.CreateClient(o, name); !errors.Is(err, certs.ErrInvalid) {
 			t.Errorf("client name %q: %v", name, err)
 		}

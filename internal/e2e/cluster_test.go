@@ -104,6 +104,16 @@ func startClusterWith(t *testing.T, n int, hc *http.Client, scheme string, extra
 	for _, p := range procs {
 		p.start(t, strings.Join(boot, ","), extra...)
 	}
+	stopAtEnd(t, procs)
+	for _, p := range procs {
+		waitHealthyURL(t, hc, scheme+p.api)
+	}
+	return procs
+}
+
+// stopAtEnd kills procs when the test ends and, if it failed, logs the
+// end of each one's log.
+func stopAtEnd(t *testing.T, procs []*proc) {
 	t.Cleanup(func() {
 		for _, p := range procs {
 			p.kill()
@@ -114,10 +124,6 @@ func startClusterWith(t *testing.T, n int, hc *http.Client, scheme string, extra
 			}
 		}
 	})
-	for _, p := range procs {
-		waitHealthyURL(t, hc, scheme+p.api)
-	}
-	return procs
 }
 
 // leaderOf returns the process that leads, as c's cluster reports it.

@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -43,4 +46,104 @@ func TestPublicPackagesImportNoServer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestForbiddenImports pins what some packages must never import, each
+// with the reason. Direct imports are checked for the server's inner
+// packages, every dependency for the public ones.
+func TestForbiddenImports(t *testing.T) {
+	const module = "github.com/leasehold/leasehold/"
+	noIO := []string{"net", "net/", "os", "os/", "syscall", "connectrpc.com/", "github.com/hashicorp/raft", module + "internal/raftnode", module + "internal/server", module + "internal/lessor"}
+	for _, rule := range []struct {
+		pkg       string
+		deps      bool // every dependency, not only direct imports
+		forbidden []string
+		why       string
+	}{
+		{"./internal/fsm", false, append(noIO, "time"), "the state machine is a pure function of the log: no I/O, no clock, no consensus (time enters only inside commands)"},
+		{"./internal/lessor", false, []string{"net", "net/", "connectrpc.com/", "github.com/hashicorp/raft", module + "internal/raftnode", module + "internal/server"}, "the lessor reaches raft only through its Proposer and Confirmer, and has no network of its own"},
+		{"./sequencer", true, []string{"."}, "resources verify sequencers with the standard library alone"},
+		{"./client", true, []string{"github.com/hashicorp/", "go.etcd.io/bbolt", "modernc.org/", "github.com/jackc/", "github.com/redis/", module + "internal/", module + "fence"}, "a client binary carries no server, store or guard code"},
+		{"./api/...", true, []string{module + "internal/", module + "client", module + "fence"}, "the API is the bottom layer"},
+	} {
+		field := "{{join .Imports \"\\n\"}}"
+		if rule.deps {
+			field = "{{join .Deps \"\\n\"}}"
+		}
+		for _, dep := range goList(t, "-f", field, rule.pkg) {
+			for _, bad := range rule.forbidden {
+				hit := dep == strings.TrimSuffix(bad, "/") || (strings.HasSuffix(bad, "/") && strings.HasPrefix(dep, bad)) || (!strings.HasSuffix(bad, "/") && bad != "." && strings.HasPrefix(dep, bad+"/"))
+				if bad == "." { // anything outside the standard library
+					first, _, _ := strings.Cut(dep, "/")
+					hit = strings.Contains(first, ".") && !strings.HasPrefix(dep, "github.com/leasehold/leasehold/sequencer")
+				}
+				if hit {
+					t.Errorf("%s imports %s: %s", rule.pkg, dep, rule.why)
+				}
+			}
+		}
+	}
+}
+
+// TestDependencyLists compares every non-standard package each shipped
+// binary or library links with the list committed in docs/dev/deps, so a
+// new dependency shows up in review. After a deliberate change:
+//
+//	LEASEHOLD_UPDATE_DEPS=1 go test ./internal/e2e -run TestDependencyLists
+func TestDependencyLists(t *testing.T) {
+	for file, pkg := range map[string]string{
+		"cmd-leasehold.txt": "./cmd/leasehold",
+		"client.txt":        "./client",
+		"fence.txt":         "./fence/...",
+		"sequencer.txt":     "./sequencer",
+	} {
+		var deps []string
+		seen := map[string]bool{}
+		for _, line := range goList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg) {
+			if line != "" && !seen[line] {
+				seen[line] = true
+				deps = append(deps, line)
+			}
+		}
+		sort.Strings(deps)
+		got := "# go list -deps " + pkg + " (non-standard packages); see TestDependencyLists\n" + strings.Join(deps, "\n") + "\n"
+		path := filepath.Join("../../docs/dev/deps", file)
+		if os.Getenv("LEASEHOLD_UPDATE_DEPS") != "" {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (create it with LEASEHOLD_UPDATE_DEPS=1)", err)
+		}
+		if string(want) != got {
+			t.Errorf("%s links other packages than %s lists:\n%s\nreview them, then LEASEHOLD_UPDATE_DEPS=1 go test ./internal/e2e -run TestDependencyLists", pkg, path, lineDiff(string(want), got))
+		}
+	}
+}
+
+// lineDiff lists the lines only in want (-) and only in got (+).
+func lineDiff(want, got string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	w, g := in(want), in(got)
+	var b strings.Builder
+	for _, l := range strings.Split(want, "\n") {
+		if !g[l] {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if !w[l] {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	return b.String()
 }

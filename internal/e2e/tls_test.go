@@ -30,11 +30,7 @@ func TestTLSCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetHTTP2(true)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, Protocols: &protos}, Timeout: 5 * time.Second}
-	defer hc.CloseIdleConnections()
+	hc := httpsClient(t, tlsCfg)
 	procs := startClusterWith(t, 3, hc, "https://",
 		"--cert", p(certs.NodeCert), "--key", p(certs.NodeKey), "--client-ca", p(certs.CACert),
 		"--peer-cert", p(certs.NodeCert), "--peer-key", p(certs.NodeKey), "--peer-ca", p(certs.CACert))
@@ -84,7 +80,7 @@ func TestTLSCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if _, _, err = plain.List(ctx, ""); err == nil || !strings.Contains(err.Error(), "if it serves TLS") {
+	if _, _, err = plain.List(ctx, ""); err == nil || !strings.Contains(err.Error(), "the server speaks TLS") {
 		t.Fatalf("plaintext client against the TLS cluster: %v", err)
 	}
 }

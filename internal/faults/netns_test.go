@@ -3,6 +3,7 @@
 package faults
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -78,13 +79,13 @@ const (
 )
 
 // link forwards TCP connections accepted on one port in the namespace of
-// its source to the same port in the namespace of its destination node.
-// Its methods are safe for concurrent use.
+// its source to the same port in the namespace of its destination node
+// (newLink), or from a free port of the test's namespace to an address
+// (newProxy). Its methods are safe for concurrent use.
 type link struct {
 	from, to string // node ids ("host" for the test's own namespace)
 	ln       net.Listener
-	dst      func() *os.File // a duplicate of the destination's current namespace (closed after use), nil while it is down
-	port     int
+	dial     func() (net.Conn, error) // connects to the destination; errDown while it is down
 
 	mu     sync.Mutex // protects following
 	state  linkState
@@ -95,19 +96,57 @@ type link struct {
 	wg sync.WaitGroup // the accept loop and the copiers
 }
 
+// errDown is what a link's dial returns while its destination is down.
+var errDown = errors.New("the destination is down")
+
+// newLink links port in namespace ns (nil: the test's own) to the same
+// port in the namespace dst returns (a duplicate, closed after use; nil
+// while the destination is down).
 func newLink(from, to string, ns *os.File, port int, dst func() *os.File) (*link, error) {
-	l := &link{from: from, to: to, dst: dst, port: port, flow: make(chan struct{}), conns: map[net.Conn]struct{}{}}
-	close(l.flow)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	dial := func() (net.Conn, error) {
+		ns := dst()
+		if ns == nil {
+			return nil, errDown
+		}
+		defer ns.Close()
+		var out net.Conn
+		err := inNetns(ns, func() error {
+			var err error
+			out, err = net.Dial("tcp", addr)
+			return err
+		})
+		return out, err
+	}
+	var ln net.Listener
 	err := inNetns(ns, func() error {
 		var err error
-		l.ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		ln, err = net.Listen("tcp", addr)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("link %s→%s port %d: %w", from, to, port, err)
 	}
+	return startLink(from, to, ln, dial), nil
+}
+
+// newProxy forwards connections from a free 127.0.0.1 port of the test's
+// namespace (the returned link's ln.Addr) to addr, through the test's
+// links: closing it cuts the clients that dialled it, and only them, from
+// the node behind addr.
+func newProxy(to, addr string) (*link, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	return startLink("host", to, ln, func() (net.Conn, error) { return net.Dial("tcp", addr) }), nil
+}
+
+func startLink(from, to string, ln net.Listener, dial func() (net.Conn, error)) *link {
+	l := &link{from: from, to: to, ln: ln, dial: dial, flow: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	close(l.flow)
 	l.wg.Go(l.accept)
-	return l, nil
+	return l
 }
 
 func (l *link) accept() {
@@ -116,20 +155,9 @@ func (l *link) accept() {
 		if err != nil {
 			return
 		}
-		var out net.Conn
-		ns := l.dst()
-		if ns == nil {
-			in.Close() // the destination is down: as a refused connection
-			continue
-		}
-		err = inNetns(ns, func() error {
-			var err error
-			out, err = net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", l.port))
-			return err
-		})
-		ns.Close()
+		out, err := l.dial()
 		if err != nil {
-			in.Close()
+			in.Close() // the destination is down or refused: as a refused connection
 			continue
 		}
 		l.mu.Lock()

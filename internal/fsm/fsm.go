@@ -113,7 +113,8 @@ type lock struct {
 	// holders are the holdings in grant order (see modes.go): at most one
 	// unless the name is shared or has permits > 1.
 	holders    []*fsmpb.Holding
-	permits    uint32 // >= 1
+	permits    uint32   // >= 1
+	slots      *slotSet // a semaphore's free slots (modes.go); nil until needed
 	waiters    []*fsmpb.Waiter
 	delayToken uint64
 	delayMs    int64
@@ -246,7 +247,7 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		m.lastGrantMs = max(m.lastGrantMs, a.unixMs)
 	}
 	if res.Holding != nil {
-		// The state keeps mutating its holding (a retried Acquire updates
+		// The state keeps mutating its holding (a re-entrant Acquire clears
 		// WaitId); the caller reads the result after the state is released.
 		res.Holding = proto.CloneOf(res.Holding)
 	}
@@ -299,21 +300,27 @@ func (m *Machine) endSession(a *applyCtx, leaseID string, expired bool) {
 	for _, name := range names {
 		l := m.locks[name]
 		m.counts.tally(l, -1)
-		m.bytes -= l.valueBytes(leaseID)
 		if i := l.holderIndex(leaseID); i >= 0 {
-			h := l.holders[i]
-			l.holders = slices.Delete(l.holders, i, i+1)
+			h := l.removeHolder(i)
+			m.bytes -= int64(len(h.GetValue()))
 			a.res.Released = append(a.res.Released, name)
 			if expired {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_EXPIRED, name, leaseID, s.pb.Owner, h.Token)
 				if h.LockDelayMs > 0 {
-					l.delayToken, l.delayMs = h.Token, h.LockDelayMs
-					a.res.LockDelays = append(a.res.LockDelays, LockDelay{Name: name, Token: h.Token, Ms: h.LockDelayMs})
+					// On a shared or semaphore name a delay may be in
+					// force already. It began earlier, so restarting the
+					// longer of the two lengths now ends no earlier than
+					// either: the name's delay is never shortened, and the
+					// earlier delay's EndLockDelay no longer matches.
+					ms := max(h.LockDelayMs, l.delayMs)
+					l.delayToken, l.delayMs = h.Token, ms
+					a.res.LockDelays = append(a.res.LockDelays, LockDelay{Name: name, Token: h.Token, Ms: ms})
 				}
 			} else {
 				a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, name, leaseID, s.pb.Owner, h.Token)
 			}
 		} else {
+			m.bytes -= l.valueBytes(leaseID)
 			waitID := withdrawWait(l, leaseID)
 			a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_DEQUEUED, name, leaseID, s.pb.Owner, 0, waitID)
 		}
@@ -341,17 +348,31 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	m.counts.tally(l, -1)
 	defer m.counts.tally(l, 1)
 	// A session holds a name at most once: acquiring what it already holds
-	// (a retry whose answer was lost) returns the same holding, and the
-	// latest request owns it for CancelWait.
+	// in the same mode and with the same value (a retry whose answer was
+	// lost, or a re-entrant acquire) returns the same holding; another mode
+	// or value is refused (repeats). Only the request that created a
+	// holding may withdraw it (CancelWait): once another request of the
+	// session learned it too, no withdrawal releases it.
 	if i := retryOf(l, s.pb.LeaseId); i >= 0 {
-		// Copy on write: a snapshot being written may share the old record.
-		h := proto.CloneOf(l.holders[i])
-		h.WaitId = c.GetWaitId()
-		l.holders[i] = h
+		h := l.holders[i]
+		if err := repeats(l.name, false, h.GetMode(), h.GetValue(), c); err != nil {
+			a.res.Err = err
+			return
+		}
+		if h.GetWaitId() != c.GetWaitId() && h.GetWaitId() != 0 {
+			// Copy on write: a snapshot being written may share the old record.
+			h = proto.CloneOf(h)
+			h.WaitId = 0
+			l.holders[i] = h
+		}
 		a.res.Holding = h
 		return
 	}
 	if i := slices.IndexFunc(l.waiters, func(w *fsmpb.Waiter) bool { return w.LeaseId == s.pb.LeaseId }); i >= 0 {
+		if err := repeats(l.name, true, l.waiters[i].GetMode(), l.waiters[i].GetValue(), c); err != nil {
+			a.res.Err = err
+			return
+		}
 		if c.GetTry() {
 			a.res.Err = ErrLocked
 			return
@@ -411,7 +432,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 func (m *Machine) grant(a *applyCtx, l *lock, s *session, mode fsmpb.Mode, lockDelayMs int64, waitID uint64, value []byte) *fsmpb.Holding {
 	token := nextToken(m, l.name)
 	m.noteGrant(a.unixMs)
-	h := &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID, Mode: mode, Slot: l.freeSlot(mode), Value: value}
+	h := &fsmpb.Holding{LeaseId: s.pb.LeaseId, Token: token, AcquiredUnixMs: a.unixMs, LockDelayMs: lockDelayMs, WaitId: waitID, Mode: mode, Slot: l.takeSlot(mode), Value: value}
 	l.holders = append(l.holders, h)
 	a.waitEvent(leaseholdv1.EventType_EVENT_TYPE_ACQUIRED, l.name, s.pb.LeaseId, s.pb.Owner, token, waitID)
 	a.res.Events[len(a.res.Events)-1].Value = string(value)
@@ -452,8 +473,10 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 		m.grantNext(a, l)
 		return
 	}
-	// Granted from the queue after the requester gave up: nobody learned the
-	// token, so the holding is released rather than left to expire.
+	// Granted after the requester gave up: nobody learned the token, so the
+	// holding is released rather than left to expire. A holding that
+	// another request of the session learned has WaitId 0 (acquire), which
+	// no withdrawal names.
 	if i := l.holderIndex(c.GetLeaseId()); i >= 0 && l.holders[i].WaitId == c.GetWaitId() {
 		m.releaseHolder(a, l, s, i)
 	}
@@ -487,9 +510,8 @@ func (m *Machine) holding(name, leaseID string, token uint64) (*lock, *session, 
 
 // releaseHolder ends l.holders[i], which s holds.
 func (m *Machine) releaseHolder(a *applyCtx, l *lock, s *session, i int) {
-	h := l.holders[i]
+	h := l.removeHolder(i)
 	a.event(leaseholdv1.EventType_EVENT_TYPE_RELEASED, l.name, s.pb.LeaseId, s.pb.Owner, h.Token)
-	l.holders = slices.Delete(l.holders, i, i+1)
 	delete(s.locks, l.name)
 	m.bytes -= entryBytes(l.name, s.pb.LeaseId) + int64(len(h.GetValue()))
 	m.grantNext(a, l)

@@ -225,6 +225,14 @@ func consistent(m *Machine) error {
 		if err := validateModes(l); err != nil {
 			return err
 		}
+		if l.slots != nil {
+			// The kept free slots take the same slot as ones rebuilt from
+			// the holders, as after a restore.
+			got, want := &slotSet{next: l.slots.next, free: slices.Clone(l.slots.free)}, newSlotSet(l.holders)
+			if got.take() != want.take() {
+				return fmt.Errorf("lock %q: free slots %+v, rebuilt from the holders %+v", key, l.slots, want)
+			}
+		}
 		for _, h := range l.holders {
 			if m.sessions[h.GetLeaseId()] == nil {
 				return fmt.Errorf("lock %q held by dead session %q", key, h.GetLeaseId())

@@ -203,7 +203,7 @@ func (g *gen) mode(name string) []acqOpt {
 	case name == "n3" && g.rnd.Intn(15) == 0:
 		return []acqOpt{permits(3)}
 	case name == "n3":
-		return []acqOpt{permits(2), withValue(fmt.Sprint("v", g.now))}
+		return []acqOpt{permits(2), withValue(fmt.Sprint("v", g.rnd.Intn(2)))}
 	}
 	return nil
 }
@@ -260,10 +260,11 @@ func predict(m *Machine, kvLast map[string]uint64, cmd *fsmpb.Command) func(Resu
 		s := m.sessions[c.GetLeaseId()]
 		room := s != nil && len(s.locks) < m.limits.MaxLocksPerSession
 		var heldToken uint64
-		held := false
+		held, same := false, false
 		for _, h := range li.Holders {
 			if h.GetLeaseId() == c.GetLeaseId() {
 				held, heldToken = true, h.GetToken()
+				same = h.GetMode() == c.GetMode() && bytes.Equal(h.GetValue(), c.GetValue())
 			}
 		}
 		n := max(c.GetPermits(), 1)
@@ -285,8 +286,10 @@ func predict(m *Machine, kvLast map[string]uint64, cmd *fsmpb.Command) func(Resu
 				return fmt.Errorf("acquire with mode %v and %d permits of a name with %d: Err %v", c.GetMode(), n, li.Permits, res.Err)
 			case s != nil && !held && fits && room && (res.Err != nil || res.Queued || res.Holding.GetToken() != next):
 				return fmt.Errorf("acquire with room beside %d holders: Err %v, Holding %v, want token %d", len(li.Holders), res.Err, res.Holding, next)
-			case held && !invalid && (res.Err != nil || res.Holding.GetToken() != heldToken):
+			case held && !invalid && same && (res.Err != nil || res.Holding.GetToken() != heldToken):
 				return fmt.Errorf("re-acquire by the holder: Err %v, Holding %v, want token %d", res.Err, res.Holding, heldToken)
+			case held && !invalid && !same && (!errors.Is(res.Err, ErrInvalidMode) || res.Holding != nil):
+				return fmt.Errorf("re-acquire by the holder in another mode or with another value: Err %v, Holding %v", res.Err, res.Holding)
 			case free && room && !invalid && (res.Err != nil || res.Queued || res.Holding.GetToken() != next):
 				return fmt.Errorf("acquire of a free name: Err %v, Holding %v, want token %d", res.Err, res.Holding, next)
 			case !fits && !held && res.Holding != nil:

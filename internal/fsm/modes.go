@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"bytes"
+	"container/heap"
 	"fmt"
 	"slices"
 
@@ -48,6 +50,59 @@ func (e *PermitsError) Error() string {
 func (e *PermitsError) Unwrap() error { return ErrInvalidMode }
 
 func permitsOf(n uint32) uint32 { return max(n, 1) }
+
+// MismatchError refuses an Acquire by a session that already holds or waits
+// for the name in another mode, or with another value: modes never mix
+// within one session's standing, and a request only repeats one that
+// matches it. There is no upgrade: the session releases the name (or stops
+// waiting) first, and its next request queues like any other.
+type MismatchError struct {
+	Name   string
+	Queued bool       // the session waits for the name rather than holds it
+	Mode   fsmpb.Mode // the mode it holds or waits in
+	Asked  fsmpb.Mode
+	// Value is true when the modes agree and the values differ.
+	Value bool
+}
+
+func (e *MismatchError) Error() string {
+	standing, undo := "held", "release it first"
+	if e.Queued {
+		standing, undo = "queued for", "withdraw that request first"
+	}
+	if e.Value {
+		if !e.Queued {
+			undo = "Proclaim changes a held value, or release it first"
+		}
+		return fmt.Sprintf("fsm: %q is already %s by this session with another value; %s", e.Name, standing, undo)
+	}
+	return fmt.Sprintf("fsm: %q is already %s %s by this session, the request asked for it %s; %s",
+		e.Name, standing, modeWord(e.Mode), modeWord(e.Asked), undo)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidMode) true.
+func (e *MismatchError) Unwrap() error { return ErrInvalidMode }
+
+func modeWord(m fsmpb.Mode) string {
+	if m == fsmpb.Mode_MODE_SHARED {
+		return "shared"
+	}
+	return "exclusive"
+}
+
+// repeats returns nil when c asks for what the session's holding (or queue
+// entry, when queued) of name already is: the same mode and the same value.
+// Permits were checked against the name by checkMode, and a session holds
+// at most one slot, so mode and value are all that can differ.
+func repeats(name string, queued bool, mode fsmpb.Mode, value []byte, c *fsmpb.Acquire) error {
+	switch {
+	case c.GetMode() != mode:
+		return &MismatchError{Name: name, Queued: queued, Mode: mode, Asked: c.GetMode()}
+	case !bytes.Equal(c.GetValue(), value):
+		return &MismatchError{Name: name, Queued: queued, Mode: mode, Asked: c.GetMode(), Value: true}
+	}
+	return nil
+}
 
 // checkMode validates a request's mode against itself and the lock l (nil or
 // empty when the name is free).
@@ -104,17 +159,84 @@ func (l *lock) valueBytes(leaseID string) int64 {
 	return 0
 }
 
-// freeSlot returns the slot of a new holding of mode: the lowest no holder
-// occupies; shared holders all share slot 0.
-func (l *lock) freeSlot(mode fsmpb.Mode) uint32 {
-	if mode == fsmpb.Mode_MODE_SHARED {
+// takeSlot returns the slot of a new holding of mode, the lowest no holder
+// occupies, and marks it taken; shared holders all share slot 0. The caller
+// adds the holding to l.holders.
+func (l *lock) takeSlot(mode fsmpb.Mode) uint32 {
+	if mode == fsmpb.Mode_MODE_SHARED || l.permits == 1 {
 		return 0
 	}
-	for k := uint32(0); ; k++ {
-		if !slices.ContainsFunc(l.holders, func(h *fsmpb.Holding) bool { return h.GetSlot() == k }) {
-			return k
+	if l.slots == nil {
+		l.slots = newSlotSet(l.holders)
+	}
+	return l.slots.take()
+}
+
+// removeHolder removes l.holders[i], frees its slot and returns it.
+func (l *lock) removeHolder(i int) *fsmpb.Holding {
+	h := l.holders[i]
+	l.holders = slices.Delete(l.holders, i, i+1)
+	if l.slots != nil {
+		l.slots.put(h.GetSlot())
+	}
+	return h
+}
+
+// slotSet is the free slots of a semaphore: every slot at or above next,
+// and the slots below next in free, a min-heap. Taking the lowest free slot
+// and freeing one are O(log permits) inside Apply, where scanning the slots
+// against the holders was O(permits × holders). It is not part of the
+// snapshot: the first grant after a restore builds it from the holders
+// (newSlotSet), so every node takes the same slot.
+type slotSet struct {
+	next uint32
+	free slotHeap
+}
+
+// newSlotSet returns the free slots of a semaphore held by holders.
+func newSlotSet(holders []*fsmpb.Holding) *slotSet {
+	s := &slotSet{}
+	used := make(map[uint32]bool, len(holders))
+	for _, h := range holders {
+		used[h.GetSlot()] = true
+		s.next = max(s.next, h.GetSlot()+1)
+	}
+	for k := range s.next {
+		if !used[k] {
+			s.free = append(s.free, k) // ascending: already a heap
 		}
 	}
+	return s
+}
+
+func (s *slotSet) take() uint32 {
+	if len(s.free) > 0 {
+		return heap.Pop(&s.free).(uint32)
+	}
+	s.next++
+	return s.next - 1
+}
+
+func (s *slotSet) put(k uint32) {
+	if k+1 == s.next {
+		s.next--
+		return
+	}
+	heap.Push(&s.free, k)
+}
+
+// slotHeap is a min-heap of slots (container/heap).
+type slotHeap []uint32
+
+func (h slotHeap) Len() int           { return len(h) }
+func (h slotHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *slotHeap) Push(x any)        { *h = append(*h, x.(uint32)) }
+func (h *slotHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // proclaim changes the value of a holding without ending it.

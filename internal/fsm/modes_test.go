@@ -332,3 +332,175 @@ func TestRestoreRejectsBadModes(t *testing.T) {
 		}
 	}
 }
+
+// TestModesNeverMix pins that a session's second request for a name it
+// holds or waits for repeats the first only when it asks for the same mode
+// and value; any other request is refused and changes nothing, so a reader
+// never passes for a writer, nor a lock holder for an election's leader.
+func TestModesNeverMix(t *testing.T) {
+	mismatch := func(queued bool, mode, asked fsmpb.Mode, value bool, text string) func(*testing.T, *rig, Result) {
+		return func(t *testing.T, r *rig, res Result) {
+			var e *MismatchError
+			if !errors.As(res.Err, &e) {
+				t.Fatalf("Err = %v, want a *MismatchError", res.Err)
+			}
+			if e.Queued != queued || e.Mode != mode || e.Asked != asked || e.Value != value {
+				t.Fatalf("MismatchError = %+v", e)
+			}
+			if !strings.Contains(e.Error(), text) {
+				t.Fatalf("message %q does not say %q", e.Error(), text)
+			}
+		}
+	}
+	const (
+		ex = fsmpb.Mode_MODE_EXCLUSIVE
+		sh = fsmpb.Mode_MODE_SHARED
+	)
+	readers := append(sessions("A", "B"), acquire("x", "A", shared()), acquire("x", "B", shared()))
+	runCases(t, []applyCase{
+		{
+			name:    "a reader asks for the write lock",
+			setup:   readers,
+			cmd:     acquire("x", "A"),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(false, sh, ex, false, `"x" is already held shared by this session, the request asked for it exclusive; release it first`),
+		},
+		{name: "a reader tries for the write lock", setup: readers, cmd: acquire("x", "A", try()), wantErr: ErrInvalidMode},
+		{
+			name:    "the writer asks for a read lock",
+			setup:   append(sessions("W"), acquire("x", "W")),
+			cmd:     acquire("x", "W", shared()),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(false, ex, sh, false, "already held exclusive"),
+		},
+		{
+			name:  "a reader repeats its read lock",
+			setup: readers,
+			cmd:   acquire("x", "A", shared()),
+			check: func(t *testing.T, r *rig, res Result) {
+				wantHolding(t, res, "A", 1)
+				wantHolders(t, r, "x", "A:1:0", "B:2:0")
+			},
+		},
+		{
+			name:  "a semaphore holder repeats its permit",
+			setup: append(sessions("A", "B"), acquire("s", "A", permits(2)), acquire("s", "B", permits(2))),
+			cmd:   acquire("s", "B", permits(2)),
+			check: func(t *testing.T, r *rig, res Result) {
+				wantHolding(t, res, "B", 2)
+				wantHolders(t, r, "s", "A:1:0", "B:2:1")
+			},
+		},
+		{
+			name:    "a leader campaigns with another value",
+			setup:   append(sessions("L"), acquire("e", "L", withValue("a"))),
+			cmd:     acquire("e", "L", withValue("b")),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(false, ex, ex, true, "with another value; Proclaim"),
+		},
+		{name: "a leader's plain acquire of its election", setup: append(sessions("L"), acquire("e", "L", withValue("a"))), cmd: acquire("e", "L"), wantErr: ErrInvalidMode},
+		{name: "a reader campaigns", setup: readers, cmd: acquire("x", "A", withValue("a")), wantErr: ErrInvalidMode},
+		{
+			name:  "a leader repeats its campaign",
+			setup: append(sessions("L"), acquire("e", "L", withValue("a"))),
+			cmd:   acquire("e", "L", withValue("a")),
+			check: func(t *testing.T, r *rig, res Result) { wantHolding(t, res, "L", 1) },
+		},
+		{
+			name:  "a leader campaigns with the value it proclaimed",
+			setup: append(sessions("L"), acquire("e", "L", withValue("a")), proclaim("e", "L", 1, "b")),
+			cmd:   acquire("e", "L", withValue("b")),
+			check: func(t *testing.T, r *rig, res Result) { wantHolding(t, res, "L", 1) },
+		},
+		{
+			name:    "a queued writer asks for a read lock",
+			setup:   append(sessions("A", "W"), acquire("x", "A", shared()), acquire("x", "W", waitID(5))),
+			cmd:     acquire("x", "W", shared(), waitID(6)),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(true, ex, sh, false, `"x" is already queued for exclusive by this session, the request asked for it shared; withdraw that request first`),
+		},
+		{
+			name:    "a queued candidate asks with another value",
+			setup:   append(sessions("L", "C"), acquire("e", "L", withValue("l")), acquire("e", "C", withValue("c"))),
+			cmd:     acquire("e", "C", withValue("d")),
+			wantErr: ErrInvalidMode,
+			check:   mismatch(true, ex, ex, true, "already queued for by this session with another value"),
+		},
+		{
+			name:  "a queued reader repeats its request",
+			setup: append(sessions("W", "R"), acquire("x", "W"), acquire("x", "R", shared(), waitID(5))),
+			cmd:   acquire("x", "R", shared(), waitID(6)),
+			check: func(t *testing.T, r *rig, res Result) {
+				if !res.Queued || res.Err != nil {
+					t.Fatalf("repeat of a queued request: %+v", res)
+				}
+				wantWaiters(t, r, "x", "R")
+				if w := r.m.Lock("x").Waiters[0]; w.GetMode() != fsmpb.Mode_MODE_SHARED || w.GetWaitId() != 6 {
+					t.Fatalf("waiter = %v", w)
+				}
+			},
+		},
+	})
+}
+
+// TestSlotsReused: a new holding takes the lowest free slot however the
+// slots were freed, the same before and after a snapshot round trip (the
+// free slots are not in the snapshot and are rebuilt from the holders).
+func TestSlotsReused(t *testing.T) {
+	r := newRig(t, DefaultLimits())
+	r.must(sessions("A", "B", "C", "D", "E", "F", "G", "H")...)
+	for _, s := range []string{"A", "B", "C", "D", "E"} {
+		r.must(acquire("s", s, permits(5)))
+	}
+	r.must(release("s", "D", 4), release("s", "B", 2), release("s", "E", 5))
+	restored := roundTrip(t, r.m)
+	for _, m := range []*Machine{r.m, restored} {
+		var got []uint32
+		for i, s := range []string{"F", "G", "H"} {
+			res := m.Apply(r.index+uint64(i)+1, acquire("s", s, permits(5)))
+			if res.Err != nil || res.Holding == nil {
+				t.Fatalf("acquire by %s: %+v", s, res)
+			}
+			got = append(got, res.Holding.GetSlot())
+		}
+		if want := []uint32{1, 3, 4}; !slices.Equal(got, want) {
+			t.Fatalf("slots taken %v, want the lowest free ones %v", got, want)
+		}
+	}
+}
+
+// TestLockDelaysNeverShorten: on a name with several holders, a holder that
+// expires with a shorter lock-delay while a longer one is in force does
+// not end the name's delay early: the name keeps the longer length, counted
+// again from the later expiry, under the later token.
+func TestLockDelaysNeverShorten(t *testing.T) {
+	readers := func(first, second int64) cmds {
+		return append(sessions("A", "B", "W"), acquire("x", "A", shared(), delay(first)), acquire("x", "B", shared(), delay(second)), acquire("x", "W"))
+	}
+	delayed := func(token uint64, ms int64) func(*testing.T, *rig, Result) {
+		return func(t *testing.T, r *rig, res Result) {
+			if want := []LockDelay{{Name: "x", Token: token, Ms: ms}}; !slices.Equal(res.LockDelays, want) {
+				t.Fatalf("LockDelays = %v, want %v", res.LockDelays, want)
+			}
+			if li := r.m.Lock("x"); !li.Delayed || li.DelayToken != token || li.DelayMs != ms {
+				t.Fatalf("lock %+v, want a delay of %d ms under token %d", li, ms, token)
+			}
+			// The earlier delay's end no longer ends the name's delay.
+			if res := r.apply(endDelay("x", 1)); len(res.Events) > 0 || !r.m.Lock("x").Delayed {
+				t.Fatalf("the earlier delay's end ended the name's delay: %+v", res)
+			}
+			res = r.apply(endDelay("x", token))
+			wantHolding(t, res, "W", 3)
+		}
+	}
+	runCases(t, []applyCase{
+		{name: "a shorter delay after a longer one", setup: append(readers(1000, 100), expire("A")), cmd: expire("B"), check: delayed(2, 1000)},
+		{name: "a longer delay after a shorter one", setup: append(readers(100, 1000), expire("A")), cmd: expire("B"), check: delayed(2, 1000)},
+		{name: "a holder without a delay changes nothing", setup: append(readers(1000, 0), expire("A")), cmd: expire("B"),
+			check: func(t *testing.T, r *rig, res Result) {
+				if li := r.m.Lock("x"); len(res.LockDelays) != 0 || li.DelayToken != 1 || li.DelayMs != 1000 {
+					t.Fatalf("lock %+v, LockDelays %v", li, res.LockDelays)
+				}
+			}},
+	})
+}

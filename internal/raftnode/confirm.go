@@ -59,7 +59,7 @@ import (
 // confirmRoundTimeout bounds one round: a leader that cannot hear a quorum
 // for this long answers ErrUnavailable rather than keep its callers
 // waiting (raft's own leader lease will have stepped it down by then).
-const confirmRoundTimeout = 2 * time.Second
+const confirmRoundTimeout = 5 * time.Second
 
 // confirmPoll is how often a waiting round looks whether this node still
 // leads.

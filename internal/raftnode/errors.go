@@ -21,12 +21,21 @@ var (
 	// ErrNoState: the data dir holds no Raft state and the node was told
 	// neither to bootstrap a new cluster nor to join one.
 	ErrNoState = errors.New("raftnode: no state in the data dir")
+	// ErrClusterFormed: the data dir holds no Raft state and the node was
+	// told to found a cluster from a bootstrap list, but a voter of the
+	// list holds that cluster's log: the cluster was formed before (this
+	// node's data was lost, or it comes after the others founded it). It
+	// must join the cluster instead.
+	ErrClusterFormed = errors.New("raftnode: the cluster was formed before")
 	// ErrClusterMismatch: a peer, a request or the data dir belongs to
 	// another cluster (its cluster id differs).
 	ErrClusterMismatch = errors.New("raftnode: cluster id mismatch")
 	// ErrWouldLoseQuorum: the membership change would leave the voters
 	// without a quorum of reachable members; nothing was changed.
 	ErrWouldLoseQuorum = errors.New("raftnode: change would leave the voters without a quorum")
+	// ErrDataDirInUse: another process (another leasehold server) has the
+	// data dir open; nothing was changed.
+	ErrDataDirInUse = errors.New("raftnode: data dir in use by another process")
 	// ErrStandalone: the node runs without a Raft address (a single-node
 	// group on an in-memory transport) and cannot have other members.
 	ErrStandalone = errors.New("raftnode: single node without a raft address")

@@ -15,8 +15,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-
-	"github.com/leasehold/leasehold/internal/fsm"
 )
 
 // clusterIDFile holds the cluster id in the data dir, one line of hex.
@@ -113,6 +111,8 @@ func (c Config) standalone() bool { return c.RaftAddr == "" && c.Transport == ni
 //	ForceNewCluster    (needs state) a new random id, see forceNewCluster
 //	Join               the id learnt from the cluster joined (ClusterID)
 //	Bootstrap, 2+      the id derived from the list (peersClusterID); bootstrap
+//	                   once every voter of the list answered that the
+//	                   cluster was never formed (found.go)
 //	Bootstrap of one,
 //	or standalone      a random id; bootstrap
 //	otherwise          ErrNoState
@@ -170,33 +170,5 @@ func exists(path string) bool {
 	return !errors.Is(err, fs.ErrNotExist)
 }
 
-// served reports whether node id served in this cluster: it registered
-// its API address in the replicated state.
-func (n *Node) served(id string) bool {
-	var ok bool
-	n.Read(func(m *fsm.Machine) { ok = m.NodeAPIAddr(id) != "" })
-	return ok
-}
-
-// probeTimeout bounds each peer's answer to a bootstrap probe.
+// probeTimeout bounds each peer's answer to a founding probe.
 const probeTimeout = 2 * time.Second
-
-// refuseRebootstrap asks the other voters of a bootstrap list whether this
-// node served in their cluster before; if one says so, this node's data
-// dir was lost and bootstrapping again would give it back a vote without
-// the log it acknowledged. Peers that do not answer cannot tell, and do
-// not stop a first start.
-func refuseRebootstrap(cfg Config, sl *streamLayer) error {
-	if len(cfg.Bootstrap) < 2 {
-		return nil
-	}
-	for _, p := range cfg.Bootstrap {
-		if p.ID == cfg.NodeID {
-			continue
-		}
-		if known, _ := sl.probe(p.RaftAddr, probeTimeout); known {
-			return fmt.Errorf("%w %s, yet member %s knows node %s from before: its data was lost; it cannot bootstrap again", ErrNoState, cfg.DataDir, p.ID, cfg.NodeID)
-		}
-	}
-	return nil
-}

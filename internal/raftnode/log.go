@@ -2,12 +2,16 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,11 +31,14 @@ type hclogAdapter struct {
 	name    string
 	implied []any
 	limit   *repeatLimiter
+	// stopping is shared by every logger derived from one newHCLogger:
+	// set once the node shuts down (Node.Stopping).
+	stopping *atomic.Bool
 }
 
 // newHCLogger returns raft's logger over l, named "raft".
-func newHCLogger(l *slog.Logger) hclog.Logger {
-	return &hclogAdapter{l: l, name: "raft", limit: newRepeatLimiter(LogRepeatInterval, time.Now)}
+func newHCLogger(l *slog.Logger) *hclogAdapter {
+	return &hclogAdapter{l: l, name: "raft", limit: newRepeatLimiter(LogRepeatInterval, time.Now), stopping: new(atomic.Bool)}
 }
 
 // LevelTrace is the slog level raft's TRACE lines get.
@@ -54,6 +61,13 @@ func slogLevel(level hclog.Level) slog.Level {
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	lvl := slogLevel(level)
 	if lvl == slog.LevelWarn && normalStart(msg, args) {
+		lvl = slog.LevelInfo
+	}
+	if lvl == slog.LevelError && connectionEnded(msg, args) {
+		lvl = slog.LevelDebug
+	}
+	if lvl >= slog.LevelWarn && a.stopping.Load() {
+		// A cluster stopping as a whole: its peers going away is expected.
 		lvl = slog.LevelInfo
 	}
 	ctx := context.Background()
@@ -98,6 +112,25 @@ func normalStart(msg string, args []any) bool {
 		if args[i] == "last-leader-id" {
 			return fmt.Sprint(args[i+1]) == ""
 		}
+	}
+	return false
+}
+
+// connectionEnded reports raft's complaint about an incoming connection
+// that simply ended — a bootstrap probe that was answered, a peer that
+// closed its connection, a node shutting down — which every normal start
+// and stop produce: not an error. A connection that sent garbage stays one.
+func connectionEnded(msg string, args []any) bool {
+	if msg != "failed to decode incoming command" {
+		return false
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if args[i] != "error" {
+			continue
+		}
+		err, ok := args[i+1].(error)
+		return ok && (errors.Is(err, errProbed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+			errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET))
 	}
 	return false
 }

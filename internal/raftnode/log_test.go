@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,7 +121,7 @@ func TestHCLogFirstElectionIsInfo(t *testing.T) {
 func TestHCLogRepeatsLimited(t *testing.T) {
 	rec := &recorder{level: slog.LevelInfo}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a := &hclogAdapter{l: slog.New(rec), name: "raft", limit: newRepeatLimiter(LogRepeatInterval, func() time.Time { return now })}
+	a := &hclogAdapter{l: slog.New(rec), name: "raft", limit: newRepeatLimiter(LogRepeatInterval, func() time.Time { return now }), stopping: new(atomic.Bool)}
 	for range 39 { // 39 failures in 7 s
 		a.Error("failed to heartbeat to", "peer", "127.0.0.1:7522", "error", "connection refused")
 		now = now.Add(180 * time.Millisecond)

@@ -5,10 +5,12 @@ import (
 
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -372,47 +374,136 @@ func register(id string) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_RegisterNode{RegisterNode: &fsmpb.RegisterNode{Id: id, ApiAddr: "127.0.0.1:1"}}}
 }
 
-// TestWipedMemberCannotRebootstrap: over TCP, a member of a cluster
-// bootstrapped from a list, whose data dir was lost and which is started
-// again with the same --bootstrap list, is refused (its peers know it
-// served before); a member that starts for the first time after the
-// others still bootstraps.
-func TestWipedMemberCannotRebootstrap(t *testing.T) {
+// openAll opens the nodes of cfgs at once (founders wait for each other)
+// and closes them when the test ends.
+func openAll(t *testing.T, cfgs []Config) []*Node {
+	t.Helper()
+	nodes := make([]*Node, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Go(func() { nodes[i], errs[i] = Open(cfgs[i]) })
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		if errs[i] != nil {
+			t.Fatalf("open %s: %v", cfgs[i].NodeID, errs[i])
+		}
+		t.Cleanup(func() { _ = n.Close() })
+	}
+	return nodes
+}
+
+// openRefused runs Open(cfg) on its own goroutine, for a start expected
+// to fail, and sends its error (closing a node that opened after all).
+func openRefused(cfg Config) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		n, err := Open(cfg)
+		if n != nil {
+			_ = n.Close()
+		}
+		done <- err
+	}()
+	return done
+}
+
+// foundingConfigs returns the configs of n founders over TCP with one
+// bootstrap list.
+func foundingConfigs(t *testing.T, n int) []Config {
 	var cfgs []Config
 	var peers []Peer
-	for _, id := range []string{"n1", "n2", "n3"} {
-		c := tcpConfig(t, id)
+	for i := range n {
+		c := tcpConfig(t, fmt.Sprintf("n%d", i+1))
 		cfgs = append(cfgs, c)
-		peers = append(peers, Peer{ID: id, RaftAddr: c.RaftAddr})
+		peers = append(peers, Peer{ID: c.NodeID, RaftAddr: c.RaftAddr})
 	}
 	for i := range cfgs {
 		cfgs[i].Bootstrap = peers
 	}
-	n1, n2 := open(t, cfgs[0]), open(t, cfgs[1])
-	leader := waitLeader(t, n1, n2)
-	mustApply(t, leader, register("n1"))
-	mustApply(t, leader, register("n2"))
+	return cfgs
+}
 
-	n3, err := Open(cfgs[2]) // late first start: must still bootstrap
-	if err != nil {
-		t.Fatalf("first start of n3 after the others: %v", err)
-	}
-	mustApply(t, leader, register("n3"))
+// TestWipedMemberCannotRebootstrap: over TCP, the founders of a cluster
+// bootstrapped from a list found it together; a member whose data dir was
+// lost and which is started again with the same list is refused with
+// ErrClusterFormed while a voter that holds the log answers, and while
+// none answers it waits instead of founding the cluster again (with one
+// stale voter it would form a quorum without the acknowledged entries).
+func TestWipedMemberCannotRebootstrap(t *testing.T) {
+	cfgs := foundingConfigs(t, 3)
+	nodes := openAll(t, cfgs)
+	leader := waitLeader(t, nodes...)
+	mustApply(t, leader, register("n1"))
 	want, _ := state(t, leader)
-	eventually(t, "n3 to catch up", func() bool { got, _ := state(t, n3); return bytes.Equal(got, want) })
-	if err := n3.Close(); err != nil {
+	for _, n := range nodes {
+		eventually(t, n.ID()+" to catch up", func() bool { got, _ := state(t, n); return bytes.Equal(got, want) })
+	}
+
+	// n3 loses its data while n1 and n2 run: refused.
+	if err := nodes[2].Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(cfgs[2].DataDir); err != nil {
 		t.Fatal(err)
 	}
-	n3, err = Open(cfgs[2])
+	n3, err := Open(cfgs[2])
 	if err == nil {
 		_ = n3.Close()
 		t.Fatal("the wiped n3 bootstrapped again")
 	}
-	if !errors.Is(err, ErrNoState) || !strings.Contains(err.Error(), "n3") {
-		t.Fatalf("restart of the wiped n3 with the bootstrap list: %v, want ErrNoState naming n3", err)
+	if !errors.Is(err, ErrClusterFormed) || !strings.Contains(err.Error(), "cluster remove n3") || !strings.Contains(err.Error(), "--join") {
+		t.Fatalf("restart of the wiped n3 with the bootstrap list: %v, want ErrClusterFormed saying how to rejoin", err)
+	}
+	if hasRaftState(t, cfgs[2].DataDir) {
+		t.Fatal("the refused start left Raft state behind")
+	}
+
+	// Now every other voter is down as well: n3 waits, founding nothing,
+	// until a voter with the log comes back and answers.
+	for _, n := range nodes[:2] {
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := openRefused(cfgs[2])
+	select {
+	case err := <-done:
+		t.Fatalf("with every other voter down, the wiped n3 did not wait: %v", err)
+	case <-time.After(3 * foundProbeInterval):
+	}
+	open(t, cfgs[0]) // n1 with its log
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClusterFormed) {
+			t.Fatalf("the waiting n3 once n1 answered: %v, want ErrClusterFormed", err)
+		}
+		if hasRaftState(t, cfgs[2].DataDir) {
+			t.Fatal("the n3 that waited wrote Raft state")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting n3 did not hear n1 within 10 s")
+	}
+}
+
+// TestFoundingWaitAborts: a founder waiting for the voters of its list
+// ends with ErrShutdown when Abort is closed, leaving no state.
+func TestFoundingWaitAborts(t *testing.T) {
+	cfgs := foundingConfigs(t, 2)
+	abort := make(chan struct{})
+	cfgs[0].Abort = abort
+	done := openRefused(cfgs[0])
+	close(abort)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrShutdown) {
+			t.Fatalf("Open after Abort: %v, want ErrShutdown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Open still waits 10 s after Abort")
+	}
+	if hasRaftState(t, cfgs[0].DataDir) {
+		t.Fatal("the aborted founder wrote Raft state")
 	}
 }
 

@@ -58,7 +58,10 @@ type Config struct {
 	// single node on an in-memory transport (no port); a cluster needs it.
 	RaftAddr string
 	// Bootstrap lists the voters of a new cluster, this node included. It is
-	// used only when DataDir holds no state. A node with a raft address (or
+	// used only when DataDir holds no state; with a raft address and
+	// several voters, the node founds the cluster only once every voter of
+	// the list answered that it was never formed, else ErrClusterFormed
+	// (see found.go; a caller's Transport skips that probe). A node with a raft address (or
 	// a Transport) and no state starts only with Bootstrap or Join, never
 	// by bootstrapping itself: a member whose data dir was lost would
 	// otherwise form a cluster of its own (ErrNoState). Only the
@@ -67,6 +70,15 @@ type Config struct {
 	// Join is true when this node will be added to a running cluster by
 	// another node; it then starts without bootstrapping.
 	Join bool
+	// Rejoin, when set, is called instead of failing with
+	// ErrClusterFormed when a voter of the Bootstrap list answers that the
+	// cluster was formed (see found.go): it has this node added to the
+	// cluster as a member that starts over, and returns the cluster id;
+	// the node then starts as a joining node. May be nil.
+	Rejoin func() (clusterID string, err error)
+	// Abort, when closed, ends Open's wait for the voters of a Bootstrap
+	// list (Open then fails with ErrShutdown). May be nil.
+	Abort <-chan struct{}
 	// ClusterID is the id of the cluster joined (learnt from it), required
 	// with Join on an empty data dir. With existing state it is optional
 	// and, when set, must equal the stored id (ErrClusterMismatch).
@@ -81,6 +93,9 @@ type Config struct {
 	// PeerTLS, when set, runs every Raft connection inside TLS with this
 	// config (server and client side; set ClientAuth for mutual TLS).
 	PeerTLS *tls.Config
+	// PeerSecret, when set, is the node secret every Raft peer must prove
+	// it knows (a challenge-response, see peerauth.go) before it is heard.
+	PeerSecret []byte
 	// Transport overrides the transport (tests: raft.InmemTransport).
 	Transport raft.Transport
 	// Stores, when set, replaces the data dir's log, stable and snapshot
@@ -187,6 +202,8 @@ type Node struct {
 	barrierTerm atomic.Uint64
 	// confirm runs the rounds of ConfirmLeadership (confirm.go).
 	confirm confirmer
+	// hlog is raft's logger (log.go).
+	hlog *hclogAdapter
 	// floorPending is true while this node, started from existing state,
 	// has not yet raised the token floor as leader (see restore.go).
 	floorPending atomic.Bool
@@ -210,7 +227,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, store: store, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore, metrics: cfg.Metrics}}
+	n := &Node{cfg: cfg, store: store, hlog: hlog, done: make(chan struct{}), fsm: &raftFSM{m: fsm.New(cfg.Limits), observer: cfg.Observer, onRestore: cfg.OnRestore, metrics: cfg.Metrics}}
 	n.health.failing = map[raft.ServerID]time.Time{}
 	ok := false
 	defer func() {
@@ -257,6 +274,11 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if bootstrap && len(cfg.Bootstrap) > 1 && cfg.Transport == nil {
+		if n.clusterID, bootstrap, err = cfg.decideFounding(n.clusterID); err != nil {
+			return nil, err
+		}
+	}
 	if n.clusterID != stored {
 		// Before bootstrap: a crash in between leaves an id and no state,
 		// which the next start with the same flags reuses or replaces.
@@ -273,17 +295,11 @@ func Open(cfg Config) (*Node, error) {
 	case cfg.RaftAddr == "":
 		selfAddr, n.trans = raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
 	default:
-		sl, err := newStreamLayer(cfg.RaftAddr, cfg.PeerTLS, n.clusterID, cfg.NodeID, cfg.Logger)
+		sl, err := newStreamLayer(cfg.RaftAddr, cfg.PeerTLS, cfg.PeerSecret, n.clusterID, cfg.NodeID, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
-		sl.known = n.served
-		if bootstrap {
-			if err := refuseRebootstrap(cfg, sl); err != nil {
-				_ = sl.Close()
-				return nil, err
-			}
-		}
+		sl.formed = n.formed
 		n.trans = newNetworkTransport(sl, hlog)
 	}
 
@@ -536,6 +552,11 @@ func (n *Node) leaderErr() error {
 	}
 	return ErrNotLeader
 }
+
+// Stopping tells the node that it is shutting down (Close follows): raft's
+// complaints about peers that stop answering, which every node of a
+// cluster stopped as a whole makes, are logged at Info from now on.
+func (n *Node) Stopping() { n.hlog.stopping.Store(true) }
 
 // IsLeader reports whether this node is the Raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }

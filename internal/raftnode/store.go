@@ -16,6 +16,7 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // logStore is a data dir's raft log and stable store.
@@ -35,7 +36,11 @@ func openStore(dataDir string, logger hclog.Logger) (logStore, error) {
 	boltPath := filepath.Join(dataDir, "raft.db")
 	switch _, err := os.Stat(boltPath); {
 	case err == nil:
-		return raftboltdb.New(raftboltdb.Options{Path: boltPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+		st, err := raftboltdb.New(raftboltdb.Options{Path: boltPath, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, fmt.Errorf("%w: %s is locked", ErrDataDirInUse, boltPath)
+		}
+		return st, err
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, err
 	}
@@ -51,6 +56,9 @@ func openStore(dataDir string, logger hclog.Logger) (logStore, error) {
 	}
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked", ErrDataDirInUse, dir)
+		}
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
 	// WAL.Close leaves the metadata file open (and locked): Close closes it.

@@ -27,26 +27,28 @@ import (
 // A hello is the 4-byte magic "LHR1", a status byte, and the cluster id and
 // the node id, each preceded by its length in one byte.
 //
-// A node about to bootstrap from a list of several voters first probes its
-// peers (status probe): a peer of the same cluster answers known when the
-// prober has served in it before (it registered its API address), which
-// means the prober's data dir was lost and it must not bootstrap again
-// (etcd refuses a member that was already bootstrapped the same way). A
-// probe connection is closed after the answer. With a TLS config
-// the handshake runs inside TLS (both ends present certificates when the
-// config asks for client certificates).
+// A node about to found a cluster from a list of several voters first
+// probes every voter of the list (status probe): a peer of the same cluster
+// answers formed when its log holds more than the founding configuration,
+// ok otherwise (see found.go). A probe connection is closed after the
+// answer.
+//
+// Before the hello, each end proves it is a node (peerauth.go): with a TLS
+// config the hello runs inside mutual TLS with node certificates, and with
+// a secret it follows a challenge-response over it. A peer that proves
+// nothing learns nothing, not even the cluster id.
 
 const helloMagic = "LHR1"
 
 const (
 	helloOK      byte = 0
 	helloRefused byte = 1
-	helloProbe   byte = 2 // dialer: have I served in this cluster before?
-	helloKnown   byte = 3 // acceptor: yes
+	helloProbe   byte = 2 // dialer: was this cluster formed?
+	helloFormed  byte = 3 // acceptor: yes, my log holds more than its founding
 )
 
 // errProbed ends a probe connection on the accepting side.
-var errProbed = errors.New("raftnode: bootstrap probe answered")
+var errProbed = errors.New("raftnode: founding probe answered")
 
 // handshakeTimeout bounds the handshake on an accepted connection.
 const handshakeTimeout = 5 * time.Second
@@ -71,6 +73,9 @@ func readHello(r io.Reader) (hello, error) {
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return hello{}, fmt.Errorf("read handshake: %w", err)
 	}
+	if string(head[:4]) == proofMagic {
+		return hello{}, fmt.Errorf("%w: it proves a node secret; this node has none (is --node-secret-file the same on every node?)", errUnproven)
+	}
 	if string(head[:4]) != helloMagic {
 		return hello{}, fmt.Errorf("not a leasehold raft handshake (first bytes %q)", head[:4])
 	}
@@ -94,13 +99,15 @@ func readHello(r io.Reader) (hello, error) {
 // streamLayer is a raft.StreamLayer over TCP (optionally TLS) that checks
 // the cluster id of every connection.
 type streamLayer struct {
-	ln     net.Listener
-	tls    *tls.Config // nil: plain TCP
-	self   hello
-	logger *slog.Logger
-	// known reports whether a node served in this cluster before; nil
-	// answers no.
-	known func(nodeID string) bool
+	ln        net.Listener
+	advertise string      // the configured address; "" when its port was 0
+	tls       *tls.Config // nil: plain TCP; else accepts node certificates only
+	secret    []byte      // nil: no proof of a shared secret
+	self      hello
+	logger    *slog.Logger
+	// formed reports whether this node holds more of the cluster than its
+	// founding configuration; nil answers no.
+	formed func() bool
 
 	mu       sync.Mutex // protects following
 	accepted map[*acceptedConn]struct{}
@@ -110,8 +117,9 @@ type streamLayer struct {
 var _ raft.StreamLayer = (*streamLayer)(nil)
 
 // newStreamLayer listens on addr. addr must be an address peers can dial
-// (not 0.0.0.0): raft advertises it.
-func newStreamLayer(addr string, tlsConf *tls.Config, clusterID, nodeID string, logger *slog.Logger) (*streamLayer, error) {
+// (not 0.0.0.0): raft advertises it. With tlsConf, peers must present node
+// certificates; with secret, peers must prove they know it.
+func newStreamLayer(addr string, tlsConf *tls.Config, secret []byte, clusterID, nodeID string, logger *slog.Logger) (*streamLayer, error) {
 	if len(clusterID) > 255 || len(nodeID) > 255 {
 		return nil, errors.New("raftnode: cluster id or node id longer than 255 bytes")
 	}
@@ -126,7 +134,11 @@ func newStreamLayer(addr string, tlsConf *tls.Config, clusterID, nodeID string, 
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: raft transport: %w", err)
 	}
-	return &streamLayer{ln: ln, tls: tlsConf, self: hello{status: helloOK, clusterID: clusterID, nodeID: nodeID}, logger: logger, accepted: map[*acceptedConn]struct{}{}}, nil
+	advertise := addr
+	if tcp.Port == 0 {
+		advertise = ""
+	}
+	return &streamLayer{ln: ln, advertise: advertise, tls: nodeTLS(tlsConf), secret: secret, self: hello{status: helloOK, clusterID: clusterID, nodeID: nodeID}, logger: logger, accepted: map[*acceptedConn]struct{}{}}, nil
 }
 
 // Accept returns the next connection; its handshake runs on its first
@@ -163,7 +175,22 @@ func (s *streamLayer) Close() error {
 	}
 	return s.ln.Close()
 }
-func (s *streamLayer) Addr() net.Addr { return s.ln.Addr() }
+
+// Addr is the address raft advertises for this node: the address it was
+// given (a DNS name stays a name, so a peer whose IP changes is still
+// found), or the listener's when the port was 0.
+func (s *streamLayer) Addr() net.Addr {
+	if s.advertise != "" {
+		return advertisedAddr(s.advertise)
+	}
+	return s.ln.Addr()
+}
+
+// advertisedAddr is a raft address as configured (host:port).
+type advertisedAddr string
+
+func (a advertisedAddr) Network() string { return "tcp" }
+func (a advertisedAddr) String() string  { return string(a) }
 
 // Dial connects to a peer and runs the handshake before returning.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
@@ -198,28 +225,53 @@ func (s *streamLayer) clientConn(c net.Conn, address string) net.Conn {
 	return tls.Client(c, conf)
 }
 
-// probe asks the peer at address whether node self.nodeID served in this
-// cluster before. It reports false when the peer is unreachable or in
-// another cluster: only a peer of this cluster can tell.
-func (s *streamLayer) probe(address string, timeout time.Duration) (known bool, peer hello) {
+// probeAnswer is what a founding probe learnt from one peer.
+type probeAnswer struct {
+	answered     bool   // the peer answered (in this cluster or another)
+	formed       bool   // the peer's log holds more than the founding configuration
+	otherCluster string // the peer is in this other cluster
+}
+
+// probe asks the peer at address whether this cluster was formed (see
+// found.go). A peer that cannot be reached, or whose answer makes no
+// sense, has not answered.
+func (s *streamLayer) probe(address string, timeout time.Duration) probeAnswer {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("tcp", address)
 	if err != nil {
-		return false, hello{}
+		return probeAnswer{}
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	c = s.clientConn(c, address)
+	if s.secret != nil && proveDialer(c, s.secret) != nil {
+		return probeAnswer{}
+	}
 	q := s.self
 	q.status = helloProbe
 	if _, err := c.Write(q.encode()); err != nil {
-		return false, hello{}
+		return probeAnswer{}
 	}
-	peer, err = readHello(c)
-	return err == nil && peer.status == helloKnown && peer.clusterID == s.self.clusterID, peer
+	peer, err := readHello(c)
+	switch {
+	case err != nil:
+		return probeAnswer{}
+	case peer.clusterID != s.self.clusterID:
+		return probeAnswer{otherCluster: peer.clusterID}
+	case peer.status == helloFormed:
+		return probeAnswer{answered: true, formed: true}
+	case peer.status == helloOK:
+		return probeAnswer{answered: true}
+	}
+	return probeAnswer{}
 }
 
 func (s *streamLayer) dialHandshake(c net.Conn) (hello, error) {
+	if s.secret != nil {
+		if err := proveDialer(c, s.secret); err != nil {
+			return hello{}, fmt.Errorf("raftnode: handshake: %w", err)
+		}
+	}
 	if _, err := c.Write(s.self.encode()); err != nil {
 		return hello{}, fmt.Errorf("raftnode: handshake: %w", err)
 	}
@@ -236,6 +288,9 @@ func (s *streamLayer) dialHandshake(c net.Conn) (hello, error) {
 // refusalLevel is WARN for a handshake that was refused or made no sense,
 // DEBUG for a connection that merely closed (a peer or this node stopping).
 func refusalLevel(err error) slog.Level {
+	if errors.Is(err, errUnproven) {
+		return slog.LevelWarn
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
 		return slog.LevelDebug
 	}
@@ -254,14 +309,18 @@ type acceptedConn struct {
 func (c *acceptedConn) handshake() error {
 	c.once.Do(func() {
 		_ = c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
-		peer, err := readHello(c.Conn)
+		var peer hello
+		err := c.prove()
+		if err == nil {
+			peer, err = readHello(c.Conn)
+		}
 		if err != nil {
 			c.err = fmt.Errorf("raftnode: handshake: %w", err)
 		} else {
 			reply := c.s.self
 			if peer.status == helloProbe && peer.clusterID == c.s.self.clusterID {
-				if c.s.known != nil && c.s.known(peer.nodeID) {
-					reply.status = helloKnown
+				if c.s.formed != nil && c.s.formed() {
+					reply.status = helloFormed
 				}
 				c.err = errProbed
 				_, _ = c.Conn.Write(reply.encode())
@@ -284,6 +343,21 @@ func (c *acceptedConn) handshake() error {
 		_ = c.Conn.SetDeadline(time.Time{})
 	})
 	return c.err
+}
+
+// prove checks that the peer is a node before anything is read from it or
+// told to it: the TLS handshake (node certificates only) and the proof of
+// the secret.
+func (c *acceptedConn) prove() error {
+	if tc, ok := c.Conn.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return err
+		}
+	}
+	if c.s.secret != nil {
+		return proveAcceptor(c.Conn, c.s.secret)
+	}
+	return nil
 }
 
 // Close closes the connection and forgets it.

@@ -40,8 +40,13 @@ func (b *logBuffer) String() string {
 
 func newTestStream(t *testing.T, tlsConf *tls.Config, clusterID, nodeID string) (*streamLayer, *logBuffer) {
 	t.Helper()
+	return newTestStreamWith(t, tlsConf, nil, clusterID, nodeID)
+}
+
+func newTestStreamWith(t *testing.T, tlsConf *tls.Config, secret []byte, clusterID, nodeID string) (*streamLayer, *logBuffer) {
+	t.Helper()
 	lb := &logBuffer{}
-	s, err := newStreamLayer("127.0.0.1:0", tlsConf, clusterID, nodeID, testLoggerTo(t, lb))
+	s, err := newStreamLayer("127.0.0.1:0", tlsConf, secret, clusterID, nodeID, testLoggerTo(t, lb))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +185,7 @@ func testTLS(t *testing.T) *tls.Config {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "leasehold-test"},
+		Subject:      pkix.Name{CommonName: "node"},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
@@ -204,5 +209,27 @@ func testTLS(t *testing.T) *tls.Config {
 		ClientCAs:    pool,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS13,
+	}
+}
+
+// TestRaftAddrAsConfigured: a node advertises its raft address as given (a
+// DNS name stays a name, so peers still find it after its IP changes);
+// with port 0 it advertises the port it got.
+func TestRaftAddrAsConfigured(t *testing.T) {
+	cfg := tcpConfig(t, "n1")
+	_, port, _ := net.SplitHostPort(cfg.RaftAddr)
+	cfg.RaftAddr = net.JoinHostPort("localhost", port)
+	cfg.Bootstrap = []Peer{{ID: "n1", RaftAddr: cfg.RaftAddr}}
+	n := open(t, cfg)
+	if got := n.RaftAddr(); got != cfg.RaftAddr {
+		t.Fatalf("RaftAddr() = %q, want %q as configured", got, cfg.RaftAddr)
+	}
+	sl, err := newStreamLayer("127.0.0.1:0", nil, nil, newClusterID(), "n2", testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Close()
+	if got := sl.Addr().String(); got != sl.ln.Addr().String() {
+		t.Fatalf("with port 0: Addr() = %q, want the listener's %q", got, sl.ln.Addr())
 	}
 }

@@ -35,21 +35,29 @@ import (
 // nodeSecretHeader carries Config.NodeSecret on calls between nodes.
 const nodeSecretHeader = "Leasehold-Node-Secret"
 
-// withNodeSecret makes hc send the node secret with every request.
+// withNodeSecret makes hc send the node secret with every request. When
+// hc is a TLS client (peerClient with a TLS config), a request that is not
+// https:// fails before anything is sent: the secret makes its bearer a
+// node, so it never travels in clear from a node that speaks TLS.
 func withNodeSecret(hc *http.Client, secret string) *http.Client {
 	if secret == "" {
 		return hc
 	}
-	hc.Transport = nodeSecretTransport{rt: hc.Transport, secret: secret}
+	ht, ok := hc.Transport.(*http.Transport)
+	hc.Transport = nodeSecretTransport{rt: hc.Transport, secret: secret, tlsOnly: ok && ht.TLSClientConfig != nil}
 	return hc
 }
 
 type nodeSecretTransport struct {
-	rt     http.RoundTripper
-	secret string
+	rt      http.RoundTripper
+	secret  string
+	tlsOnly bool
 }
 
 func (t nodeSecretTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.tlsOnly && r.URL.Scheme != "https" {
+		return nil, api.Errorf(api.CodeInvalidArgument, "refusing to send the node secret to %s: this node speaks TLS to other nodes, give an https:// address", r.URL.Redacted())
+	}
 	r = r.Clone(r.Context())
 	r.Header.Set(nodeSecretHeader, t.secret)
 	return t.rt.RoundTrip(r)
@@ -64,8 +72,9 @@ func (t nodeSecretTransport) CloseIdleConnections() {
 // principalHeader (limits.go) carries the original caller when a node
 // forwards a request: a principal's name, nodeValue for a node, or for an
 // anonymous caller the limits' name of it ("ip:…", "token:…"). Names never
-// contain ':', so the forms do not mix. Only another node of the same
-// cluster may send it.
+// contain ':' (certificate CNs and token principals are checked with
+// auth.ValidPrincipal), so the forms do not mix. Only another node of the
+// same cluster (a node certificate or the node secret) may send it.
 const nodeValue = "node:"
 
 type authPrincipalKey struct{}
@@ -153,11 +162,18 @@ func (s *Server) reauthenticate(ctx context.Context, h http.Header, path string)
 
 func (s *Server) authenticateRequest(cs *tls.ConnectionState, h http.Header, fwd, bearer string) (auth.Principal, error) {
 	var p auth.Principal
+	pol := s.policies()
 	if cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
 		c := cs.VerifiedChains[0][0]
-		p = auth.Principal{Name: c.Subject.CommonName, Node: auth.IsNodeCert(c)}
+		switch cn := c.Subject.CommonName; {
+		case auth.IsNodeCert(c):
+			p = auth.Principal{Name: auth.NodeName, Node: true}
+		case auth.ValidPrincipal(cn):
+			p = auth.Principal{Name: cn}
+		case pol.On():
+			return p, api.Errorf(api.CodePermissionDenied, "the client certificate's CN %q is not a principal name (1..64 of A-Z a-z 0-9 . _ - @, not node)", cn)
+		}
 	}
-	pol := s.policies()
 	if sec := h.Get(nodeSecretHeader); sec != "" {
 		switch {
 		case s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1:
@@ -178,8 +194,10 @@ func (s *Server) authenticateRequest(cs *tls.ConnectionState, h http.Header, fwd
 		switch {
 		case fwd == nodeValue:
 			return p, nil // a node's own request, forwarded by another node
-		case strings.Contains(fwd, ":"):
+		case strings.HasPrefix(fwd, "ip:") || strings.HasPrefix(fwd, "token:"):
 			return auth.Anonymous, nil // the limits' name of an anonymous caller
+		case !auth.ValidPrincipal(fwd):
+			return p, api.Errorf(api.CodePermissionDenied, "the %s header names %q, not a principal", principalHeader, fwd)
 		}
 		return s.withAdmin(auth.Principal{Name: fwd}), nil
 	}
@@ -564,6 +582,11 @@ func (s *Server) redact(ctx context.Context, pol *auth.Policies, msg any) {
 		infos = []*pb.LockInfo{m.GetLock()}
 	case *pb.ListResponse:
 		infos = m.GetLocks()
+	case *pb.ReleaseResponse:
+		if n := m.GetNext(); n != nil && !s.owns(p, n.GetLeaseId()) {
+			n.LeaseId = ""
+		}
+		return
 	case *pb.WatchResponse:
 		if e := m.GetEvent(); e != nil && e.GetLeaseId() != "" && !s.owns(p, e.GetLeaseId()) {
 			e.LeaseId = ""

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -185,4 +187,53 @@ func TestAuthForwardedPrincipal(t *testing.T) {
 	// The node itself (no principal header) is a node.
 	_, err = as(headerRT{"Leasehold-Node-Secret": secret}).auth.ListTokens(ctx, req(&pb.ListTokensRequest{}))
 	mustOK(t, "a node", err)
+}
+
+// TestAuthNoLeaseIDsOfOthers: with auth on, a TryAcquire refused because
+// another principal holds the name, and a Release whose next holder is
+// another principal's session, name no lease id of theirs.
+func TestAuthNoLeaseIDsOfOthers(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
+	ctx := ctxT(t)
+	anon := withToken(t, c, "")
+	mk := func(who string) bearerClients {
+		res, err := anon.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
+		mustOK(t, "create token "+who, err)
+		return withToken(t, c, res.Msg.GetToken())
+	}
+	ops, alice, eve := mk("ops"), mk("alice"), mk("eve")
+	_, err := ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "jobs", Principals: []string{"alice", "eve"}, Permissions: []string{"lock"}, Prefixes: []string{"job:"}}}))
+	mustOK(t, "set policy", err)
+	_, err = ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	mustOK(t, "enable", err)
+
+	as, err := alice.locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000, Owner: "alice"}))
+	mustOK(t, "alice session", err)
+	h, err := alice.locks.Acquire(ctx, req(&pb.AcquireRequest{Name: "job:1", LeaseId: as.Msg.GetLeaseId()}))
+	mustOK(t, "alice acquires", err)
+	es, err := eve.locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000, Owner: "eve"}))
+	mustOK(t, "eve session", err)
+	_, err = eve.locks.TryAcquire(ctx, req(&pb.TryAcquireRequest{Name: "job:1", LeaseId: es.Msg.GetLeaseId()}))
+	wantCode(t, "eve tries alice's lock", err, api.CodeLocked)
+	if strings.Contains(err.Error(), as.Msg.GetLeaseId()) {
+		t.Fatalf("the locked error names alice's lease id: %v", err)
+	}
+
+	queued := make(chan error, 1)
+	go func() {
+		_, err := eve.locks.Acquire(ctx, req(&pb.AcquireRequest{Name: "job:1", LeaseId: es.Msg.GetLeaseId()}))
+		queued <- err
+	}()
+	if err := servertest.Eventually(5*time.Second, func() bool {
+		st, err := ops.locks.Status(ctx, req(&pb.StatusRequest{Name: "job:1"}))
+		return err == nil && len(st.Msg.GetLock().GetWaiters()) == 1
+	}); err != nil {
+		t.Fatal("eve never queued")
+	}
+	rel, err := alice.locks.Release(ctx, req(&pb.ReleaseRequest{Name: "job:1", LeaseId: as.Msg.GetLeaseId(), Token: h.Msg.GetHolding().GetToken()}))
+	mustOK(t, "alice releases", err)
+	if n := rel.Msg.GetNext(); n.GetOwner() != "eve" || n.GetLeaseId() != "" {
+		t.Fatalf("alice's release names the next holder %+v; want eve's owner label, no lease id", n)
+	}
+	mustOK(t, "eve's queued acquire", <-queued)
 }

@@ -275,8 +275,9 @@ func (s *Server) waitOutcome(r acquireReq) (holding *fsmpb.Holding, done bool, e
 	return holding, done, err
 }
 
-// lockedErr is the refusal of a TryAcquire, naming who holds the lock or
-// how long its lock-delay is.
+// lockedErr is the refusal of a TryAcquire, naming who holds the lock (its
+// owner label and token, never its lease id: the caller may be another
+// principal) or how long its lock-delay is.
 func (s *Server) lockedErr(name string) error {
 	var info fsm.LockInfo
 	var waiters int
@@ -287,9 +288,9 @@ func (s *Server) lockedErr(name string) error {
 	case info.Holder == nil && info.Delayed:
 		return api.Errorf(api.CodeLockDelay, "%q is in a lock-delay of %s after its holder (token %d) expired", name, time.Duration(info.DelayMs)*time.Millisecond, info.DelayToken)
 	case info.Holder != nil && info.Owner != "":
-		return api.Errorf(api.CodeLocked, "%q is held by %q (lease %s, token %d)", name, info.Owner, info.Holder.GetLeaseId(), info.Holder.GetToken())
+		return api.Errorf(api.CodeLocked, "%q is held by %q (token %d)", name, info.Owner, info.Holder.GetToken())
 	case info.Holder != nil:
-		return api.Errorf(api.CodeLocked, "%q is held by lease %s (token %d)", name, info.Holder.GetLeaseId(), info.Holder.GetToken())
+		return api.Errorf(api.CodeLocked, "%q is held by a session with no owner label (token %d)", name, info.Holder.GetToken())
 	}
 	return api.Errorf(api.CodeLocked, "%q is free but %d other session(s) wait for it", name, waiters)
 }

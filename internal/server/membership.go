@@ -63,9 +63,9 @@ func (c clusterCheck) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 // before raft starts, and returns the cluster's id. It retries while the
 // cluster is unavailable, up to joinTimeout.
 func join(cfg Config) (string, error) {
-	hc := withNodeSecret(h2cClient(), cfg.NodeSecret)
+	hc := withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret)
 	defer hc.CloseIdleConnections()
-	cc := leaseholdv1connect.NewClusterServiceClient(hc, "http://"+cfg.Join, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(hc, peerBaseURL(cfg.PeerClientTLS, cfg.Join), connect.WithGRPC())
 	req := &pb.AddMemberRequest{Id: cfg.Raft.NodeID, RaftAddr: cfg.Raft.RaftAddr, ApiAddr: cfg.APIAddr, Fresh: true}
 	deadline := time.Now().Add(joinTimeout)
 	for {
@@ -138,7 +138,7 @@ func (s *Server) appliedIndexOf(ctx context.Context, id string) (uint64, bool) {
 	if addr == "" {
 		return 0, false
 	}
-	cc := leaseholdv1connect.NewClusterServiceClient(s.http, "http://"+addr, connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
 	req := connect.NewRequest(&pb.MembersRequest{})
 	req.Header().Set(localHeader, "1")
 	req.Header().Set(clusterIDHeader, s.node.ClusterID())

@@ -195,3 +195,47 @@ func TestElectionFailover(t *testing.T) {
 		t.Fatalf("watch saw %q, want %q", seen, want)
 	}
 }
+
+// TestModesNeverMix: a session that reads a name cannot pass for its
+// writer, nor a lock holder for an election's leader. The request is
+// refused with invalid-argument, names what the session holds, and changes
+// nothing: the other reader still reads, and the name's tokens stand.
+func TestModesNeverMix(t *testing.T) {
+	t.Parallel()
+	c, _ := startManual(t, servertest.Options{})
+	cl := c.Client
+	shared := pb.LockMode_LOCK_MODE_SHARED
+	a, b := newSession(t, cl, 60_000, "A"), newSession(t, cl, 60_000, "B")
+	for _, s := range []*pb.CreateSessionResponse{a, b} {
+		_, err := cl.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: "rw", LeaseId: s.GetLeaseId(), Mode: shared}))
+		mustOK(t, "read lock", err)
+	}
+	_, err := cl.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: "rw", LeaseId: a.GetLeaseId(), WaitId: 9}))
+	wantCode(t, "a reader's write lock", err, api.CodeInvalidArgument)
+	if !strings.Contains(err.Error(), `"rw" is already held shared by this session, the request asked for it exclusive; release it first`) {
+		t.Fatalf("refusal %q does not say what the session holds", err)
+	}
+	_, err = cl.TryAcquire(ctxT(t), req(&pb.TryAcquireRequest{Name: "rw", LeaseId: a.GetLeaseId()}))
+	wantCode(t, "a reader's try for the write lock", err, api.CodeInvalidArgument)
+	info := status(t, cl, "rw")
+	wantHoldersRPC(t, info, "A:0", "B:0")
+	for _, h := range info.GetHolders() {
+		if h.GetMode() != shared {
+			t.Fatalf("a holder of rw changed mode: %v", h)
+		}
+	}
+
+	// An election: the leader's campaign with another value, or a plain
+	// acquire of the election, is refused; the same value repeats.
+	_, err = cl.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: "e", LeaseId: a.GetLeaseId(), Value: []byte("a")}))
+	mustOK(t, "campaign", err)
+	_, err = cl.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: "e", LeaseId: a.GetLeaseId(), Value: []byte("b")}))
+	wantCode(t, "campaign with another value", err, api.CodeInvalidArgument)
+	_, err = cl.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: "rw", LeaseId: b.GetLeaseId(), Value: []byte("b")}))
+	wantCode(t, "a reader's campaign", err, api.CodeInvalidArgument)
+	resp, err := cl.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: "e", LeaseId: a.GetLeaseId(), Value: []byte("a")}))
+	mustOK(t, "the same campaign again", err)
+	if h := resp.Msg.GetHolding(); string(h.GetValue()) != "a" || h.GetToken() != 3 {
+		t.Fatalf("repeated campaign = %v, want the leadership of token 3", h)
+	}
+}

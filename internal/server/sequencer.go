@@ -13,8 +13,8 @@ import (
 // Signed sequencers.
 //
 // A session created with CreateSessionRequest.sequencers gets, with every grant answered by
-// Acquire or TryAcquire, Holding.sequencer: (name, token, lease id, grant time, cluster id)
-// signed by Config.Signer (package sequencer), which a resource verifies offline. The flag is
+// Acquire or TryAcquire, Holding.sequencer: (name, mode, slot, token, lease id, grant time,
+// cluster id) signed by Config.Signer (package sequencer), which a resource verifies offline. The flag is
 // part of the replicated session, so every leader signs for it. Signing happens at the edge,
 // on the leader, after the grant was applied: the plain-token path never pays for it.
 //
@@ -42,8 +42,13 @@ func (s *Server) signed(h *pb.Holding) *pb.Holding {
 	if !want {
 		return h
 	}
+	mode := sequencer.Exclusive
+	if h.GetMode() == pb.LockMode_LOCK_MODE_SHARED {
+		mode = sequencer.Shared
+	}
 	b, err := s.cfg.Signer.Sign(sequencer.Sequencer{
 		Name: h.GetName(), Token: h.GetToken(), LeaseID: h.GetLeaseId(), IssuedUnixMs: h.GetAcquiredUnixMs(),
+		Mode: mode, Slot: h.GetSlot(),
 	})
 	if err != nil { // a validated name and lease id always sign; this is a bug
 		s.cfg.Logger.Error("sequencer: cannot sign a grant", "name", h.GetName(), "token", h.GetToken(), "err", err)

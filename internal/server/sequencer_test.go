@@ -68,6 +68,26 @@ func TestSequencers(t *testing.T) {
 		t.Fatalf("seq:b's sequencer presented for seq:a: %v", err)
 	}
 
+	// A reader's grant is signed as shared, a semaphore's with its slot.
+	sr2, err := c.Client.CreateSession(ctxT(t), req(&pb.CreateSessionRequest{TtlMs: 5000, Sequencers: true}))
+	mustOK(t, "CreateSession", err)
+	for _, tc := range []struct {
+		r    *pb.AcquireRequest
+		mode sequencer.Mode
+		slot uint32
+	}{
+		{&pb.AcquireRequest{Name: "seq:rw", LeaseId: sr.Msg.GetLeaseId(), Mode: pb.LockMode_LOCK_MODE_SHARED}, sequencer.Shared, 0},
+		{&pb.AcquireRequest{Name: "seq:sem", LeaseId: sr.Msg.GetLeaseId(), Permits: 3}, sequencer.Exclusive, 0},
+		{&pb.AcquireRequest{Name: "seq:sem", LeaseId: sr2.Msg.GetLeaseId(), Permits: 3}, sequencer.Exclusive, 1},
+	} {
+		resp, err := c.Client.Acquire(ctxT(t), req(tc.r))
+		mustOK(t, "Acquire "+tc.r.GetName(), err)
+		q, err := v.Verify(resp.Msg.GetHolding().GetSequencer(), tc.r.GetName())
+		if err != nil || q.Mode != tc.mode || q.Slot != tc.slot {
+			t.Fatalf("sequencer of %v = %+v, %v; want mode %v slot %d", tc.r, q, err, tc.mode, tc.slot)
+		}
+	}
+
 	plain := newSession(t, c.Client, 5000, "plain")
 	if h := acquire(t, c.Client, "seq:c", plain.GetLeaseId()); len(h.GetSequencer()) != 0 {
 		t.Fatalf("a plain session got a sequencer (%d bytes)", len(h.GetSequencer()))

@@ -52,7 +52,9 @@ type Config struct {
 	// Limits bound what this node accepts from clients (DefaultLimits).
 	Limits Limits
 	// Join is the API address of a running member; when set, this node
-	// starts without bootstrapping and asks that member to add it.
+	// starts without bootstrapping and asks that member to add it. With
+	// Raft.Bootstrap as well, the node founds the cluster of the list if it
+	// was never formed and otherwise joins it through Join.
 	Join string
 	// Registerer receives the server's metrics; nil uses a private registry.
 	Registerer prometheus.Registerer
@@ -192,11 +194,24 @@ func Open(cfg Config) (*Server, error) {
 	if s.lessor, err = lessor.New(cfg.Lessor, proposer{s}); err != nil {
 		return nil, err
 	}
-	cfg.Raft.Join = cfg.Join != ""
 	cfg.Raft.Now = cfg.Lessor.Clock.Now
-	if err := prepareJoin(&cfg); err != nil {
-		s.lessor.Close()
-		return nil, err
+	if cfg.Join != "" && len(cfg.Raft.Bootstrap) > 0 {
+		// Found the cluster of the list if it was never formed, else join
+		// it through cfg.Join (raftnode.Config.Rejoin).
+		// A founder (or a member restarted with its data) registers with
+		// the leader it knows; only a node that rejoined asks cfg.Join.
+		joinCfg := cfg
+		s.cfg.Join = ""
+		cfg.Raft.Rejoin = func() (string, error) {
+			s.cfg.Join = joinCfg.Join
+			return join(joinCfg)
+		}
+	} else {
+		cfg.Raft.Join = cfg.Join != ""
+		if err := prepareJoin(&cfg); err != nil {
+			s.lessor.Close()
+			return nil, err
+		}
 	}
 	cfg.Raft.Observer = s.observe
 	cfg.Raft.OnRestore = func(at uint64) { s.hub.restored(at); s.observeAuth(nil) }
@@ -259,7 +274,12 @@ func (s *Server) Close() error {
 	return err
 }
 
-func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
+func (s *Server) startDrain() {
+	s.drainOnce.Do(func() {
+		s.node.Stopping()
+		close(s.drain)
+	})
+}
 
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(index uint64, res *fsm.Result) {

@@ -15,7 +15,9 @@ import (
 // caller (including other nodes) presents one signed by Config.TLS.ClientCAs.
 //
 // Calls this node makes to other nodes' APIs (forwarding to the leader, joining, listing
-// members) use https:// and Config.PeerClientTLS when it is set, and cleartext HTTP/2 otherwise.
+// members, promoting a non-voter, the dashboard) use https:// and Config.PeerClientTLS when it
+// is set, and cleartext HTTP/2 otherwise; the node secret is never sent on a cleartext
+// connection by a node that has a Config.PeerClientTLS (withNodeSecret).
 // In a TLS cluster every node's certificate must name the address it advertises (--advertise,
 // or the listen address) so that the others can verify it.
 
@@ -45,8 +47,12 @@ func peerClient(cfg *tls.Config) *http.Client {
 }
 
 // peerURL returns the base URL of another node's API at addr (host:port).
-func (s *Server) peerURL(addr string) string {
-	if s.cfg.PeerClientTLS != nil {
+func (s *Server) peerURL(addr string) string { return peerBaseURL(s.cfg.PeerClientTLS, addr) }
+
+// peerBaseURL is the base URL of a node's API at addr for a client with
+// the TLS config conf (nil: cleartext).
+func peerBaseURL(conf *tls.Config, addr string) string {
+	if conf != nil {
 		return "https://" + addr
 	}
 	return "http://" + addr

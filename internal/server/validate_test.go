@@ -248,14 +248,15 @@ func putReq(key string, value []byte, token uint64) func(context.Context, client
 }
 
 // TestClamps: values at or beyond a limit that the API accepts are granted
-// as documented: TTLs clamped to [1 s, 1 h], lock-delay capped at 60 s,
-// names, owners and values exactly at their limit accepted.
+// as documented: TTLs below 1 s raised to it, up to 1 h as asked and above
+// it refused, lock-delay capped at 60 s, names, owners and values exactly
+// at their limit accepted.
 func TestClamps(t *testing.T) {
 	t.Parallel()
 	c, _ := startManual(t, servertest.Options{})
 	for _, tc := range []struct{ ask, want int64 }{
 		{1, 1000}, {10, 1000}, {999, 1000}, {1000, 1000}, {5000, 5000},
-		{3_600_000, 3_600_000}, {3_600_001, 3_600_000}, {7_200_000, 3_600_000},
+		{3_600_000, 3_600_000},
 	} {
 		s := newSession(t, c.Client, tc.ask, "")
 		if s.GetTtlMs() != tc.want {
@@ -265,6 +266,13 @@ func TestClamps(t *testing.T) {
 		mustOK(t, "KeepAlive", err)
 		if ka.Msg.GetTtlMs() != tc.want {
 			t.Errorf("KeepAlive of a %d ms session reports ttl %d ms", tc.want, ka.Msg.GetTtlMs())
+		}
+	}
+
+	for _, ttl := range []int64{3_600_001, 7_200_000} {
+		_, err := c.Client.CreateSession(ctxT(t), req(&pb.CreateSessionRequest{TtlMs: ttl}))
+		if api.CodeOf(err) != api.CodeInvalidArgument {
+			t.Errorf("CreateSession(ttl %d ms) = %v, want invalid-argument (never lowered silently)", ttl, err)
 		}
 	}
 

@@ -57,7 +57,7 @@ func (w webSource) Raft() web.Raft {
 func (w webSource) memberRaft(ctx context.Context, apiAddr string) (web.Raft, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+"/ui/api/raft", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.s.peerURL(apiAddr)+"/ui/api/raft", nil)
 	if err != nil {
 		return web.Raft{}, err
 	}
