@@ -541,7 +541,7 @@ func (l *Lessor) renew(ctx context.Context, ids []string, out []Renewal) {
 		switch {
 		case !ok:
 			out[i] = Renewal{Err: ErrNotFound}
-		case e.expiring:
+		case e.expiring && refuseExpiring:
 			out[i] = Renewal{Err: ErrExpiring}
 		case e.short:
 			e.gen++
@@ -587,7 +587,7 @@ func (l *Lessor) renew(ctx context.Context, ids []string, out []Renewal) {
 			out[i] = Renewal{Err: fmt.Errorf("lessor: clear the checkpoint of %s: %w", e.id, err)}
 		case !l.leading || l.sessions[e.id] != e:
 			out[i] = Renewal{Err: ErrNotLeader}
-		case e.expiring:
+		case e.expiring && refuseExpiring:
 			out[i] = Renewal{Err: ErrExpiring}
 		default:
 			if e.gen == clears[k].GetGeneration() {

@@ -19,6 +19,9 @@ var (
 	// promoteDeadline is the deadline a new leader gives a live session:
 	// renewed now, plus the old leader's authority window.
 	promoteDeadline = func(now time.Time, grace, ttl time.Duration) time.Time { return now.Add(grace + ttl) }
+	// refuseExpiring: a session whose Expire was proposed is not renewed
+	// until the proposal is known not to have applied.
+	refuseExpiring = true
 	// renewConfirm confirms leadership before a keepalive is answered.
 	renewConfirm = func(l *Lessor, ctx context.Context) error { return l.cfg.Confirmer.ConfirmLeadership(ctx) }
 )

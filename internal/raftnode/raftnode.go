@@ -98,6 +98,9 @@ type Config struct {
 	PeerSecret []byte
 	// Transport overrides the transport (tests: raft.InmemTransport).
 	Transport raft.Transport
+	// Stores, when set, replaces the data dir's log, stable and snapshot
+	// stores (the simulation's in-memory stores; see Stores).
+	Stores *Stores
 	// Limits bound the state machine; every node must use the same.
 	Limits fsm.Limits
 	// Observer is called after every applied entry (may be nil).
@@ -220,7 +223,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: data dir: %w", err)
 	}
 	hlog := newHCLogger(cfg.Logger)
-	store, err := openStore(cfg.DataDir, hlog)
+	store, snaps, err := openStores(cfg, hlog)
 	if err != nil {
 		return nil, err
 	}
@@ -236,10 +239,6 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}()
 	n.storage = newStorageGuard(cfg.Logger, cfg.DataDir)
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
-	}
 	kept, marking, follow := KeepSuffixOnInstall(guardedLogStore{store, n.storage}, snaps, cfg.Logger)
 	logs, err := raft.NewLogCache(512, withMetrics(withFailpoints(kept), cfg.Metrics))
 	if err != nil {

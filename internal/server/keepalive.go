@@ -80,38 +80,9 @@ func checkKeepAlive(id string, ids []string) error {
 	return nil
 }
 
-// renewLocal renews ids on this node's lessor: one result per id, an
-// invalid id refused alone. The error is ErrNotLeader when this node does
-// not lead (then nothing was renewed).
+// renewLocal renews ids on this node's lessor (RenewLeases).
 func (s *Server) renewLocal(ctx context.Context, ids []string) ([]*pb.KeepAliveResult, error) {
-	results := make([]*pb.KeepAliveResult, len(ids))
-	valid := make([]string, 0, len(ids))
-	where := make([]int, 0, len(ids))
-	for i, id := range ids {
-		results[i] = &pb.KeepAliveResult{LeaseId: id}
-		if err := checkLeaseID(id); err != nil {
-			results[i].ErrorCode = string(api.CodeOf(err))
-			continue
-		}
-		valid = append(valid, id)
-		where = append(where, i)
-	}
-	out := make([]lessor.Renewal, len(valid))
-	ctx, cancel := context.WithTimeout(ctx, renewTimeout)
-	defer cancel()
-	s.lessor.RenewMany(ctx, valid, out)
-	for k, r := range out {
-		if errors.Is(r.Err, lessor.ErrNotLeader) {
-			return nil, r.Err
-		}
-		res := results[where[k]]
-		if r.Err != nil {
-			res.ErrorCode = string(api.CodeOf(toAPI(r.Err)))
-			continue
-		}
-		res.TtlMs = r.TTL.Milliseconds()
-	}
-	return results, nil
+	return RenewLeases(ctx, s.lessor, ids)
 }
 
 // renewBatch renews ids on the leader, locally or by forwarding, and

@@ -11,7 +11,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -301,12 +300,7 @@ func (s *Server) onLeadership(leader bool) {
 	case s.elected <- struct{}{}:
 	default:
 	}
-	// Promote under the state's read lock: an entry applied after the read
-	// reaches Observe only after Promote, so no session created in between
-	// is missed (untracked, it would never expire).
-	s.node.Read(func(m *fsm.Machine) {
-		s.lessor.Promote(m.Sessions(), m.LockDelays())
-	})
+	PromoteLessor(s.node, s.lessor)
 }
 
 // registerLoop records this node's API address in the replicated state, so
@@ -359,11 +353,7 @@ func (s *Server) register(ctx context.Context) error {
 type confirmer struct{ s *Server }
 
 func (c confirmer) ConfirmLeadership(ctx context.Context) error {
-	err := c.s.node.ConfirmLeadership(ctx)
-	if errors.Is(err, raftnode.ErrNotLeader) {
-		return fmt.Errorf("%w: %w", lessor.ErrNotLeader, err)
-	}
-	return err
+	return ConfirmForLessor(ctx, c.s.node)
 }
 
 // proposer adapts the server to lessor.Proposer.
@@ -372,11 +362,7 @@ type proposer struct{ s *Server }
 // Propose marks the errors after which the command certainly did not
 // apply (lessor.ErrNotApplied); any other error leaves the outcome unknown.
 func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	res, err := p.s.node.Apply(ctx, cmd)
-	if errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, raftnode.ErrUnavailable) {
-		err = fmt.Errorf("%w: %w", lessor.ErrNotApplied, err)
-	}
-	return res, err
+	return LessorPropose(ctx, p.s.node, cmd)
 }
 
 // apply stamps cmd with the leader's wall clock (display only), proposes it

@@ -5,10 +5,11 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
+	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
@@ -87,10 +88,12 @@ func (cl *client) apply(cmd *fsmpb.Command) (fsm.Result, error) {
 // stop virtual time.
 func retryPause() { time.Sleep(2 * time.Millisecond) }
 
-// createSession returns a new session, or "" when none was created for certain.
+// createSession returns a new session, or "" when none was created for
+// certain. As the server's CreateSession does, the node renews the session
+// in the request that created it: its TTL counts from that answer.
 func (cl *client) createSession(ttl time.Duration) string {
 	cl.n++
-	lease := "c" + strconv.Itoa(cl.id) + "." + strconv.Itoa(cl.n)
+	lease := fmt.Sprintf("c%015x%016x", cl.id, cl.n) // 32 hex digits, as the server's lease ids
 	sent := time.Now()
 	cmd := &fsmpb.Command{UnixMs: sent.UnixMilli(), Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: lease, TtlMs: ttl.Milliseconds(), Owner: lease}}}
 	for {
@@ -100,8 +103,13 @@ func (cl *client) createSession(ttl time.Duration) string {
 		if n == nil {
 			return ""
 		}
+		var renewed bool
+		var term uint64
 		actx, acancel := context.WithTimeout(context.Background(), opTimeout)
-		res, err := n.apply(actx, cmd)
+		res, err := n.applyThen(actx, cmd, func(l *lessor.Lessor) {
+			_, rerr := l.RenewCommitted(lease)
+			renewed, term = rerr == nil, n.promoted.Load()
+		})
 		acancel()
 		if errors.Is(err, errNotLeader) {
 			retryPause()
@@ -110,10 +118,8 @@ func (cl *client) createSession(ttl time.Duration) string {
 		if err != nil || res.Err != nil {
 			return ""
 		}
-		if _, l, ok := n.leading(); ok {
-			if _, err := l.RenewCommitted(lease); err == nil {
-				cl.c.acked(lease, sent, ttl, n.barrierTerm.Load())
-			}
+		if renewed {
+			cl.c.acked(lease, sent, ttl, term)
 		}
 		return lease
 	}
@@ -132,30 +138,40 @@ func (cl *client) closeSession(lease string, queued int) {
 	}
 }
 
-// keepalive renews lease; false means the grantor no longer knows it.
+// keepalive renews lease; false means the grantor no longer knows it. As
+// the Go client does, each attempt waits min(TTL/6, 1 s) for its answer, a
+// confirmed renewal counts from the attempt's send time, and an attempt
+// unanswered or refused moves the holder to another node (a sticky holder
+// stays on the node of its last renewal until then; a pinned one stays on
+// the node it is pinned to).
 func (cl *client) keepalive(lease string, ttl time.Duration) bool {
-	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*opTimeout)
 	defer cancel()
+	attempt := min(ttl/6, time.Second)
 	for {
 		n := cl.at
-		if !cl.sticky || n == nil || !n.leads() {
+		if pin := cl.c.pinnedTo(); pin != nil && cl.sticky {
+			n = pin
+		} else if !cl.sticky || n == nil || !n.leads() {
 			if n = cl.pick(ctx); n == nil {
 				return true // no answer: the local deadline decides
 			}
 		}
-		_, l, ok := n.leading()
-		if !ok {
-			continue
-		}
-		_, err := l.RenewCommitted(lease)
+		sent := time.Now()
+		actx, acancel := context.WithTimeout(ctx, attempt)
+		code, term, err := n.renew(actx, lease)
+		acancel()
 		switch {
-		case err == nil:
-			cl.c.acked(lease, sent, ttl, n.barrierTerm.Load())
+		case err == nil && code == "":
+			cl.c.acked(lease, sent, ttl, term)
 			cl.at = n
 			return true
-		case errors.Is(err, lessor.ErrNotFound):
+		case err == nil && code == string(api.CodeLeaseExpired):
 			return false
+		}
+		cl.at = nil
+		if ctx.Err() != nil {
+			return true // no answer: the local deadline decides
 		}
 		retryPause()
 	}

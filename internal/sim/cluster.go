@@ -5,6 +5,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -84,9 +85,11 @@ type Counters struct {
 	Delays           int
 	Drops            int
 	Crashes          int
+	Pauses           int // node processes paused and resumed
 	PowerLosses      int // every node crashed at once
 	Transfers        int // leadership transfers started
 	DeposedRenewals  int // renewals a deposed leader acknowledged after its successor's promotion
+	ResumedRefusals  int // renewals that queued at a paused leader and were refused when it resumed
 	EarlyExpiries    int // P7 failures (violations only when CheckP7)
 	SessionsLost     int // W1 sessions their holder saw end (P10; violations only when CheckP10)
 	Operations       int // client operations checked
@@ -106,9 +109,11 @@ func (c *Counters) Add(o Counters) {
 	c.Delays += o.Delays
 	c.Drops += o.Drops
 	c.Crashes += o.Crashes
+	c.Pauses += o.Pauses
 	c.PowerLosses += o.PowerLosses
 	c.Transfers += o.Transfers
 	c.DeposedRenewals += o.DeposedRenewals
+	c.ResumedRefusals += o.ResumedRefusals
 	c.EarlyExpiries += o.EarlyExpiries
 	c.SessionsLost += o.SessionsLost
 	c.Operations += o.Operations
@@ -119,8 +124,8 @@ func (c *Counters) Add(o Counters) {
 
 // String prints the counters on one line.
 func (c Counters) String() string {
-	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d power_losses=%d transfers=%d deposed_renewals=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d undecided=%d",
-		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.PowerLosses, c.Transfers, c.DeposedRenewals, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced, c.Undecided)
+	return fmt.Sprintf("leader_changes=%d expiries=%d stale_rejections=%d snapshot_installs=%d partitions=%d one_way=%d delays=%d drops=%d crashes=%d pauses=%d power_losses=%d transfers=%d deposed_renewals=%d resumed_refusals=%d early_expiries=%d sessions_lost=%d ops=%d lost_unfenced=%d undecided=%d",
+		c.LeaderChanges, c.Expiries, c.StaleRejections, c.SnapshotInstalls, c.Partitions, c.OneWayCuts, c.Delays, c.Drops, c.Crashes, c.Pauses, c.PowerLosses, c.Transfers, c.DeposedRenewals, c.ResumedRefusals, c.EarlyExpiries, c.SessionsLost, c.Operations, c.LostUnfenced, c.Undecided)
 }
 
 // Report is the outcome of one run.
@@ -143,6 +148,9 @@ type Cluster struct {
 	seq      atomic.Int64 // the history's clock (now)
 	nodes    []*node
 	start    time.Time
+	dir      string         // the nodes' data dirs
+	queued   sync.WaitGroup // requests queued at a paused node
+	holding  sync.WaitGroup // waits on the futures that hold paused leaders
 
 	mu        sync.Mutex // protects following
 	counters  Counters
@@ -155,9 +163,12 @@ type Cluster struct {
 	leader    string
 	promoted  uint64    // the newest term whose leader was promoted
 	healedAt  time.Time // zero unless waiting for a leader after healing
-	lockOps   []porcupine.Operation
-	putOps    []porcupine.Operation
-	log       []string
+	// pinned: until pinnedUntil, W4 holders reach only this node (see pauseNode).
+	pinned      *node
+	pinnedUntil time.Time
+	lockOps     []porcupine.Operation
+	putOps      []porcupine.Operation
+	log         []string
 }
 
 type ackInfo struct {
@@ -165,19 +176,24 @@ type ackInfo struct {
 	ttl  time.Duration
 }
 
-func newCluster(cfg Config) *Cluster {
-	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), outcomes: newOutcomes(), start: time.Now(), hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}, closed: map[string]bool{}, freezeAt: map[int]time.Time{}}
+func newCluster(cfg Config, dir string) *Cluster {
+	c := &Cluster{cfg: cfg, net: newNetwork(cfg.Seed), outcomes: newOutcomes(), start: time.Now(), dir: dir, hashes: map[uint64]uint64{}, expiredAt: map[string]time.Time{}, lastAck: map[string]ackInfo{}, closed: map[string]bool{}, freezeAt: map[int]time.Time{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
+	c.net.pauses = map[string]*pause{}
 	for i := range 3 {
 		rate := 1 + (rng.Float64()*2-1)*cfg.Skew
-		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("n%d", i+1), c: c, clock: skewClock{start: c.start, rate: rate}, logs: newWALStore(), store: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore()})
+		id := fmt.Sprintf("n%d", i+1)
+		p := &pause{}
+		c.net.pauses[id] = p
+		c.nodes = append(c.nodes, &node{id: id, c: c, dir: filepath.Join(dir, id), pause: p, clock: skewClock{start: c.start, rate: rate, pause: p},
+			logs: newWALStore(p), stable: stableStore{InmemStore: raft.NewInmemStore(), pause: p}, snaps: raft.NewInmemSnapshotStore()})
 	}
 	return c
 }
 
 func (c *Cluster) boot() error {
 	for _, n := range c.nodes {
-		if err := n.start(true); err != nil {
+		if err := n.start(); err != nil {
 			return err
 		}
 	}
@@ -198,8 +214,13 @@ func (c *Cluster) connect() {
 
 func (c *Cluster) shutdown() {
 	for _, n := range c.nodes {
+		n.pause.thaw()
+	}
+	for _, n := range c.nodes {
 		n.crash()
 	}
+	c.queued.Wait()
+	c.holding.Wait()
 }
 
 // now is the history's clock: a counter read when an operation is called
@@ -375,13 +396,12 @@ func (c *Cluster) violations() []string {
 func (c *Cluster) describe() string {
 	var b strings.Builder
 	for _, n := range c.nodes {
-		n.mu.Lock()
-		if n.up {
-			fmt.Fprintf(&b, "%s %s term %d commit %d; ", n.id, n.raft.State(), n.raft.CurrentTerm(), n.raft.CommitIndex())
+		if rn, _ := n.current(); rn != nil {
+			r := rn.Raft()
+			fmt.Fprintf(&b, "%s %s term %d commit %d; ", n.id, r.State(), r.CurrentTerm(), r.CommitIndex())
 		} else {
 			fmt.Fprintf(&b, "%s down; ", n.id)
 		}
-		n.mu.Unlock()
 	}
 	return b.String()
 }

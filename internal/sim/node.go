@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/internal/server"
 )
 
 // Errors of a node's operations, as a client sees them.
@@ -30,224 +29,201 @@ var (
 	errNotLeader = errors.New("sim: not the leader")
 	// errUnknown: the command may or may not have been applied.
 	errUnknown = errors.New("sim: outcome unknown")
+	// errNoAnswer: the client stopped waiting for an answer.
+	errNoAnswer = errors.New("sim: no answer in time")
 )
 
-// node is one member: a hashicorp/raft instance on in-memory stores that
-// survive a crash (the log and stable store are treated as fsync'd on
-// every append, as bbolt's are), the real fsm.Machine behind a small
-// raft.FSM adapter, and a real lessor on the node's skewed clock.
+// node is one member running leasehold's own node code: a raftnode.Node
+// (Open, Apply, ReadIndex, Read, the leadership watch with its barrier and
+// token floor) on in-memory stores that survive a crash (the log and
+// stable store are treated as fsync'd on every append, as raft-wal's
+// are), and a real lessor wired to it as the server wires it
+// (server.LessorPropose, server.PromoteLessor on leadership, Demote on its
+// loss, Observe on every applied entry). Clients reach it through serve;
+// a paused node (see pause) holds their requests until it resumes.
 type node struct {
-	id    string
-	c     *Cluster
-	clock skewClock
-	logs  *walStore        // log store; kept across restarts
-	store *raft.InmemStore // stable store; kept across restarts
-	snaps *raft.InmemSnapshotStore
+	id     string
+	c      *Cluster
+	dir    string // data dir: holds the cluster id only
+	pause  *pause
+	clock  skewClock
+	logs   *walStore   // log store; kept across restarts
+	stable stableStore // kept across restarts
+	snaps  *raft.InmemSnapshotStore
 
-	mu      sync.Mutex // protects following
-	raft    *raft.Raft
-	trans   *faultTransport
-	lessor  *lessor.Lessor
-	fsm     *machine
-	done    chan struct{} // closed on crash: stops watch
-	watchWG sync.WaitGroup
-	up      bool
-	// barrierTerm is the term whose barrier this node applied as leader.
-	barrierTerm atomic.Uint64
+	mu     sync.Mutex // protects following
+	rn     *raftnode.Node
+	trans  *faultTransport
+	lessor *lessor.Lessor
+	up     bool
+	// promoted is the term in which this node's lessor was promoted, 0
+	// once demoted.
+	promoted atomic.Uint64
+	// lastApplied is the index the node had applied when it last stopped.
+	lastApplied atomic.Uint64
 }
 
-// machine adapts fsm.Machine to raft.FSM and checks, after every applied
-// entry, the properties one replica can see alone (P2, P5, P6).
-type machine struct {
-	n *node
+// replica checks, after every entry one incarnation of a node applies, the
+// properties one replica can see alone (P2, P5, P6), records the entry's
+// nonce (P11) and passes the result to the lessor, as the server's
+// observer does. Its fields other than rn are used only on the goroutine
+// that applies entries.
+type replica struct {
+	n  *node
+	l  *lessor.Lessor
+	rn atomic.Pointer[raftnode.Node] // set once Open returned
 
-	mu        sync.Mutex // protects following
-	m         *fsm.Machine
-	applied   uint64
+	running   atomic.Bool       // Open returned: a restore now is a snapshot install
 	holders   map[string]uint64 // name → token of the live grant, from events (P6)
 	lastToken uint64            // newest token granted, in apply order (P2)
-	running   bool              // raft is up: a Restore now is a snapshot install
-
-	lessor *lessor.Lessor // set before raft starts
+	restored  bool              // the state was replaced: rebuild holders from it
 }
 
-func (f *machine) Apply(l *raft.Log) any {
-	var cmd fsmpb.Command
-	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
-		panic(fmt.Sprintf("sim: undecodable log entry %d: %v", l.Index, err))
+// observe is the node's raftnode Observer.
+func (r *replica) observe(index uint64, res *fsm.Result) {
+	n := r.n
+	n.pause.wait() // a paused process applies nothing
+	var l raft.Log
+	if n.logs.GetLog(index, &l) == nil {
+		var cmd fsmpb.Command
+		if proto.Unmarshal(l.Data, &cmd) == nil {
+			n.c.outcomes.appliedAt(&cmd, index)
+		}
 	}
-	f.n.c.outcomes.appliedAt(&cmd, l.Index)
-	f.mu.Lock()
-	res := f.n.c.safeApply(f.n.id, f.m, l.Index, &cmd)
-	f.applied = l.Index
-	f.checkLocked(l.Index, &res)
-	snap, err := f.m.Snapshot()
-	f.mu.Unlock()
-	if err != nil {
-		panic(err)
+	if rn := r.rn.Load(); rn != nil {
+		var hash uint64
+		fresh := r.restored
+		rn.ReadAt(func(m *fsm.Machine, _ uint64) {
+			if r.restored {
+				r.rebuild(m)
+			}
+			snap, err := m.Snapshot()
+			if err != nil {
+				n.c.violate("P9", "%s index %d: snapshot: %v", n.id, index, err)
+			}
+			h := fnv.New64a()
+			h.Write(snap)
+			hash = h.Sum64()
+		})
+		if !fresh { // the rebuilt holders include this entry's grants
+			r.check(index, res)
+		}
+		n.c.applied(n.id, index, hash, res)
 	}
-	h := fnv.New64a()
-	h.Write(snap)
-	f.n.c.applied(f.n.id, l.Index, h.Sum64(), &res)
-	f.lessor.Observe(&res)
-	return &res
+	r.l.Observe(res)
 }
 
-// checkLocked follows the events of one Apply: a grant while the name has a
-// live grant breaks P6, a token not above every earlier one breaks P2.
-func (f *machine) checkLocked(index uint64, res *fsm.Result) {
+// onRestore is the node's raftnode OnRestore.
+func (r *replica) onRestore(uint64) {
+	r.restored = true
+	if r.running.Load() {
+		r.n.c.count(&r.n.c.counters.SnapshotInstalls)
+	}
+}
+
+// rebuild sets holders and lastToken from the state m.
+func (r *replica) rebuild(m *fsm.Machine) {
+	clear(r.holders)
+	locks, _ := m.List("", 1<<30)
+	for _, l := range locks {
+		if l.Holder != nil {
+			r.holders[l.Name] = l.Holder.GetToken()
+		}
+	}
+	r.lastToken = m.Token()
+	r.restored = false
+}
+
+// check follows the events of one entry: a grant while the name has a live
+// grant breaks P6, a token not above every earlier one breaks P2.
+func (r *replica) check(index uint64, res *fsm.Result) {
+	c, id := r.n.c, r.n.id
 	for _, ev := range res.Events {
 		switch ev.Type {
 		case leaseholdv1.EventType_EVENT_TYPE_ACQUIRED:
-			if t, ok := f.holders[ev.Name]; ok {
-				f.n.c.violate("P6", "%s index %d: %q granted token %d while token %d is live", f.n.id, index, ev.Name, ev.Token, t)
+			if t, ok := r.holders[ev.Name]; ok {
+				c.violate("P6", "%s index %d: %q granted token %d while token %d is live", id, index, ev.Name, ev.Token, t)
 			}
-			if ev.Token <= f.lastToken {
-				f.n.c.violate("P2", "%s index %d: %q granted token %d after token %d", f.n.id, index, ev.Name, ev.Token, f.lastToken)
+			if ev.Token <= r.lastToken {
+				c.violate("P2", "%s index %d: %q granted token %d after token %d", id, index, ev.Name, ev.Token, r.lastToken)
 			}
-			f.holders[ev.Name] = ev.Token
-			f.lastToken = max(f.lastToken, ev.Token)
+			r.holders[ev.Name] = ev.Token
+			r.lastToken = max(r.lastToken, ev.Token)
 		case leaseholdv1.EventType_EVENT_TYPE_RELEASED, leaseholdv1.EventType_EVENT_TYPE_EXPIRED:
-			delete(f.holders, ev.Name)
+			delete(r.holders, ev.Name)
 		}
 	}
 }
-
-func (f *machine) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	data, err := f.m.Snapshot()
-	return snapshot(data), err
-}
-
-func (f *machine) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.m.Restore(data); err != nil {
-		return err
-	}
-	clear(f.holders)
-	locks, _ := f.m.List("", 1<<30)
-	for _, l := range locks {
-		if l.Holder != nil {
-			f.holders[l.Name] = l.Holder.GetToken()
-		}
-	}
-	f.lastToken = f.m.Token()
-	if f.running {
-		f.n.c.count(&f.n.c.counters.SnapshotInstalls)
-	}
-	return nil
-}
-
-type snapshot []byte
-
-func (s snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s); err != nil {
-		_ = sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-func (snapshot) Release() {}
 
 // start boots (or reboots) the node on its surviving stores.
-func (n *node) start(bootstrap bool) error {
+func (n *node) start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c := n.c
 	_, inner := raft.NewInmemTransportWithTimeout(raft.ServerAddress(n.id), 200*time.Millisecond)
-	n.trans = &faultTransport{InmemTransport: inner, id: n.id, net: c.net, addr: func(a raft.ServerAddress) string { return string(a) }}
-	n.fsm = &machine{n: n, m: fsm.New(fsm.DefaultLimits()), holders: map[string]uint64{}}
+	trans := &faultTransport{InmemTransport: inner, id: n.id, net: c.net, addr: func(a raft.ServerAddress) string { return string(a) }}
 	lcfg := lessor.DefaultConfig()
 	lcfg.Clock = n.clock
 	lcfg.Drift = c.cfg.Drift
 	lcfg.Grace = 2 * c.cfg.LeaderLease // as the server sets it
 	lcfg.Tick = 20 * time.Millisecond
 	lcfg.Logger = slog.New(slog.DiscardHandler)
-	lcfg.Confirmer = confirmer{n}
-	l, err := lessor.New(lcfg, proposer{n})
+	rep := &replica{n: n, holders: map[string]uint64{}}
+	lcfg.Confirmer = confirmer{rep}
+	l, err := lessor.New(lcfg, proposer{rep})
 	if err != nil {
 		return err
 	}
-	n.lessor = l
-	n.fsm.lessor = l
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(n.id)
-	rc.Logger = hclog.NewNullLogger()
-	rc.HeartbeatTimeout = c.cfg.ElectionTimeout
-	rc.ElectionTimeout = c.cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = c.cfg.LeaderLease
-	rc.CommitTimeout = 5 * time.Millisecond
-	rc.SnapshotInterval = 500 * time.Millisecond
-	rc.SnapshotThreshold = 40
-	rc.TrailingLogs = 20
-	notify := make(chan bool, 16)
-	rc.NotifyCh = notify
-	if bootstrap {
-		var conf raft.Configuration
-		for _, p := range c.nodes {
-			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.id), Address: raft.ServerAddress(p.id)})
-		}
-		if err := raft.BootstrapCluster(rc, n.logs, n.store, n.snaps, n.trans, conf); err != nil {
-			return err
-		}
+	rep.l = l
+	cfg := raftnode.DefaultConfig()
+	cfg.NodeID = n.id
+	cfg.DataDir = n.dir
+	cfg.Transport = trans
+	cfg.Stores = &raftnode.Stores{Log: n.logs, Stable: n.stable, Snapshots: n.snaps}
+	for _, p := range c.nodes { // used only on empty stores
+		cfg.Bootstrap = append(cfg.Bootstrap, raftnode.Peer{ID: p.id, RaftAddr: p.id})
 	}
-	// The server's guard against hashicorp/raft#697 (raftnode.KeepSuffixOnInstall).
-	logs, snaps, follow := raftnode.KeepSuffixOnInstall(n.logs, n.snaps, slog.New(slog.DiscardHandler))
-	r, err := raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)
+	cfg.Observer = rep.observe
+	cfg.OnRestore = rep.onRestore
+	cfg.OnLeadership = func(leader bool) { n.leadership(rep, leader) }
+	cfg.HeartbeatTimeout = c.cfg.ElectionTimeout
+	cfg.ElectionTimeout = c.cfg.ElectionTimeout
+	cfg.LeaderLeaseTimeout = c.cfg.LeaderLease
+	cfg.CommitTimeout = 5 * time.Millisecond
+	cfg.SnapshotInterval = 500 * time.Millisecond
+	cfg.SnapshotThreshold = 40
+	cfg.TrailingLogs = 20
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Now = n.clock.Now // as the server sets it: the lessor's clock
+	rn, err := raftnode.Open(cfg)
 	if err != nil {
+		l.Close()
 		return err
 	}
-	follow(r)
-	n.fsm.mu.Lock()
-	n.fsm.running = true
-	n.fsm.mu.Unlock()
-	n.raft = r
-	n.up = true
-	n.done = make(chan struct{})
-	done := n.done
-	n.watchWG.Go(func() { n.watch(r, l, notify, done) })
+	rep.rn.Store(rn)
+	rep.running.Store(true)
+	n.rn, n.trans, n.lessor, n.up = rn, trans, l, true
 	return nil
 }
 
-// watch runs the lessor while this node leads: after a barrier on
-// election, Promote with the applied sessions and lock-delays; Demote on loss.
-func (n *node) watch(r *raft.Raft, l *lessor.Lessor, notify <-chan bool, done <-chan struct{}) {
-	leader := false
-	for {
-		var is bool
-		select {
-		case is = <-notify:
-		case <-done:
-			return
-		}
-		if is == leader {
-			continue
-		}
-		if is {
-			term := r.CurrentTerm()
-			if r.Barrier(2*time.Second).Error() != nil {
-				continue
-			}
-			n.barrierTerm.Store(term)
-			// As the server does, no entry is applied between reading the
-			// live sessions and the lessor tracking them.
-			n.fsm.mu.Lock()
-			l.Promote(n.fsm.m.Sessions(), n.fsm.m.LockDelays())
-			n.fsm.mu.Unlock()
-			n.c.leaderElected(n.id, term)
-		} else {
-			l.Demote()
-		}
-		leader = is
+// leadership is the node's OnLeadership, as the server's: after the
+// barrier, the lessor is promoted with the applied sessions and
+// lock-delays; on loss, demoted.
+func (n *node) leadership(rep *replica, leader bool) {
+	if !leader {
+		n.promoted.Store(0)
+		rep.l.Demote()
+		return
 	}
+	rn := rep.rn.Load()
+	for rn == nil { // elected before Open returned
+		time.Sleep(time.Millisecond)
+		rn = rep.rn.Load()
+	}
+	term := rn.Raft().CurrentTerm()
+	server.PromoteLessor(rn, rep.l)
+	n.promoted.Store(term)
+	n.c.leaderElected(n.id, term)
 }
 
 // crash stops the node as kill -9 would: raft and the lessor stop, the
@@ -265,32 +241,55 @@ func (n *node) crash() {
 		return
 	}
 	n.up = false
-	r, f, l, trans, done := n.raft, n.fsm, n.lessor, n.trans, n.done
+	rn, l := n.rn, n.lessor
 	n.mu.Unlock()
+	applied := func() (at uint64) {
+		rn.ReadAt(func(_ *fsm.Machine, i uint64) { at = i })
+		return at
+	}
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		f.mu.Lock()
-		applied := f.applied
-		f.mu.Unlock()
-		if applied >= r.CommitIndex() {
+		if applied() >= rn.Raft().CommitIndex() {
 			break
 		}
 	}
-	_ = r.Shutdown().Error()
-	close(done)
-	n.watchWG.Wait()
-	l.Close()
-	_ = trans.Close()
+	l.Close() // as the server closes: the lessor, then the node
+	_ = rn.Close()
+	n.lastApplied.Store(applied())
+	n.promoted.Store(0)
 }
 
-// leading returns the node's raft and lessor when it believes it leads and
-// has applied its barrier; a deposed leader that has not noticed still does.
-func (n *node) leading() (*raft.Raft, *lessor.Lessor, bool) {
+// freeze pauses the node (see pause). A leader's raft main loop is also
+// held in a log write, by a barrier proposed as the pause begins: raft's
+// timers run in the process, and a leader loop left running would step
+// down on its own when its lease passed without answers, which a stopped
+// process never does.
+func (n *node) freeze() {
+	n.pause.freeze()
+	if rn, _ := n.current(); rn != nil && rn.IsLeader() {
+		f := rn.Raft().Barrier(0)
+		n.c.holding.Go(func() { _ = f.Error() })
+	}
+}
+
+// current returns the running incarnation, or nil when the node is down.
+func (n *node) current() (*raftnode.Node, *lessor.Lessor) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.up || n.raft.State() != raft.Leader || n.barrierTerm.Load() != n.raft.CurrentTerm() {
+	if !n.up {
+		return nil, nil
+	}
+	return n.rn, n.lessor
+}
+
+// leading returns the node's raft node and lessor when it believes it
+// leads and promoted its lessor in its current term; a deposed leader that
+// has not noticed still does. It is where clients send their requests.
+func (n *node) leading() (*raftnode.Node, *lessor.Lessor, bool) {
+	rn, l := n.current()
+	if rn == nil || !rn.IsLeader() || n.promoted.Load() != rn.Raft().CurrentTerm() {
 		return nil, nil, false
 	}
-	return n.raft, n.lessor, true
+	return rn, l, true
 }
 
 // leads reports whether the node believes it leads (see leading).
@@ -299,104 +298,122 @@ func (n *node) leads() bool {
 	return ok
 }
 
-// apply proposes cmd on this node if it leads. errNotLeader means nothing
-// was applied; errUnknown that it may have been.
-func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	r, _, ok := n.leading()
-	if !ok {
-		return fsm.Result{}, errNotLeader
+// serve runs h, a request's handling on the node, as the node's server
+// would once the request arrived: at once, or, while the node is paused,
+// when it resumes (the request queued in its socket; h is told so). The caller waits
+// until ctx ends: errNoAnswer then, while h may still run later. A node
+// that is down refuses (errNotLeader: nothing was done).
+func (n *node) serve(ctx context.Context, h func(rn *raftnode.Node, l *lessor.Lessor, queued bool) error) error {
+	run := func(queued bool) error {
+		rn, l := n.current()
+		if rn == nil {
+			return errNotLeader
+		}
+		return h(rn, l, queued)
 	}
-	data, nonce, err := n.c.outcomes.encode(cmd)
-	if err != nil {
-		n.c.violate("P11", "internal: encode %v: %v", cmd, err)
-		return fsm.Result{}, errUnknown
+	if !n.pause.paused() {
+		return run(false)
 	}
-	f := r.Apply(data, time.Second)
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	n.c.queued.Go(func() {
+		n.pause.wait()
+		done <- run(true)
+	})
 	select {
-	case err = <-done:
+	case err := <-done:
+		return err
 	case <-ctx.Done():
-		return fsm.Result{}, errUnknown
+		return errNoAnswer
 	}
+}
+
+// apply proposes cmd on this node as the server's handlers do
+// (raftnode.Node.Apply). errNotLeader means nothing was applied;
+// errUnknown that it may have been.
+func (n *node) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
+	return n.applyThen(ctx, cmd, nil)
+}
+
+// applyThen is apply, running then (when not nil) in the same request
+// once cmd applied, as a handler that renews the session it answers.
+func (n *node) applyThen(ctx context.Context, cmd *fsmpb.Command, then func(l *lessor.Lessor)) (fsm.Result, error) {
+	stamped, nonce := n.c.outcomes.stamp(cmd)
+	var res fsm.Result
+	err := n.serve(ctx, func(rn *raftnode.Node, l *lessor.Lessor, _ bool) error {
+		r, err := rn.Apply(ctx, stamped)
+		if err == nil && then != nil {
+			then(l)
+		}
+		res = r
+		return err
+	})
 	switch {
-	case err != nil && notApplied(err):
+	case err == nil:
+		return res, nil
+	case errors.Is(err, errNotLeader):
+		return fsm.Result{}, errNotLeader
+	case notApplied(err):
 		n.c.outcomes.reportedNotApplied(nonce, cmd)
 		return fsm.Result{}, errNotLeader
-	case err != nil:
-		return fsm.Result{}, errUnknown
 	}
-	return *f.Response().(*fsm.Result), nil
+	return fsm.Result{}, errUnknown
 }
 
-// read runs f on n's applied state after readBarrier.
+// read runs f on n's applied state after readBarrier, as the server's
+// linearizable reads do.
 func (n *node) read(ctx context.Context, f func(m *fsm.Machine)) error {
-	if err := readBarrier(ctx, n); err != nil {
-		return err
-	}
-	n.fsm.mu.Lock()
-	defer n.fsm.mu.Unlock()
-	f(n.fsm.m)
-	return nil
+	return n.serve(ctx, func(rn *raftnode.Node, _ *lessor.Lessor, _ bool) error {
+		if err := readBarrier(ctx, rn); err != nil {
+			return err
+		}
+		rn.Read(f)
+		return nil
+	})
 }
 
-// readIndex is the read barrier raftnode.ReadIndex is: leadership
-// confirmed by a quorum, and every entry committed before the call applied
-// here.
-func (n *node) readIndex(ctx context.Context) error {
-	r, _, ok := n.leading()
-	if !ok {
-		return errNotLeader
-	}
-	commit := r.CommitIndex()
-	if r.VerifyLeader().Error() != nil {
-		return errNotLeader
-	}
-	for {
-		n.fsm.mu.Lock()
-		applied := n.fsm.applied
-		n.fsm.mu.Unlock()
-		if applied >= commit {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
+// renew sends one renewal of lease to n and returns its answer as the
+// server answers a KeepAliveStream message (server.RenewLeases): the
+// result's error code ("" renewed) and the term the node's lessor was
+// promoted in. errNotLeader: n does not lead; errNoAnswer: none in time.
+func (n *node) renew(ctx context.Context, lease string) (code string, term uint64, err error) {
+	err = n.serve(ctx, func(rn *raftnode.Node, l *lessor.Lessor, queued bool) error {
+		if !rn.IsLeader() { // the handler forwards: not this node's answer
 			return errNotLeader
-		case <-time.After(time.Millisecond):
 		}
-	}
-}
-
-// confirmer is the lessor's Confirmer: raft's VerifyLeader.
-type confirmer struct{ n *node }
-
-func (c confirmer) ConfirmLeadership(ctx context.Context) error {
-	r, _, ok := c.n.leading()
-	if !ok || r.VerifyLeader().Error() != nil {
-		return lessor.ErrNotLeader
-	}
-	return nil
+		res, err := server.RenewLeases(context.Background(), l, []string{lease})
+		if queued && (err != nil || res[0].GetErrorCode() != "") {
+			n.c.count(&n.c.counters.ResumedRefusals)
+		}
+		if err != nil {
+			return errNotLeader
+		}
+		code, term = res[0].GetErrorCode(), n.promoted.Load()
+		return nil
+	})
+	return code, term, err
 }
 
 // walStore is the node's log store as raft sees raft-wal, the server's
 // log store: monotonic, so a follower that installs a snapshot drops its
-// whole log instead of compacting it (unless the server's guard against
-// hashicorp/raft#697, which wraps it in start, keeps the entries after the
-// snapshot). (Compacted, a follower's log can keep
-// entries past the snapshot from an older term while losing the snapshot's
-// own index; the leader then walks back without a backoff and sends the
-// snapshot again, without end — inside the synctest bubble virtual time
-// stops.) Entries live in a raft.InmemStore, replaced by an empty one when
-// raft deletes everything (raft asks for [first, MaxUint64], a range the
-// InmemStore would walk one index at a time).
+// whole log instead of compacting it (unless raftnode's guard against
+// hashicorp/raft#697 keeps the entries after the snapshot). (Compacted, a
+// follower's log can keep entries past the snapshot from an older term
+// while losing the snapshot's own index; the leader then walks back
+// without a backoff and sends the snapshot again, without end — inside the
+// synctest bubble virtual time stops.) Entries live in a raft.InmemStore,
+// replaced by an empty one when raft deletes everything (raft asks for
+// [first, MaxUint64], a range the InmemStore would walk one index at a
+// time). Writes wait while the node is paused.
 type walStore struct {
+	pause *pause
+
 	mu sync.Mutex // protects s
 	s  *raft.InmemStore
 }
 
 var _ raft.MonotonicLogStore = (*walStore)(nil)
 
-func newWALStore() *walStore { return &walStore{s: raft.NewInmemStore()} }
+func newWALStore(p *pause) *walStore { return &walStore{pause: p, s: raft.NewInmemStore()} }
 
 func (w *walStore) store() *raft.InmemStore {
 	w.mu.Lock()
@@ -410,12 +427,21 @@ func (*walStore) IsMonotonic() bool { return true }
 func (w *walStore) FirstIndex() (uint64, error)        { return w.store().FirstIndex() }
 func (w *walStore) LastIndex() (uint64, error)         { return w.store().LastIndex() }
 func (w *walStore) GetLog(i uint64, l *raft.Log) error { return w.store().GetLog(i, l) }
-func (w *walStore) StoreLog(l *raft.Log) error         { return w.store().StoreLog(l) }
-func (w *walStore) StoreLogs(logs []*raft.Log) error   { return w.store().StoreLogs(logs) }
+
+func (w *walStore) StoreLog(l *raft.Log) error {
+	w.pause.wait()
+	return w.store().StoreLog(l)
+}
+
+func (w *walStore) StoreLogs(logs []*raft.Log) error {
+	w.pause.wait()
+	return w.store().StoreLogs(logs)
+}
 
 // DeleteRange deletes [lo, hi]: a prefix (compaction), a suffix (a
 // conflicting tail), or everything.
 func (w *walStore) DeleteRange(lo, hi uint64) error {
+	w.pause.wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	first, err := w.s.FirstIndex()
@@ -438,15 +464,48 @@ func (w *walStore) DeleteRange(lo, hi uint64) error {
 	return w.s.DeleteRange(lo, hi)
 }
 
-// proposer lets the lessor propose through its node.
-type proposer struct{ n *node }
+// stableStore is the node's stable store (term and vote); writes wait
+// while the node is paused.
+type stableStore struct {
+	*raft.InmemStore
+	pause *pause
+}
 
-// As the server's proposer does, an error that certainly did not apply
-// wraps lessor.ErrNotApplied.
+func (s stableStore) Set(k, v []byte) error {
+	s.pause.wait()
+	return s.InmemStore.Set(k, v)
+}
+
+func (s stableStore) SetUint64(k []byte, v uint64) error {
+	s.pause.wait()
+	return s.InmemStore.SetUint64(k, v)
+}
+
+// confirmer is the lessor's Confirmer, as the server's
+// (server.ConfirmForLessor).
+type confirmer struct{ rep *replica }
+
+func (c confirmer) ConfirmLeadership(ctx context.Context) error {
+	rn := c.rep.rn.Load()
+	if rn == nil {
+		return lessor.ErrNotLeader
+	}
+	return server.ConfirmForLessor(ctx, rn)
+}
+
+// proposer lets the lessor propose through its node, as the server's does
+// (server.LessorPropose), each proposal with a nonce (P11).
+type proposer struct{ rep *replica }
+
 func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
-	res, err := p.n.apply(ctx, cmd)
-	if errors.Is(err, errNotLeader) {
-		err = fmt.Errorf("%w: %w", lessor.ErrNotApplied, err)
+	rn := p.rep.rn.Load()
+	if rn == nil {
+		return fsm.Result{}, fmt.Errorf("%w: the node is starting", lessor.ErrNotApplied)
+	}
+	stamped, nonce := p.rep.n.c.outcomes.stamp(cmd)
+	res, err := server.LessorPropose(ctx, rn, stamped)
+	if errors.Is(err, lessor.ErrNotApplied) {
+		p.rep.n.c.outcomes.reportedNotApplied(nonce, cmd)
 	}
 	return res, err
 }

@@ -37,15 +37,13 @@ func newOutcomes() *outcomes {
 	return &outcomes{applied: map[uint64]uint64{}, notApplied: map[uint64]string{}}
 }
 
-// encode marshals cmd with a fresh nonce.
-func (o *outcomes) encode(cmd *fsmpb.Command) ([]byte, uint64, error) {
-	data, err := proto.Marshal(cmd)
-	if err != nil {
-		return nil, 0, err
-	}
+// stamp returns a copy of cmd carrying a fresh nonce, and the nonce.
+func (o *outcomes) stamp(cmd *fsmpb.Command) (*fsmpb.Command, uint64) {
 	n := o.next.Add(1)
-	data = protowire.AppendTag(data, nonceField, protowire.VarintType)
-	return protowire.AppendVarint(data, n), n, nil
+	c := proto.Clone(cmd).(*fsmpb.Command)
+	b := protowire.AppendTag(append([]byte(nil), c.ProtoReflect().GetUnknown()...), nonceField, protowire.VarintType)
+	c.ProtoReflect().SetUnknown(protowire.AppendVarint(b, n))
+	return c, n
 }
 
 // nonceOf returns the nonce of a decoded entry, or 0.

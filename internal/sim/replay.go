@@ -26,7 +26,8 @@ func (c *Cluster) replay() {
 }
 
 func (c *Cluster) replayNode(n *node) error {
-	f := &machine{n: n, m: fsm.New(fsm.DefaultLimits()), holders: map[string]uint64{}}
+	m := fsm.New(fsm.DefaultLimits())
+	rep := &replica{n: n, holders: map[string]uint64{}}
 	var from uint64
 	metas, err := n.snaps.List()
 	if err != nil {
@@ -37,11 +38,14 @@ func (c *Cluster) replayNode(n *node) error {
 		if err != nil {
 			return err
 		}
-		if err := f.Restore(rc); err != nil {
+		m, err = fsm.ReadSnapshot(fsm.DefaultLimits(), rc)
+		_ = rc.Close()
+		if err != nil {
 			return err
 		}
 		from = metas[0].Index
 	}
+	rep.rebuild(m)
 	first, err := n.logs.FirstIndex()
 	if err != nil {
 		return err
@@ -57,9 +61,7 @@ func (c *Cluster) replayNode(n *node) error {
 	// (a deposed leader's, never truncated before the run ended) that
 	// other entries replaced at those indexes: replay only what it applied
 	// (stop applies everything committed before raft shuts down).
-	n.fsm.mu.Lock()
-	last = min(last, n.fsm.applied)
-	n.fsm.mu.Unlock()
+	last = min(last, n.lastApplied.Load())
 	for i := from + 1; i <= last; i++ {
 		var e raft.Log
 		if err := n.logs.GetLog(i, &e); err != nil {
@@ -72,9 +74,9 @@ func (c *Cluster) replayNode(n *node) error {
 		if err := proto.Unmarshal(e.Data, &cmd); err != nil {
 			return fmt.Errorf("entry %d: %w", i, err)
 		}
-		res := c.safeApply(n.id+" replay", f.m, i, &cmd)
-		f.checkLocked(i, &res)
-		snap, err := f.m.Snapshot()
+		res := c.safeApply(n.id+" replay", m, i, &cmd)
+		rep.check(i, &res)
+		snap, err := m.Snapshot()
 		if err != nil {
 			return err
 		}

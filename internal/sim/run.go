@@ -5,6 +5,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -36,8 +37,14 @@ var (
 // then every history. It must run inside a testing/synctest bubble.
 func Run(cfg Config) Report {
 	cfg.defaults()
-	c := newCluster(cfg)
 	rep := Report{Seed: cfg.Seed}
+	dir, err := os.MkdirTemp("", "leasehold-sim-")
+	if err != nil {
+		rep.Violations = []string{"data dirs: " + err.Error()}
+		return rep
+	}
+	defer os.RemoveAll(dir)
+	c := newCluster(cfg, dir)
 	if err := c.boot(); err != nil {
 		rep.Violations = []string{"boot: " + err.Error()}
 		return rep
@@ -238,7 +245,8 @@ func (cl *client) fencedWrites(stop <-chan struct{}, fenced, unfenced *resource)
 // Go client's keepalive stream does), now and then takes one of two names
 // its peers also try for, and stops for 1–1.25 TTL (a paused or dead
 // holder; a peer may then get its name) in 1 of 100 rounds, and when the
-// fault schedule freezes it (see transfer).
+// fault schedule freezes it (see transfer), and in 2 of 100 rounds stops
+// so that its next renewal races its session's expiry.
 func (cl *client) shortLease(stop <-chan struct{}) {
 	var lease string
 	var held bool
@@ -268,8 +276,16 @@ func (cl *client) shortLease(stop <-chan struct{}) {
 				continue
 			}
 		}
-		if cl.rng.IntN(100) == 0 || cl.c.frozen(cl.id) {
+		switch p := cl.rng.IntN(100); {
+		case p == 0 || cl.c.frozen(cl.id):
 			time.Sleep(w4TTL + time.Duration(cl.rng.Int64N(int64(w4TTL/4))))
+		case p < 3:
+			// Stop until its next renewal goes out about when the leader
+			// may expire the session (TTL·(1+δ) after the last renewal on
+			// the leader's clock, within a tick): a late renewal racing
+			// the expiry, which the lessor must settle one way — renewed,
+			// or ended — and never both.
+			time.Sleep(w4TTL*90/100 + time.Duration(cl.rng.Int64N(int64(w4TTL*10/100))))
 		}
 	}
 }
@@ -310,7 +326,7 @@ func (c *Cluster) faults(rng *rand.Rand) {
 		}
 		other := c.nodes[(slices.Index(c.nodes, victim)+1+rng.IntN(2))%len(c.nodes)]
 		c.failoverFrom(victim)
-		switch f := rng.IntN(8); f {
+		switch f := rng.IntN(10); f {
 		case 0:
 			c.logf("partition %s for %v", victim.id, hold)
 			c.count(&c.counters.Partitions)
@@ -349,6 +365,8 @@ func (c *Cluster) faults(rng *rand.Rand) {
 			}
 		case 6, 7: // twice as often as the others: only a cut-off old leader shows grace at work
 			c.transfer(rng, hold)
+		case 8, 9:
+			hold = c.pauseNode(rng, victim)
 		}
 		time.Sleep(hold)
 		c.heal()
@@ -388,7 +406,9 @@ func (c *Cluster) transfer(rng *rand.Rand, hold time.Duration) {
 	old := c.leaderNode(nil)
 	var r *raft.Raft
 	if old != nil {
-		r, _, _ = old.leading()
+		if rn, _, ok := old.leading(); ok {
+			r = rn.Raft()
+		}
 	}
 	if r == nil {
 		c.logf("no leader to transfer from")
@@ -425,6 +445,46 @@ func (c *Cluster) transfer(rng *rand.Rand, hold time.Duration) {
 	if err := r.LeadershipTransferToServer(raft.ServerID(to.id), raft.ServerAddress(to.id)).Error(); err != nil {
 		c.logf("transfer %s→%s: %v", old.id, to.id, err)
 	}
+}
+
+// pauseNode pauses one node's process (the leader in 3 of 4 pauses) for
+// longer than the W4 TTL plus two election timeouts and the grace, and
+// returns the pause's length: the fault is healed, and the node resumed,
+// when it ends. A paused leader keeps believing it leads; the others elect
+// a successor, which expires the sessions nobody renewed with it and
+// grants their names again, while renewals and reads sent to the paused
+// node queue there. For the whole pause and 300 ms after it, the W4
+// holders reach only the paused leader (as holders whose only path to the
+// cluster is that node's), so their renewals queue there and are answered
+// when it resumes, before it hears of its successor: a resumed leader that
+// renews from memory acknowledges renewals of sessions its successor
+// already expired (P7), and one that reads from memory answers a read
+// without the writes its successor acknowledged (P1).
+func (c *Cluster) pauseNode(rng *rand.Rand, victim *node) time.Duration {
+	leader := c.leaderNode(nil)
+	if leader != nil && rng.IntN(4) != 0 {
+		victim = leader
+	}
+	d := w4TTL + 2*c.cfg.ElectionTimeout + 2*c.cfg.LeaderLease + time.Duration(rng.Int64N(int64(2*time.Second)))
+	c.logf("pause %s for %v", victim.id, d)
+	c.count(&c.counters.Pauses)
+	if victim == leader {
+		c.mu.Lock()
+		c.pinned, c.pinnedUntil = victim, time.Now().Add(d+300*time.Millisecond)
+		c.mu.Unlock()
+	}
+	victim.freeze()
+	return d
+}
+
+// pinnedTo returns the node the W4 holders reach only, or nil.
+func (c *Cluster) pinnedTo() *node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pinned != nil && time.Now().After(c.pinnedUntil) {
+		c.pinned = nil
+	}
+	return c.pinned
 }
 
 // deafen cuts every link into v: its peers' requests and the replies to
@@ -484,16 +544,20 @@ func (c *Cluster) failoverFrom(v *node) {
 	c.mu.Unlock()
 }
 
-// heal removes every network fault and restarts crashed nodes.
+// heal removes every network fault, resumes a paused node and restarts
+// crashed nodes.
 func (c *Cluster) heal() {
 	c.net.heal()
+	for _, n := range c.nodes {
+		n.pause.thaw()
+	}
 	restarted := false
 	for _, n := range c.nodes {
 		n.mu.Lock()
 		up := n.up
 		n.mu.Unlock()
 		if !up {
-			if err := n.start(false); err != nil {
+			if err := n.start(); err != nil {
 				c.violate("P8", "restart %s: %v", n.id, err)
 			}
 			restarted = true

@@ -78,7 +78,7 @@ func TestSim(t *testing.T) {
 		"leader changes": total.LeaderChanges, "expiries": total.Expiries, "stale-token rejections": total.StaleRejections,
 		"snapshot installs": total.SnapshotInstalls, "partitions": total.Partitions, "one-way cuts": total.OneWayCuts,
 		"delays": total.Delays, "drops": total.Drops, "crashes": total.Crashes, "power losses": total.PowerLosses, "writes lost without fencing": total.LostUnfenced,
-		"leadership transfers": total.Transfers, "renewals acknowledged by a deposed leader": total.DeposedRenewals,
+		"leadership transfers": total.Transfers, "pauses": total.Pauses, "renewals refused by a resumed leader": total.ResumedRefusals,
 	} {
 		if n == 0 {
 			t.Errorf("coverage: no %s across %d seeds", name, runs)

@@ -37,6 +37,9 @@ type network struct {
 	onTimeoutNow map[string]func(n *network)
 	rng          *rand.Rand
 	rpcs         int // RPCs refused by a fault
+	// pauses is every node's pause, by id; set before any RPC, read
+	// without the lock.
+	pauses map[string]*pause
 }
 
 func newNetwork(seed uint64) *network {
@@ -107,7 +110,13 @@ func (t *faultTransport) call(target raft.ServerAddress, rpc func() error) error
 
 // callThen is call, running passed (when not nil) once the RPC has passed
 // the fault table and before it is delivered.
+//
+// A paused sender sends nothing until it resumes, and reads the answer to
+// an RPC it sent before its pause only after it; an RPC to a paused
+// target waits for the target to resume, as a request queued in its socket.
 func (t *faultTransport) callThen(target raft.ServerAddress, passed func(), rpc func() error) error {
+	from, to := t.net.pauses[t.id], t.net.pauses[t.addr(target)]
+	from.wait()
 	d, deliver, replyLost := t.net.verdict(t.id, t.addr(target))
 	if !deliver {
 		return errCut
@@ -119,7 +128,10 @@ func (t *faultTransport) callThen(target raft.ServerAddress, passed func(), rpc 
 	// without a backoff (a follower refusing appends, a snapshot sent again)
 	// then let virtual time advance instead of stopping it.
 	time.Sleep(max(d, minLatency))
-	if err := rpc(); err != nil || !replyLost {
+	to.wait()
+	err := rpc()
+	from.wait()
+	if err != nil || !replyLost {
 		return err
 	}
 	return errCut
