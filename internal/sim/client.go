@@ -77,6 +77,12 @@ func (cl *client) apply(cmd *fsmpb.Command) (fsm.Result, error) {
 			}
 			return res, err
 		}
+		if ctx.Err() != nil {
+			// Out of time: an attempt under an ended context is refused
+			// at once as not applied, so without this the loop would
+			// spin on it (virtual time creeping by retryPause) forever.
+			return fsm.Result{}, errNotLeader
+		}
 		retryPause()
 	}
 }
