@@ -241,3 +241,39 @@ func TestDockerfilesRunAlike(t *testing.T) {
 		t.Fatalf("the runtime sections differ:\n../Dockerfile:%s\ncontainer/Dockerfile:%s", a, b)
 	}
 }
+
+// TestCertManagerMakesNodeCertificates: the cert-manager example issues
+// what the Raft port takes as a node's certificate (CN node, server and
+// client auth), as the pods of TestKubernetesPodsFormAndRecover present.
+func TestCertManagerMakesNodeCertificates(t *testing.T) {
+	b, err := os.ReadFile("kubernetes/cert-manager/leasehold-tls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var c struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Spec struct {
+				CommonName string   `json:"commonName"`
+				Usages     []string `json:"usages"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.Kind != "Certificate" || c.Metadata.Name != "leasehold-tls" {
+			continue
+		}
+		found = true
+		if c.Spec.CommonName != "node" || !slices.Contains(c.Spec.Usages, "server auth") || !slices.Contains(c.Spec.Usages, "client auth") {
+			t.Errorf("leasehold-tls: commonName %q, usages %v; a node's certificate needs CN node with server and client auth", c.Spec.CommonName, c.Spec.Usages)
+		}
+	}
+	if !found {
+		t.Fatal("no Certificate leasehold-tls in the cert-manager example")
+	}
+}

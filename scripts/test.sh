@@ -18,10 +18,11 @@ step fault suite tier 1, the simulation
 # FSM's invariant assertions, 280 more, 20 % skew, and every mutant caught. Seeds run 20 s of
 # cluster time: the nodes run raftnode and the lessor glue, about twice the CPU per second of the
 # copies they replaced.
-# A seed whose virtual time stops advancing (a harness livelock, not a
-# property violation: none was found in it) is reported as STUCK after
-# -seed-timeout of real time and ends its run; such a run is run once more,
-# and fails if it gets stuck again or finds a violation.
+# A seed still running after -seed-timeout of real time is reported as
+# STUCK (a livelock of the harness: virtual time creeping without end; the
+# last one found was a client retrying forever, see docs/reliability.md)
+# and ends its run; such a run is run once more, and fails if it gets stuck
+# again or finds a violation.
 sim() {
 	local out status=0
 	out=$(mktemp)
