@@ -247,7 +247,7 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		m.lastGrantMs = max(m.lastGrantMs, a.unixMs)
 	}
 	if res.Holding != nil {
-		// The state keeps mutating its holding (a re-entrant Acquire clears
+		// The state keeps mutating its holding (a retried Acquire updates
 		// WaitId); the caller reads the result after the state is released.
 		res.Holding = proto.CloneOf(res.Holding)
 	}
@@ -349,22 +349,17 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	defer m.counts.tally(l, 1)
 	// A session holds a name at most once: acquiring what it already holds
 	// in the same mode and with the same value (a retry whose answer was
-	// lost, or a re-entrant acquire) returns the same holding; another mode
-	// or value is refused (repeats). Only the request that created a
-	// holding may withdraw it (CancelWait): once another request of the
-	// session learned it too, no withdrawal releases it.
+	// lost) returns the same holding, and the latest request owns it for
+	// CancelWait; another mode or value is refused (repeats).
 	if i := retryOf(l, s.pb.LeaseId); i >= 0 {
-		h := l.holders[i]
-		if err := repeats(l.name, false, h.GetMode(), h.GetValue(), c); err != nil {
+		if err := repeats(l.name, false, l.holders[i].GetMode(), l.holders[i].GetValue(), c); err != nil {
 			a.res.Err = err
 			return
 		}
-		if h.GetWaitId() != c.GetWaitId() && h.GetWaitId() != 0 {
-			// Copy on write: a snapshot being written may share the old record.
-			h = proto.CloneOf(h)
-			h.WaitId = 0
-			l.holders[i] = h
-		}
+		// Copy on write: a snapshot being written may share the old record.
+		h := proto.CloneOf(l.holders[i])
+		h.WaitId = c.GetWaitId()
+		l.holders[i] = h
 		a.res.Holding = h
 		return
 	}
@@ -473,10 +468,8 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 		m.grantNext(a, l)
 		return
 	}
-	// Granted after the requester gave up: nobody learned the token, so the
-	// holding is released rather than left to expire. A holding that
-	// another request of the session learned has WaitId 0 (acquire), which
-	// no withdrawal names.
+	// Granted from the queue after the requester gave up: nobody learned the
+	// token, so the holding is released rather than left to expire.
 	if i := l.holderIndex(c.GetLeaseId()); i >= 0 && l.holders[i].WaitId == c.GetWaitId() {
 		m.releaseHolder(a, l, s, i)
 	}
