@@ -33,15 +33,8 @@ import (
 // remove` and --join).
 
 // foundProbeInterval is how often a founding node asks the voters that
-// have not answered yet; for its first foundQuickFor it asks every
-// foundQuickInterval, so that founders started together all hear each
-// other well within an election timeout: a founder still asking once two
-// others founded and elected a leader is told the cluster was formed.
-const (
-	foundProbeInterval = 250 * time.Millisecond
-	foundQuickInterval = 20 * time.Millisecond
-	foundQuickFor      = 3 * time.Second
-)
+// have not answered yet.
+const foundProbeInterval = 250 * time.Millisecond
 
 // foundLogInterval is how often a founding node says whom it waits for.
 const foundLogInterval = 10 * time.Second
@@ -99,7 +92,6 @@ func awaitFounding(cfg Config, clusterID string) error {
 	}
 	cfg.Logger.Info("founding a new cluster: waiting until every voter of the bootstrap list answers that the cluster was never formed", "node", cfg.NodeID, "cluster_id", clusterID, "waiting_for", peerIDs(pending))
 	lastLog := time.Now()
-	started := lastLog
 	for len(pending) > 0 {
 		var formedBy []string
 		pending = slices.DeleteFunc(pending, func(p Peer) bool {
@@ -126,20 +118,11 @@ func awaitFounding(cfg Config, clusterID string) error {
 		select {
 		case <-cfg.Abort:
 			return fmt.Errorf("%w: stopped while waiting to found the cluster", ErrShutdown)
-		case <-time.After(probeEvery(time.Since(started))):
+		case <-time.After(foundProbeInterval):
 		}
 	}
 	cfg.Logger.Info("founding: every voter of the bootstrap list answered; founding the cluster", "node", cfg.NodeID, "cluster_id", clusterID)
 	return nil
-}
-
-// probeEvery is the pause between two rounds of founding probes, waiting
-// for so long.
-func probeEvery(waited time.Duration) time.Duration {
-	if waited < foundQuickFor {
-		return foundQuickInterval
-	}
-	return foundProbeInterval
 }
 
 // answerProbes serves the founding probes on sl (as a node that holds
