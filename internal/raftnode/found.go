@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,6 +32,19 @@ import (
 // voter of the list up; a founder that comes after the others elected a
 // leader is told the cluster is formed and joins (Rejoin, or `cluster
 // remove` and --join).
+//
+// Founders need not finish waiting together: one that heard every other
+// voter founds, and those it heard may still wait for a voter that was
+// slow to start; by the time they ask again, a quorum may have formed
+// without them. Every founder therefore draws a random nonce when it
+// starts waiting and sends it with its probes and answers; a node
+// remembers, per voter, the nonce of the "not formed" answer it founded
+// on. A node formed since answers "not formed" to a probe that carries
+// the remembered nonce: that prober is the very process it counted as
+// empty, which has been waiting ever since and holds nothing, so its
+// founding configuration is the one the cluster started from. A node that
+// lost its data starts with a new nonce and is refused as before; a node
+// that restarted since founding remembers nothing and refuses too.
 
 // foundProbeInterval is how often a founding node asks the voters that
 // have not answered yet.
@@ -50,36 +64,87 @@ func (n *Node) formed() bool {
 	return err != nil || last > formedIndex || n.fsm.snapshotIndex() > formedIndex
 }
 
+// foundingNonceLen is the length of a founding nonce.
+const foundingNonceLen = 16
+
+type nonce [foundingNonceLen]byte
+
+// founding is what a founder remembers: its own nonce, and the nonce each
+// other voter answered "not formed" with.
+type founding struct {
+	own nonce
+
+	mu         sync.Mutex // protects cofounders
+	cofounders map[string]nonce
+}
+
+func newFounding() *founding {
+	f := &founding{cofounders: map[string]nonce{}}
+	_, _ = rand.Read(f.own[:]) // never fails (crypto/rand)
+	return f
+}
+
+// ownNonce is the nonce a node sends with its probes and answers: zero
+// for a node that founded nothing since it started (f nil).
+func (f *founding) ownNonce() []byte {
+	if f == nil {
+		return make([]byte, foundingNonceLen)
+	}
+	return f.own[:]
+}
+
+// cofounder reports whether voter id answered "not formed" with n while
+// this node waited to found: the prober is that same waiting process.
+func (f *founding) cofounder(id string, n nonce) bool {
+	if f == nil || n == (nonce{}) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	got, ok := f.cofounders[id]
+	return ok && got == n
+}
+
+func (f *founding) heard(id string, n nonce) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cofounders[id] = n
+}
+
 // decideFounding is the founding decision of a node with an empty data dir
 // and a bootstrap list of several voters: it returns the cluster id to
-// start with and whether to bootstrap (see awaitFounding).
-func (c Config) decideFounding(clusterID string) (id string, bootstrap bool, err error) {
-	err = awaitFounding(c, clusterID)
+// start with and whether to bootstrap (see awaitFounding), and when it
+// bootstraps, the founding its stream layer answers probes with.
+func (c Config) decideFounding(clusterID string) (id string, f *founding, err error) {
+	f = newFounding()
+	err = awaitFounding(c, clusterID, f)
 	switch {
 	case err == nil:
-		return clusterID, true, nil
+		return clusterID, f, nil
 	case errors.Is(err, ErrClusterFormed) && c.Rejoin != nil:
 		c.Logger.Info("the cluster of the bootstrap list was formed before; joining it as a member that starts over", "node", c.NodeID, "reason", err)
 		id, err := c.Rejoin()
 		if err != nil {
-			return "", false, err
+			return "", nil, err
 		}
-		return id, false, nil
+		return id, nil, nil
 	}
-	return "", false, err
+	return "", nil, err
 }
 
 // awaitFounding blocks until every other voter of cfg.Bootstrap answered
 // the founding probe, listening on cfg.RaftAddr meanwhile to answer theirs
 // (as a node that holds nothing). It returns nil when none holds more
 // than the founding configuration, ErrClusterFormed when one does, and
-// ErrShutdown when cfg.Abort is closed first. The listener is closed
-// when it returns.
-func awaitFounding(cfg Config, clusterID string) error {
+// ErrShutdown when cfg.Abort is closed first. It probes and answers with
+// f's nonce and records in f the nonce of every "not formed" answer. The
+// listener is closed when it returns.
+func awaitFounding(cfg Config, clusterID string, f *founding) error {
 	sl, err := newStreamLayer(cfg.RaftAddr, cfg.PeerTLS, cfg.PeerSecret, clusterID, cfg.NodeID, cfg.Logger)
 	if err != nil {
 		return err
 	}
+	sl.founding = f
 	var wg sync.WaitGroup
 	defer func() { _ = sl.Close(); wg.Wait() }()
 	wg.Go(func() { answerProbes(sl, &wg) })
@@ -96,8 +161,11 @@ func awaitFounding(cfg Config, clusterID string) error {
 		var formedBy []string
 		pending = slices.DeleteFunc(pending, func(p Peer) bool {
 			a := sl.probe(p.RaftAddr, probeTimeout)
-			if a.formed {
+			switch {
+			case a.formed:
 				formedBy = append(formedBy, p.ID)
+			case a.answered:
+				f.heard(p.ID, a.nonce)
 			}
 			if a.otherCluster != "" {
 				cfg.Logger.Warn("founding: a voter of the bootstrap list is in another cluster; is the list the same on every node?", "peer", p.ID, "peer_addr", p.RaftAddr, "peer_cluster", a.otherCluster, "cluster_id", clusterID)

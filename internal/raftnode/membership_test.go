@@ -583,3 +583,40 @@ func TestFreshRejoinOfVoter(t *testing.T) {
 	}
 	mustApply(t, leader, create("after-rejoin", 5000))
 }
+
+// TestSlowFounderFoundsAfterOthersFormed: founders need not finish waiting
+// together. n3 answers the probes of n1 and n2 while it still waits for
+// them (it heard nothing yet), so they found and form the cluster without
+// it; when n3 asks again they are formed, yet they recognise the nonce of
+// the very process they counted as empty, and n3 founds too. A process
+// that starts over with a new nonce (a data dir lost after founding) is
+// refused.
+func TestSlowFounderFoundsAfterOthersFormed(t *testing.T) {
+	cfgs := foundingConfigs(t, 3)
+	clusterID := peersClusterID(cfgs[0].Bootstrap)
+	f3 := newFounding()
+	// n3 listens and answers, as a waiting founder does, but has not asked
+	// anybody yet.
+	sl, err := newStreamLayer(cfgs[2].RaftAddr, nil, nil, clusterID, "n3", cfgs[2].Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.founding = f3
+	var wg sync.WaitGroup
+	wg.Go(func() { answerProbes(sl, &wg) })
+	nodes := openAll(t, cfgs[:2])
+	leader := waitLeader(t, nodes...)
+	mustApply(t, leader, register("n1"))
+	for _, n := range nodes {
+		eventually(t, n.ID()+" to be formed", n.formed)
+	}
+	_ = sl.Close()
+	wg.Wait()
+
+	if err := awaitFounding(cfgs[2], clusterID, newFounding()); !errors.Is(err, ErrClusterFormed) {
+		t.Fatalf("a new n3 process after the cluster formed: %v, want ErrClusterFormed", err)
+	}
+	if err := awaitFounding(cfgs[2], clusterID, f3); err != nil {
+		t.Fatalf("the n3 process n1 and n2 founded with, asking after they formed: %v, want nil (found)", err)
+	}
+}

@@ -274,10 +274,12 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var found *founding
 	if bootstrap && len(cfg.Bootstrap) > 1 && cfg.Transport == nil {
-		if n.clusterID, bootstrap, err = cfg.decideFounding(n.clusterID); err != nil {
+		if n.clusterID, found, err = cfg.decideFounding(n.clusterID); err != nil {
 			return nil, err
 		}
+		bootstrap = found != nil
 	}
 	if n.clusterID != stored {
 		// Before bootstrap: a crash in between leaves an id and no state,
@@ -299,7 +301,7 @@ func Open(cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		sl.formed = n.formed
+		sl.formed, sl.founding = n.formed, found
 		n.trans = newNetworkTransport(sl, hlog)
 	}
 

@@ -30,8 +30,9 @@ import (
 // A node about to found a cluster from a list of several voters first
 // probes every voter of the list (status probe): a peer of the same cluster
 // answers formed when its log holds more than the founding configuration,
-// ok otherwise (see found.go). A probe connection is closed after the
-// answer.
+// ok otherwise (see found.go). Probe and answer are each followed by the
+// sender's founding nonce (foundingNonceLen bytes, zero when it has none).
+// A probe connection is closed after the answer.
 //
 // Before the hello, each end proves it is a node (peerauth.go): with a TLS
 // config the hello runs inside mutual TLS with node certificates, and with
@@ -108,6 +109,9 @@ type streamLayer struct {
 	// formed reports whether this node holds more of the cluster than its
 	// founding configuration; nil answers no.
 	formed func() bool
+	// founding is this process's founding (found.go); nil: it founded
+	// nothing since it started.
+	founding *founding
 
 	mu       sync.Mutex // protects following
 	accepted map[*acceptedConn]struct{}
@@ -230,6 +234,7 @@ type probeAnswer struct {
 	answered     bool   // the peer answered (in this cluster or another)
 	formed       bool   // the peer's log holds more than the founding configuration
 	otherCluster string // the peer is in this other cluster
+	nonce        nonce  // the founding nonce the peer answered with
 }
 
 // probe asks the peer at address whether this cluster was formed (see
@@ -249,21 +254,29 @@ func (s *streamLayer) probe(address string, timeout time.Duration) probeAnswer {
 	}
 	q := s.self
 	q.status = helloProbe
-	if _, err := c.Write(q.encode()); err != nil {
+	if _, err := c.Write(append(q.encode(), s.founding.ownNonce()...)); err != nil {
 		return probeAnswer{}
 	}
 	peer, err := readHello(c)
-	switch {
-	case err != nil:
+	if err != nil {
 		return probeAnswer{}
-	case peer.clusterID != s.self.clusterID:
-		return probeAnswer{otherCluster: peer.clusterID}
-	case peer.status == helloFormed:
-		return probeAnswer{answered: true, formed: true}
-	case peer.status == helloOK:
-		return probeAnswer{answered: true}
 	}
-	return probeAnswer{}
+	if peer.clusterID != s.self.clusterID {
+		return probeAnswer{otherCluster: peer.clusterID}
+	}
+	var a probeAnswer
+	if _, err := io.ReadFull(c, a.nonce[:]); err != nil {
+		return probeAnswer{}
+	}
+	switch peer.status {
+	case helloFormed:
+		a.answered, a.formed = true, true
+	case helloOK:
+		a.answered = true
+	default:
+		return probeAnswer{}
+	}
+	return a
 }
 
 func (s *streamLayer) dialHandshake(c net.Conn) (hello, error) {
@@ -319,11 +332,14 @@ func (c *acceptedConn) handshake() error {
 		} else {
 			reply := c.s.self
 			if peer.status == helloProbe && peer.clusterID == c.s.self.clusterID {
-				if c.s.formed != nil && c.s.formed() {
-					reply.status = helloFormed
-				}
 				c.err = errProbed
-				_, _ = c.Conn.Write(reply.encode())
+				var theirs nonce
+				if _, err := io.ReadFull(c.Conn, theirs[:]); err == nil {
+					if c.s.formed != nil && c.s.formed() && !c.s.founding.cofounder(peer.nodeID, theirs) {
+						reply.status = helloFormed
+					}
+					_, _ = c.Conn.Write(append(reply.encode(), c.s.founding.ownNonce()...))
+				}
 				_ = c.Conn.Close()
 				return
 			}
