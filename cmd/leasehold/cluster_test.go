@@ -6,7 +6,8 @@ import (
 )
 
 // TestClusterAddStandalone: a node started without --raft-addr cannot
-// grow; cluster add says so with invalid-argument and changes nothing.
+// grow until it is started again with one; cluster add says so with
+// invalid-argument and changes nothing.
 func TestClusterAddStandalone(t *testing.T) {
 	p := startServe(t, t.TempDir())
 	e := fails(t, p.cli(t, "cluster", "add", "n2", "127.0.0.1:7521", "127.0.0.1:7421", "-o", "json"), "invalid-argument", 2)

@@ -49,7 +49,8 @@ may keep it. Add a node to a running cluster with --join API_ADDR (it joins as a
 and becomes a voter once it has caught up). --bootstrap and --join together (deploy files
 with one command line for every start): found the cluster if it was never formed, else join
 it through API_ADDR as a member that starts over. A node with a --raft-addr and an empty
-data dir starts only with --bootstrap or --join.
+data dir starts only with --bootstrap or --join. A single node (no --raft-addr) grows: stop
+it, start it again on the same --data and --node-id with --raft-addr, then --join others to it.
 
 --force-new-cluster is for a permanent loss of quorum: it keeps this node's data and token
 counter, makes it the only voter of a cluster with a new id, and the others are refused

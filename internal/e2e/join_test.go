@@ -116,3 +116,62 @@ func TestJoinRemoveTransfer(t *testing.T) {
 		t.Fatalf("kv after membership changes = %q@%d, %v", v, tok, err)
 	}
 }
+
+// A single node started without a Raft address grows into a cluster: it
+// is stopped and started again on its data dir with --raft-addr, and a
+// second node joins it; the lock taken on the single node is still held,
+// with its token, and the joined node serves it.
+func TestSingleNodeGrowsWithJoin(t *testing.T) {
+	procs := newProcs(t, 2)
+	n1, n2 := procs[0], procs[1]
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.kill()
+			p.log.Close()
+		}
+	})
+	single := func() {
+		n1.cmd = exec.Command(binary, "serve", "--listen", n1.api, "--data", n1.dir)
+		n1.cmd.Stdout, n1.cmd.Stderr = n1.log, n1.log
+		if err := n1.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	single()
+	waitHealthy(t, n1.api)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c1, err := client.Dial(ctx, n1.api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	s, err := c1.NewSession(ctx, client.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Acquire(ctx, "grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	n1.kill()
+	n1.start(t, "") // the same data dir and node id, now with --raft-addr
+	waitHealthy(t, n1.api)
+	n2.start(t, "", "--join", n1.api)
+	m := waitMembers(t, n1.api, 2)
+	t.Logf("members after the join: %+v", m)
+
+	c2, err := client.Dial(ctx, n2.api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	info, err := c2.Status(ctx, "grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetHolder().GetToken() != h.Token() {
+		t.Fatalf("the lock taken on the single node: token %d through the joined node, want %d", info.GetHolder().GetToken(), h.Token())
+	}
+}

@@ -37,6 +37,7 @@ var (
 	// data dir open; nothing was changed.
 	ErrDataDirInUse = errors.New("raftnode: data dir in use by another process")
 	// ErrStandalone: the node runs without a Raft address (a single-node
-	// group on an in-memory transport) and cannot have other members.
+	// group on an in-memory transport) and cannot have other members until
+	// it is started again with one (Node.claimAddress).
 	ErrStandalone = errors.New("raftnode: single node without a raft address")
 )

@@ -239,3 +239,28 @@ func healthFilter(o *raft.Observation) bool {
 	}
 	return false
 }
+
+// claimAddress records this node's Raft address in the configuration when
+// it is the only voter there but recorded at another address: a single
+// node started without a Raft port and started again with one, to grow
+// (or a sole voter moved to a new address). Members that join then reach
+// it at the address it listens on. It runs when the node becomes leader;
+// a failure is logged, and the next leadership tries again.
+func (n *Node) claimAddress() {
+	if n.Standalone() || n.cfg.Transport != nil {
+		return
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	servers, self, addr := f.Configuration().Servers, raft.ServerID(n.cfg.NodeID), raft.ServerAddress(n.cfg.RaftAddr)
+	if len(servers) != 1 || servers[0].ID != self || servers[0].Suffrage != raft.Voter || servers[0].Address == addr {
+		return
+	}
+	if err := n.raft.AddVoter(self, addr, 0, 10*time.Second).Error(); err != nil {
+		n.cfg.Logger.Warn("could not record this node's new Raft address; members cannot join until it is", "node", n.cfg.NodeID, "raft", addr, "recorded", servers[0].Address, "err", err)
+		return
+	}
+	n.cfg.Logger.Info("this node's Raft address is recorded; members can join", "node", n.cfg.NodeID, "raft", addr, "was", servers[0].Address)
+}

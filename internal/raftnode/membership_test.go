@@ -620,3 +620,44 @@ func TestSlowFounderFoundsAfterOthersFormed(t *testing.T) {
 		t.Fatalf("the n3 process n1 and n2 founded with, asking after they formed: %v, want nil (found)", err)
 	}
 }
+
+// TestSingleNodeGrows: a single node started without a Raft address and
+// started again, on its data dir, with one records that address once it
+// leads; a member then joins, and the leadership can move to it (its
+// election asks the first node for a vote at the recorded address).
+func TestSingleNodeGrows(t *testing.T) {
+	c1 := testConfig(t, t.TempDir())
+	n1, err := Open(c1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, n1)
+	populate(t, n1)
+	if err := n1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c1.RaftAddr = freeAddr(t)
+	n1 = open(t, c1)
+	waitLeader(t, n1)
+	eventually(t, "n1's Raft address to be recorded", func() bool {
+		m, ok := memberOf(t, n1, "n1")
+		return ok && m.RaftAddr == c1.RaftAddr
+	})
+	want, _ := state(t, n1)
+
+	c2 := tcpConfig(t, "n2")
+	c2.Join, c2.ClusterID = true, n1.ClusterID()
+	n2 := open(t, c2)
+	if _, err := n1.AddMember(ctxT(t), "n2", c2.RaftAddr, true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "n2 to catch up", func() bool { got, _ := state(t, n2); return bytes.Equal(got, want) })
+	if err := n1.Promote(ctxT(t), "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.Raft().LeadershipTransferToServer("n2", raft.ServerAddress(c2.RaftAddr)).Error(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "n2 to lead", n2.IsLeader)
+}

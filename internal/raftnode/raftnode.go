@@ -382,6 +382,9 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 		if isLeader && (!n.barrier() || !n.raiseFloor()) {
 			continue // leadership is gone (a false notification follows) or closing
 		}
+		if isLeader {
+			n.claimAddress()
+		}
 		leader = isLeader
 		failpoint.Leading(leader)
 		n.cfg.Logger.Info("leadership changed", "node", n.cfg.NodeID, "leader", leader)

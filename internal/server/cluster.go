@@ -133,7 +133,7 @@ func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[pb.
 		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "raft_addr and api_addr are required"))
 	}
 	if c.s.node.Standalone() {
-		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "node %s runs without a Raft address (serve --raft-addr): a single node cannot add members; start a cluster with --raft-addr and --bootstrap", c.s.node.ID()))
+		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "node %s runs without a Raft address: to grow it, stop it and start it again on the same --data and --node-id with --raft-addr HOST:PORT, then add members with --join", c.s.node.ID()))
 	}
 	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.AddMemberRequest) (*pb.AddMemberResponse, error) {
 		s := c.s
