@@ -195,7 +195,7 @@ func TestLockViewsShareDone(t *testing.T) {
 				doneAtRelease.Store(2)
 			}
 		}
-		ts.srv.Handler().ServeHTTP(w, r)
+		ts.Server().Handler().ServeHTTP(w, r)
 	}))
 	// Unary lock calls, so that the handler sees the Release as a request
 	// of its own (Lock.Release ends Done before any transport is used).

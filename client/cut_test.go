@@ -37,7 +37,7 @@ func (c *cutHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveCut serves ts's API through a cutHandler on a new 127.0.0.1 port.
 func serveCut(t *testing.T, ts *testServer) (string, *cutHandler) {
-	ch := &cutHandler{h: ts.srv.Handler()}
+	ch := &cutHandler{h: ts.Server().Handler()}
 	return serveHandler(t, ch), ch
 }
 
@@ -103,7 +103,7 @@ func TestCutReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := &cancelOnRequest{h: ts.srv.Handler(), cancel: cancel}
+	slow := &cancelOnRequest{h: ts.Server().Handler(), cancel: cancel}
 	addr2 := serveHandler(t, slow)
 	c2 := dial(t, addr2)
 	err = c2.KVPut(dctx, "cut", []byte("w"), l2.Token(), false)

@@ -5,47 +5,32 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/leaseholdtest"
 )
-
-// exampleServer starts a throw-away single-node server for an example and
-// returns its address and a function that stops it and removes its data.
-func exampleServer() (addr string, stop func()) {
-	dir, err := os.MkdirTemp("", "leasehold-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	ts, err := openServer(dir, discardLogger())
-	if err != nil {
-		log.Fatal(err)
-	}
-	return ts.Addr, func() {
-		_ = ts.Stop()
-		_ = os.RemoveAll(dir)
-	}
-}
-
-// outcome names the result of a call the way the CLI and the demo do.
-func outcome(err error) string {
-	if err == nil {
-		return "accepted"
-	}
-	return string(api.CodeOf(err))
-}
 
 // The seed scenario with a clean release instead of an expiry: the old
 // holder's token is refused by the fenced KV once a newer holder wrote.
 func Example() {
-	addr, stop := exampleServer()
-	defer stop()
+	srv, err := leaseholdtest.NewServer() // a server in this process; yours runs leasehold serve
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	// outcome names a call's result the way the CLI does.
+	outcome := func(err error) string {
+		if err == nil {
+			return "accepted"
+		}
+		return string(api.CodeOf(err))
+	}
 	ctx := context.Background()
 
-	c, err := client.Dial(ctx, addr)
+	c, err := client.Dial(ctx, srv.Addr)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -95,10 +80,13 @@ func Example() {
 
 // TryAcquire fails at once when another session holds the name.
 func ExampleSession_TryAcquire() {
-	addr, stop := exampleServer()
-	defer stop()
+	srv, err := leaseholdtest.NewServer() // a server in this process; yours runs leasehold serve
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, addr)
+	c, err := client.Dial(ctx, srv.Addr)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -138,10 +126,13 @@ func ExampleSession_TryAcquire() {
 // A holder stops its critical section when Lock.Done closes; the cause
 // says why.
 func ExampleLock_Done() {
-	addr, stop := exampleServer()
-	defer stop()
+	srv, err := leaseholdtest.NewServer() // a server in this process; yours runs leasehold serve
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, addr)
+	c, err := client.Dial(ctx, srv.Addr)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -178,10 +169,13 @@ func ExampleLock_Done() {
 // A fenced write with an older token than the last accepted one is
 // refused; the error carries the last accepted token.
 func ExampleClient_KVPut() {
-	addr, stop := exampleServer()
-	defer stop()
+	srv, err := leaseholdtest.NewServer() // a server in this process; yours runs leasehold serve
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
 	ctx := context.Background()
-	c, err := client.Dial(ctx, addr)
+	c, err := client.Dial(ctx, srv.Addr)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -217,11 +211,14 @@ func ExampleClient_KVPut() {
 // A watch that resumes from a log index: events already seen are not
 // delivered again, and a history that no longer holds them says so.
 func ExampleClient_Watch() {
-	addr, stop := exampleServer()
-	defer stop()
+	srv, err := leaseholdtest.NewServer() // a server in this process; yours runs leasehold serve
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := client.Dial(ctx, addr)
+	c, err := client.Dial(ctx, srv.Addr)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,12 +2,9 @@ package client_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/internal/netfault"
 	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/testserver"
 )
 
 // helperEnv selects a helper mode when the test binary re-executes itself
@@ -36,58 +34,12 @@ func TestMain(m *testing.M) {
 
 // testServer is an in-process single-node leasehold server on a temp dir
 // and a 127.0.0.1 port.
-type testServer struct {
-	Addr string
+type testServer = testserver.Server
 
-	srv       *server.Server
-	stopServe context.CancelFunc
-	served    chan error
-	once      sync.Once
-}
-
-// openServer starts a server on dir with timings short enough for tests
-// (an election in tens of milliseconds), edited by configure, and waits for
-// it to lead.
+// openServer starts a server on dir, edited by configure, and waits for it
+// to lead.
 func openServer(dir string, logger *slog.Logger, configure ...func(*server.Config)) (*testServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	cfg := server.DefaultConfig(dir, ln.Addr().String())
-	cfg.Logger = logger
-	cfg.Raft.HeartbeatTimeout = 50 * time.Millisecond
-	cfg.Raft.ElectionTimeout = 50 * time.Millisecond
-	cfg.Raft.LeaderLeaseTimeout = 50 * time.Millisecond
-	cfg.Raft.CommitTimeout = 5 * time.Millisecond
-	cfg.Lessor.Grace = cfg.Raft.LeaderLeaseTimeout
-	for _, f := range configure {
-		f(&cfg)
-	}
-	srv, err := server.Open(cfg)
-	if err != nil {
-		_ = ln.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ts := &testServer{Addr: ln.Addr().String(), srv: srv, stopServe: cancel, served: make(chan error, 1)}
-	go func() { ts.served <- srv.Serve(ctx, ln) }()
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer wcancel()
-	if err := srv.WaitLeader(wctx); err != nil {
-		ts.Stop()
-		return nil, err
-	}
-	return ts, nil
-}
-
-// Stop stops serving and closes the server. It is idempotent.
-func (ts *testServer) Stop() error {
-	var err error
-	ts.once.Do(func() {
-		ts.stopServe()
-		err = errors.Join(<-ts.served, ts.srv.Close())
-	})
-	return err
+	return testserver.Open(dir, logger, configure...)
 }
 
 // startServer starts a server that stops when the test ends.

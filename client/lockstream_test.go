@@ -83,7 +83,7 @@ func TestLockStreamCut(t *testing.T) {
 	ts := startServer(t)
 	ctx := testCtx(t)
 	direct := dial(t, ts.Addr, client.WithUnaryLocks())
-	sc := &streamCutter{h: ts.srv.Handler()}
+	sc := &streamCutter{h: ts.Server().Handler()}
 	c := dial(t, serveHandler(t, sc), client.WithRetryTimeout(time.Second))
 	s := newSession(t, c)
 
@@ -160,7 +160,7 @@ func TestLockStreamBreakWithManyInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stream breaks at the first answer of a Release.
-	sc := &streamCutter{h: ts.srv.Handler()}
+	sc := &streamCutter{h: ts.Server().Handler()}
 	sc.kind.Store(cutReleases)
 	c := dial(t, serveHandler(t, sc))
 	const n = 8
@@ -287,7 +287,7 @@ func TestLockStreamUnimplementedUsesUnary(t *testing.T) {
 			http.NotFound(w, r) // as a server that predates it
 			return
 		}
-		ts.srv.Handler().ServeHTTP(w, r)
+		ts.Server().Handler().ServeHTTP(w, r)
 	}))
 	c := dial(t, addr)
 	s := newSession(t, c)
@@ -375,7 +375,7 @@ func TestLockStreamSessionOps(t *testing.T) {
 		}
 	}
 
-	use(dial(t, serveHandler(t, count(ts.srv.Handler()))), true)
+	use(dial(t, serveHandler(t, count(ts.Server().Handler()))), true)
 	if n := unary.Load(); n != 0 {
 		t.Fatalf("%d unary session RPCs reached a server whose lock stream takes them, want 0", n)
 	}
@@ -384,7 +384,7 @@ func TestLockStreamSessionOps(t *testing.T) {
 	_, oldStream := leaseholdv1connect.NewLeaseholdServiceHandler(older)
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.LeaseholdServiceLockStreamProcedure, oldStream)
-	mux.Handle("/", ts.srv.Handler())
+	mux.Handle("/", ts.Server().Handler())
 	c := dial(t, serveHandler(t, count(mux)))
 	for range 2 {
 		use(c, false) // the older stream refuses lock operations too

@@ -5,28 +5,27 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/leasehold/leasehold/api"
 	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/leaseholdtest"
 )
-
-// exampleClient starts a throw-away server and returns a client of it and
-// a function that closes both.
-func exampleClient(ctx context.Context) (*client.Client, func()) {
-	addr, stop := exampleServer()
-	c, err := client.Dial(ctx, addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return c, func() { _ = c.Close(); stop() }
-}
 
 // A semaphore of two permits: two sessions hold the name at once, each in
 // its own slot with its own token; the third waits for a free slot. Each
 // holder fences its writes under its slot's key.
 func ExampleWithPermits() {
 	ctx := context.Background()
-	c, stop := exampleClient(ctx)
-	defer stop()
+	srv, err := leaseholdtest.NewServer() // a server in this process; yours runs leasehold serve
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := client.Dial(ctx, srv.Addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
 
 	var held []*client.Lock
 	for _, owner := range []string{"worker-A", "worker-B"} {
@@ -48,7 +47,7 @@ func ExampleWithPermits() {
 	}
 	defer s3.Close(ctx)
 	_, err = s3.TryAcquire(ctx, "encoder", client.WithPermits(2))
-	fmt.Println("worker-C:", outcome(err))
+	fmt.Println("worker-C:", api.CodeOf(err))
 	if err := held[0].Release(ctx); err != nil {
 		log.Fatal(err)
 	}
@@ -69,8 +68,16 @@ func ExampleWithPermits() {
 // can refuse a reader's older token.
 func ExampleShared() {
 	ctx := context.Background()
-	c, stop := exampleClient(ctx)
-	defer stop()
+	srv, err := leaseholdtest.NewServer() // a server in this process; yours runs leasehold serve
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := client.Dial(ctx, srv.Addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
 	session := func(owner string) *client.Session {
 		s, err := c.NewSession(ctx, client.WithOwner(owner))
 		if err != nil {
@@ -78,7 +85,6 @@ func ExampleShared() {
 		}
 		return s
 	}
-	var err error
 	r1, r2, w := session("reader-1"), session("reader-2"), session("writer")
 	defer r1.Close(ctx)
 	defer r2.Close(ctx)
@@ -89,7 +95,7 @@ func ExampleShared() {
 	info, _ := c.Status(ctx, "catalog")
 	fmt.Println("readers holding:", len(info.GetHolders()))
 	_, err = w.TryAcquire(ctx, "catalog")
-	fmt.Println("writer while reading:", outcome(err))
+	fmt.Println("writer while reading:", api.CodeOf(err))
 	_ = l1.Release(ctx)
 	_ = l2.Release(ctx)
 	lw, err := w.Acquire(ctx, "catalog")
@@ -108,8 +114,16 @@ func ExampleShared() {
 // epoch. Observe reports each leader.
 func ExampleSession_Campaign() {
 	ctx := context.Background()
-	c, stop := exampleClient(ctx)
-	defer stop()
+	srv, err := leaseholdtest.NewServer() // a server in this process; yours runs leasehold serve
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := client.Dial(ctx, srv.Addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
 	a, _ := c.NewSession(ctx, client.WithOwner("node-a"))
 	b, _ := c.NewSession(ctx, client.WithOwner("node-b"))
 	defer a.Close(ctx)

@@ -175,7 +175,7 @@ func TestWatchResyncsAfterSnapshotInstall(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// Install a snapshot of today's state plus the release of i:a.
-	r := ts.srv.Node().Raft()
+	r := ts.Server().Node().Raft()
 	snap := r.Snapshot()
 	if err := snap.Error(); err != nil {
 		t.Fatal(err)

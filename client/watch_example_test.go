@@ -4,29 +4,24 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"strings"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/leaseholdtest"
 )
 
 // A watch from an index the server's history no longer holds resyncs from
 // the state the server sends instead, then goes on with the events after it.
 func ExampleOnCompacted() {
-	dir, err := os.MkdirTemp("", "leasehold-example-")
+	// A server that keeps only the 2 latest events for FromIndex.
+	srv, err := leaseholdtest.NewServer(leaseholdtest.WithWatchHistory(2))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	ts, err := openServer(dir, discardLogger(), func(cfg *server.Config) { cfg.WatchHistory = 2 })
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer ts.Stop()
+	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := client.Dial(ctx, ts.Addr)
+	c, err := client.Dial(ctx, srv.Addr)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func (f *resumeHangs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // quietly: no panic closing a stream that was never opened.
 func TestWatchCancelledWhileResuming(t *testing.T) {
 	ts := startServer(t)
-	f := &resumeHangs{h: ts.srv.Handler(), end: make(chan struct{})}
+	f := &resumeHangs{h: ts.Server().Handler(), end: make(chan struct{})}
 	c := dial(t, serveHandler(t, f))
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()

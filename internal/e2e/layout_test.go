@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,4 +149,84 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestExamplesAreSelfContained: a godoc Example pasted into a user's
+// program compiles: it uses the module's exported API and nothing the
+// package's test files declare (helpers, fixtures, other examples).
+func TestExamplesAreSelfContained(t *testing.T) {
+	for _, dir := range []string{"client", "fence", "sequencer", "leaseholdtest"} {
+		fset := token.NewFileSet()
+		files, err := filepath.Glob(filepath.Join("../..", dir, "*_test.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		declared := map[string]bool{} // package-level names of the test files
+		var parsed []*ast.File
+		for _, f := range files {
+			af, err := parser.ParseFile(fset, f, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parsed = append(parsed, af)
+			for _, d := range af.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					if d.Recv == nil {
+						declared[d.Name.Name] = true
+					}
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						switch s := s.(type) {
+						case *ast.ValueSpec:
+							for _, n := range s.Names {
+								declared[n.Name] = true
+							}
+						case *ast.TypeSpec:
+							declared[s.Name.Name] = true
+						}
+					}
+				}
+			}
+		}
+		for _, af := range parsed {
+			for _, d := range af.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Example") {
+					continue
+				}
+				var visit func(ast.Node) bool
+				visit = func(n ast.Node) bool {
+					switch n := n.(type) {
+					case *ast.SelectorExpr: // x.Name: Name is not a package-level name
+						ast.Inspect(n.X, visit)
+						return false
+					case *ast.Ident:
+						if declared[n.Name] && (n.Obj == nil || isPackageLevel(af, n.Obj.Decl)) {
+							t.Errorf("%s: %s uses %s, declared in the package's test files: pasted, it does not compile", fset.Position(n.Pos()), fn.Name.Name, n.Name)
+						}
+					}
+					return true
+				}
+				ast.Inspect(fn.Body, visit)
+			}
+		}
+	}
+}
+
+// isPackageLevel reports whether decl is one of f's top-level declarations.
+func isPackageLevel(f *ast.File, decl any) bool {
+	for _, d := range f.Decls {
+		if any(d) == decl {
+			return true
+		}
+		if g, ok := d.(*ast.GenDecl); ok {
+			for _, s := range g.Specs {
+				if any(s) == decl {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
