@@ -15,13 +15,13 @@ type TokenStore interface {
 	// LastToken returns the last recorded token for key, 0 when none.
 	LastToken(ctx context.Context, key string) (uint64, error)
 	// SetToken records token as key's last token. It must be durable to the store's own
-	// standard when it returns nil (BoltTokenStore: fsync'd). It must never lower a
+	// standard when it returns nil (boltfence.Store: fsync'd). It must never lower a
 	// recorded token: a lower token is ignored.
 	SetToken(ctx context.Context, key string, token uint64) error
 }
 
 // KeyLimiter is an optional interface of a TokenStore with a bound on its keys
-// (BoltTokenStore). When Full reports true, an Admitter refuses an admission for a key the
+// (boltfence.Store). When Full reports true, an Admitter refuses an admission for a key the
 // store does not know yet with ErrTooManyKeys before the effect runs.
 type KeyLimiter interface {
 	Full() bool
@@ -48,7 +48,7 @@ type Admitter struct {
 func NewAdmitter(store TokenStore, opts ...Option) *Admitter {
 	return &Admitter{
 		store:   store,
-		mode:    buildOptions(opts).mode,
+		mode:    Apply(opts...).Mode,
 		locks:   keyLocks{m: make(map[string]*keyLock)},
 		unsaved: make(map[string]uint64),
 	}
@@ -76,7 +76,7 @@ type Admission struct {
 // the store is full (KeyLimiter), an error wrapping ErrTooManyKeys. ctx errors are returned
 // as is.
 func (a *Admitter) Begin(ctx context.Context, key string, token uint64) (*Admission, error) {
-	if err := validate(key, token); err != nil {
+	if err := ValidateWrite(key, token); err != nil {
 		return nil, err
 	}
 	unlock, err := a.locks.lock(ctx, key)

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/boltfence"
 )
 
-func openBolt(t *testing.T, path string) *fence.BoltTokenStore {
+func openBolt(t *testing.T, path string) *boltfence.Store {
 	t.Helper()
-	s, err := fence.OpenBoltTokenStore(path, 0)
+	s, err := boltfence.Open(path, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestBoltTokenStoreRestart(t *testing.T) {
 		t.Fatalf("missing key = %d, %v", tok, err)
 	}
 	// A second opener is locked out instead of sharing the file.
-	if _, err := fence.OpenBoltTokenStore(path, 50*time.Millisecond); err == nil {
+	if _, err := boltfence.Open(path, 50*time.Millisecond); err == nil {
 		t.Fatal("second open of a locked token store succeeded")
 	}
 }

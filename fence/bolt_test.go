@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/boltfence"
 )
 
 // TestBoltTokenStoreMaxKeys: beyond MaxKeys a new key is refused with ErrTooManyKeys —
@@ -21,8 +22,8 @@ func TestBoltTokenStoreMaxKeys(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tokens.db")
 	s := openBolt(t, path)
-	if s.MaxKeys() != fence.DefaultBoltMaxKeys {
-		t.Fatalf("default MaxKeys = %d, want %d", s.MaxKeys(), fence.DefaultBoltMaxKeys)
+	if s.MaxKeys() != boltfence.DefaultMaxKeys {
+		t.Fatalf("default MaxKeys = %d, want %d", s.MaxKeys(), boltfence.DefaultMaxKeys)
 	}
 	s.SetMaxKeys(2)
 	for _, k := range []string{"a", "b"} {

@@ -26,14 +26,16 @@
 //	caller ───────────────────────────────────▶ Guard ──▶ store: check t vs last(k), effect, last(k)=t
 //	                                                       └─ one transaction / one script / one lock
 //
-//	  Guard (Write / Last)       in-memory [Memory], PostgreSQL [Postgres], SQLite [SQLite], Redis [Redis];
-//	                             each also has a general form (Do) that runs YOUR statements inside the
-//	                             same atomic step as the check.
+//	  Guard (Write / Last)       in-memory [Memory] here; PostgreSQL, SQLite and Redis each in its
+//	                             own package (fence/pgfence, fence/sqlitefence, fence/redisfence), so
+//	                             a program links only the driver it uses. Each also has a general
+//	                             form (Do) that runs YOUR statements inside the same atomic step as
+//	                             the check.
 //	  Admitter + TokenStore      for effects the store cannot make atomic with a check (a plain HTTP
 //	                             service): serialize per key in this process, record t, then run the
 //	                             effect, so the fence is never behind an effect whose answer was lost.
 //	                             Used by [Middleware] and by the fence/gateway package; tokens persist
-//	                             in [BoltTokenStore].
+//	                             in a bbolt file (fence/boltfence).
 //
 // An Admitter is a fence only while it is the sole path to the resource: every write must pass
 // through the same process (the gateway of seed 004). Two replicas of a service, each with its

@@ -26,12 +26,12 @@ var (
 	ErrAdmissionDone = errors.New("fence: admission already released")
 
 	// ErrNotDurable means a store's configuration cannot keep the fence across a restart or
-	// failover (CheckRedisDurable), so a checked guard refuses to run on it.
+	// failover (redisfence.CheckDurable), so a checked guard refuses to run on it.
 	ErrNotDurable = errors.New("fence: store not durable enough to keep the fence")
 
-	// ErrTooManyKeys means a token store is at its bound on keys (BoltTokenStore.MaxKeys) and
+	// ErrTooManyKeys means a token store is at its bound on keys (boltfence.Store.MaxKeys) and
 	// refused a new key. Nothing was recorded; known keys still work. Drop idle keys
-	// (BoltTokenStore.DropIdle) or raise the bound.
+	// (boltfence.Store.DropIdle) or raise the bound.
 	ErrTooManyKeys = errors.New("fence: too many keys")
 
 	// ErrClosed means the token store was closed.

@@ -41,7 +41,7 @@ func ExampleMiddleware() {
 		charges++
 		fmt.Fprintln(w, "charged")
 	})
-	admitter := fence.NewAdmitter(fence.NewMemoryTokenStore()) // use a BoltTokenStore to survive restarts
+	admitter := fence.NewAdmitter(fence.NewMemoryTokenStore()) // use a boltfence.Store to survive restarts
 	h := fence.Middleware(admitter)(payments)
 
 	for _, token := range []string{"18", "17"} {

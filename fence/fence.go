@@ -71,18 +71,28 @@ type Guard interface {
 
 // Option configures a guard or an Admitter. Options that do not apply to a guard (WithTable on
 // Redis, WithKeyPrefix on PostgreSQL) are ignored by it.
-type Option func(*options)
+type Option func(*Settings)
 
-type options struct {
-	mode        Mode
-	table       string
-	keyPrefix   string
-	waitN       int           // Redis: replicas to WAIT for after an accepted write
-	waitTimeout time.Duration // Redis: bound on that WAIT
+// Settings is what a list of Options comes to; the guards of the driver packages
+// (fence/pgfence, fence/redisfence, fence/sqlitefence) read it with Apply.
+type Settings struct {
+	Mode         Mode
+	Table        string        // PostgreSQL, SQLite: the fence table
+	KeyPrefix    string        // Redis: prefixed to a key to name its fence hash
+	WaitReplicas int           // Redis: replicas to WAIT for after an accepted write
+	WaitTimeout  time.Duration // Redis: bound on that WAIT
 }
 
-func buildOptions(opts []Option) options {
-	o := options{mode: Monotonic, table: DefaultTable, keyPrefix: DefaultRedisPrefix}
+// DefaultTable is the fence table of the PostgreSQL and SQLite guards.
+const DefaultTable = "leasehold_fence"
+
+// DefaultRedisPrefix is prefixed to a key to name its Redis fence hash.
+const DefaultRedisPrefix = "leasehold:fence:"
+
+// Apply returns the settings opts make, starting from the defaults (Monotonic, DefaultTable,
+// DefaultRedisPrefix, no WAIT).
+func Apply(opts ...Option) Settings {
+	o := Settings{Mode: Monotonic, Table: DefaultTable, KeyPrefix: DefaultRedisPrefix}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -90,14 +100,25 @@ func buildOptions(opts []Option) options {
 }
 
 // WithMode sets the acceptance rule (default Monotonic).
-func WithMode(m Mode) Option { return func(o *options) { o.mode = m } }
+func WithMode(m Mode) Option { return func(o *Settings) { o.Mode = m } }
 
 // WithTable sets the fence table of the PostgreSQL and SQLite guards (default DefaultTable).
 // For PostgreSQL it may be schema-qualified ("app.fence").
-func WithTable(name string) Option { return func(o *options) { o.table = name } }
+func WithTable(name string) Option { return func(o *Settings) { o.Table = name } }
 
 // WithKeyPrefix sets the prefix of the Redis guard's fence keys (default DefaultRedisPrefix).
-func WithKeyPrefix(prefix string) Option { return func(o *options) { o.keyPrefix = prefix } }
+func WithKeyPrefix(prefix string) Option { return func(o *Settings) { o.KeyPrefix = prefix } }
+
+// WithRedisWait makes the Redis guard (redisfence), after every accepted Write or Do, send WAIT n timeout
+// on the same connection: the call succeeds only once n replicas acknowledged the write. If
+// fewer did within timeout, it returns an error wrapping ErrNotDurable — the write WAS applied
+// on the primary (the fence advanced there), but a failover now could lose it; treat the
+// outcome as unknown. It needs a *redis.Client (WAIT counts the writes of one connection);
+// with another client every write fails with ErrNotDurable. WAIT narrows the window in which
+// a failover rolls the fence back but does not close it. n ≤ 0 turns it off (the default).
+func WithRedisWait(n int, timeout time.Duration) Option {
+	return func(o *Settings) { o.WaitReplicas, o.WaitTimeout = n, timeout }
+}
 
 // ValidateKey returns an error wrapping ErrInvalidKey unless key is 1..MaxKeyLen bytes of
 // UTF-8 without NUL.
@@ -115,7 +136,9 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-func validate(key string, token uint64) error {
+// ValidateWrite returns an error wrapping ErrInvalidKey or ErrInvalidToken unless key is
+// valid (ValidateKey) and token is greater than 0: the input check of every guard's write.
+func ValidateWrite(key string, token uint64) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
@@ -150,11 +173,12 @@ func ParseToken(s string) (uint64, error) {
 	return t, nil
 }
 
-// padToken renders t as 20 zero-padded decimal digits, whose byte order is numeric order.
-func padToken(t uint64) string { return fmt.Sprintf("%020d", t) }
+// PadToken renders t as 20 zero-padded decimal digits, whose byte order is numeric order: how
+// a store without a uint64 type keeps a token.
+func PadToken(t uint64) string { return fmt.Sprintf("%020d", t) }
 
-// parseStored parses a token read back from a store (decimal, possibly zero-padded).
-func parseStored(s string) (uint64, error) {
+// ParseStoredToken parses a token read back from a store (decimal, possibly zero-padded).
+func ParseStoredToken(s string) (uint64, error) {
 	t, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("fence: corrupt stored token %q: %w", s, err)

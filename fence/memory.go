@@ -25,7 +25,7 @@ var _ Guard = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory guard. Only WithMode applies.
 func NewMemory(opts ...Option) *Memory {
-	return &Memory{mode: buildOptions(opts).mode, entries: make(map[string]memEntry)}
+	return &Memory{mode: Apply(opts...).Mode, entries: make(map[string]memEntry)}
 }
 
 // Write implements Guard.
@@ -42,7 +42,7 @@ func (m *Memory) Do(ctx context.Context, key string, token uint64, fn func() err
 }
 
 func (m *Memory) do(ctx context.Context, key string, token uint64, value *[]byte, fn func() error) error {
-	if err := validate(key, token); err != nil {
+	if err := ValidateWrite(key, token); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

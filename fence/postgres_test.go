@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/pgfence"
 )
 
 func openPool(t *testing.T) *pgxpool.Pool {
@@ -34,11 +35,11 @@ func openPool(t *testing.T) *pgxpool.Pool {
 
 // pgTables creates the fence table plus the test's accept log and data tables under unique
 // names, dropped at cleanup.
-func pgTables(t *testing.T, pool *pgxpool.Pool, mode fence.Mode) (g *fence.Postgres, log, data string) {
+func pgTables(t *testing.T, pool *pgxpool.Pool, mode fence.Mode) (g *pgfence.Guard, log, data string) {
 	t.Helper()
 	ctx := context.Background()
 	base := unique("leasehold_test_")
-	g = fence.NewPostgres(pool, fence.WithMode(mode), fence.WithTable(base))
+	g = pgfence.New(pool, fence.WithMode(mode), fence.WithTable(base))
 	if err := g.Init(ctx); err != nil {
 		t.Fatal(err)
 	}

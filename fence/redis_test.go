@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/redisfence"
 )
 
 func openRedisClient(t *testing.T) *redis.Client {
@@ -56,8 +57,8 @@ func openRedis(t *testing.T, mode fence.Mode) *subject {
 	rdb := openRedisClient(t)
 	prefix := unique("leasehold-test:") + ":"
 	cleanupPrefix(t, rdb, prefix)
-	g := fence.NewRedis(rdb, fence.WithMode(mode), fence.WithKeyPrefix(prefix+"fence:"))
-	eff := fence.NewRedisEffect(loggedEffectBody)
+	g := redisfence.New(rdb, fence.WithMode(mode), fence.WithKeyPrefix(prefix+"fence:"))
+	eff := redisfence.NewEffect(loggedEffectBody)
 	return &subject{
 		guard: g,
 		doLogged: func(ctx context.Context, key string, token uint64, value []byte, fail bool) error {
@@ -95,7 +96,7 @@ func TestRedisTokenRange(t *testing.T) {
 	rdb := openRedisClient(t)
 	prefix := unique("leasehold-test:") + ":"
 	cleanupPrefix(t, rdb, prefix)
-	testTokenRange(context.Background(), t, fence.NewRedis(rdb, fence.WithKeyPrefix(prefix)))
+	testTokenRange(context.Background(), t, redisfence.New(rdb, fence.WithKeyPrefix(prefix)))
 }
 
 // TestRedisCompareEdges pins the Lua comparison at the edges where doubles lose precision:
@@ -107,7 +108,7 @@ func TestRedisCompareEdges(t *testing.T) {
 	rdb := openRedisClient(t)
 	prefix := unique("leasehold-test:") + ":"
 	cleanupPrefix(t, rdb, prefix)
-	g := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithMode(fence.Strict))
+	g := redisfence.New(rdb, fence.WithKeyPrefix(prefix), fence.WithMode(fence.Strict))
 	tests := []struct {
 		last, token uint64
 		accept      bool
@@ -148,8 +149,8 @@ func TestRedisEffectErrorKeepsToken(t *testing.T) {
 	rdb := openRedisClient(t)
 	prefix := unique("leasehold-test:") + ":"
 	cleanupPrefix(t, rdb, prefix)
-	g := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithMode(fence.Strict))
-	eff := fence.NewRedisEffect(`redis.call('SET', KEYS[1], 'half'); redis.call('INCR', KEYS[1])`)
+	g := redisfence.New(rdb, fence.WithKeyPrefix(prefix), fence.WithMode(fence.Strict))
+	eff := redisfence.NewEffect(`redis.call('SET', KEYS[1], 'half'); redis.call('INCR', KEYS[1])`)
 	if _, err := g.Do(ctx, "k", 3, eff, []string{prefix + "data"}); err == nil {
 		t.Fatal("INCR of a non-integer succeeded")
 	}
@@ -158,7 +159,7 @@ func TestRedisEffectErrorKeepsToken(t *testing.T) {
 		t.Fatalf("data = %q, want the partial write \"half\"", v)
 	}
 	// Without an error the same token goes through and returns the body's value.
-	ok := fence.NewRedisEffect(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+	ok := redisfence.NewEffect(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
 	res, err := g.Do(ctx, "k", 3, ok, []string{prefix + "n"}, 5)
 	if err != nil || res != int64(5) {
 		t.Fatalf("Do = %#v, %v; want 5", res, err)
@@ -194,19 +195,19 @@ func TestRedisDurable(t *testing.T) {
 	}
 
 	set("appendonly", "no")
-	g, err := fence.NewRedisDurable(ctx, rdb)
+	g, err := redisfence.NewDurable(ctx, rdb)
 	if !errors.Is(err, fence.ErrNotDurable) || g != nil || !strings.Contains(err.Error(), "appendonly") {
 		t.Fatalf("appendonly no: %v, want ErrNotDurable naming appendonly", err)
 	}
 	set("appendonly", "yes")
 	set("appendfsync", "everysec")
-	if _, err := fence.NewRedisDurable(ctx, rdb); !errors.Is(err, fence.ErrNotDurable) || !strings.Contains(err.Error(), "appendfsync") {
+	if _, err := redisfence.NewDurable(ctx, rdb); !errors.Is(err, fence.ErrNotDurable) || !strings.Contains(err.Error(), "appendfsync") {
 		t.Fatalf("appendfsync everysec: %v, want ErrNotDurable naming appendfsync", err)
 	}
 	set("appendfsync", "always")
 	prefix := unique("leasehold-test:") + ":"
 	cleanupPrefix(t, rdb, prefix)
-	g, err = fence.NewRedisDurable(ctx, rdb, fence.WithKeyPrefix(prefix))
+	g, err = redisfence.NewDurable(ctx, rdb, fence.WithKeyPrefix(prefix))
 	if err != nil {
 		t.Fatalf("appendonly yes, appendfsync always: %v", err)
 	}
@@ -226,7 +227,7 @@ func TestRedisWait(t *testing.T) {
 	rdb := openRedisClient(t)
 	prefix := unique("leasehold-test:") + ":"
 	cleanupPrefix(t, rdb, prefix)
-	g := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithRedisWait(1, 50*time.Millisecond))
+	g := redisfence.New(rdb, fence.WithKeyPrefix(prefix), fence.WithRedisWait(1, 50*time.Millisecond))
 	if err := g.Write(ctx, "k", 5, []byte("v")); !errors.Is(err, fence.ErrNotDurable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
 		t.Fatalf("write without a replica: %v, want ErrNotDurable", err)
 	}
@@ -236,7 +237,7 @@ func TestRedisWait(t *testing.T) {
 	if err := g.Write(ctx, "k", 4, []byte("old")); !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("stale write: %v, want ErrStaleToken", err)
 	}
-	if err := fence.NewRedis(rdb, fence.WithKeyPrefix(prefix), fence.WithRedisWait(0, 0)).Write(ctx, "k", 6, nil); err != nil {
+	if err := redisfence.New(rdb, fence.WithKeyPrefix(prefix), fence.WithRedisWait(0, 0)).Write(ctx, "k", 6, nil); err != nil {
 		t.Fatalf("WAIT 0: %v", err)
 	}
 }

@@ -10,11 +10,12 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/sqlitefence"
 )
 
 func openSQLiteDB(t *testing.T) *sql.DB {
 	t.Helper()
-	db, err := fence.OpenSQLite(filepath.Join(t.TempDir(), "fence?#%.db")) // odd name on purpose
+	db, err := sqlitefence.Open(filepath.Join(t.TempDir(), "fence?#%.db")) // odd name on purpose
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func openSQLite(t *testing.T, mode fence.Mode) *subject {
 	ctx := context.Background()
 	db := openSQLiteDB(t)
 	table := unique("fence_")
-	g := fence.NewSQLite(db, fence.WithMode(mode), fence.WithTable(table))
+	g := sqlitefence.New(db, fence.WithMode(mode), fence.WithTable(table))
 	if err := g.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func openSQLite(t *testing.T, mode fence.Mode) *subject {
 func TestSQLiteRollback(t *testing.T) {
 	ctx := context.Background()
 	db := openSQLiteDB(t)
-	g := fence.NewSQLite(db, fence.WithMode(fence.Strict))
+	g := sqlitefence.New(db, fence.WithMode(fence.Strict))
 	if err := g.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestSQLiteRollback(t *testing.T) {
 // SQLite's signed integers.
 func TestSQLiteTokenRange(t *testing.T) {
 	ctx := context.Background()
-	g := fence.NewSQLite(openSQLiteDB(t))
+	g := sqlitefence.New(openSQLiteDB(t))
 	if err := g.Init(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func direct(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tl.row(workerB, "write report 417 through fence.Postgres", mb.Token, writeResult(mw), "accepted")
+	tl.row(workerB, "write report 417 through pgfence.Guard", mb.Token, writeResult(mw), "accepted")
 
 	if err := a.signal(syscall.SIGCONT); err != nil {
 		return err

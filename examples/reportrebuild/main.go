@@ -15,7 +15,7 @@
 //  2. the program stops worker-A with SIGSTOP: no keepalives, but the process and its token
 //     live on — a GC pause or a frozen VM;
 //  3. worker-B, queued on the lock, is granted it once worker-A's lease has expired, with a
-//     larger token, and writes report 417 through fence.Postgres (strict mode): one
+//     larger token, and writes report 417 through pgfence.Guard (strict mode): one
 //     transaction that checks the token and upserts the row;
 //  4. the program resumes worker-A with SIGCONT. Its Lock.Done has fired (the lease is lost),
 //     but it writes anyway, as a request already on its way would: PostgreSQL refuses it
@@ -52,6 +52,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/pgfence"
 )
 
 const (
@@ -118,9 +119,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 // tables returns the guard over <prefix>_fence and the sanitized name of <prefix>_reports.
-func tables(pool *pgxpool.Pool, prefix string) (*fence.Postgres, string) {
+func tables(pool *pgxpool.Pool, prefix string) (*pgfence.Guard, string) {
 	// Strict: one accepted write per lock generation, as in seed 000.
-	guard := fence.NewPostgres(pool, fence.WithMode(fence.Strict), fence.WithTable(prefix+"_fence"))
+	guard := pgfence.New(pool, fence.WithMode(fence.Strict), fence.WithTable(prefix+"_fence"))
 	return guard, pgx.Identifier{prefix + "_reports"}.Sanitize()
 }
 
@@ -270,7 +271,7 @@ func closeSession(ctx context.Context, s *client.Session) {
 
 // write upserts report 417 through the fence: the token check and the upsert are one
 // PostgreSQL transaction.
-func write(ctx context.Context, guard *fence.Postgres, reports, worker string, token uint64) message {
+func write(ctx context.Context, guard *pgfence.Guard, reports, worker string, token uint64) message {
 	body := fmt.Sprintf("report 417 rebuilt by %s", worker)
 	err := guard.Do(ctx, resource, token, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO `+reports+` (id, body, written_by, token)

@@ -132,7 +132,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 }
 
 // DropIdle drops the keys whose token was last recorded more than olderThan ago (see
-// fence.BoltTokenStore.DropIdle) and returns how many it dropped. olderThan must be at least
+// boltfence.Store.DropIdle) and returns how many it dropped. olderThan must be at least
 // MinDropIdle.
 func (g *Gateway) DropIdle(ctx context.Context, olderThan time.Duration) (int, error) {
 	if olderThan < MinDropIdle {

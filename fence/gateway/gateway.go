@@ -35,7 +35,7 @@
 // The guarantee holds only while every request that can change the upstream goes through ONE
 // gateway process: the upstream must not be reachable around it, and the bbolt file is
 // locked against a second gateway. The admission logic is fence.Middleware over a
-// fence.Admitter with a fence.BoltTokenStore; this package adds configuration, the proxy
+// fence.Admitter with a boltfence.Store; this package adds configuration, the proxy
 // and the server lifecycle.
 package gateway
 
@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/boltfence"
 	"github.com/leasehold/leasehold/sequencer"
 )
 
@@ -134,7 +135,7 @@ const (
 	DefaultUpstreamTimeout = 60 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultAdminListen     = "127.0.0.1:7422"
-	DefaultMaxKeys         = fence.DefaultBoltMaxKeys
+	DefaultMaxKeys         = boltfence.DefaultMaxKeys
 )
 
 // DefaultConfig returns a Config with every field but Upstream set.
@@ -232,7 +233,7 @@ func validHeaderName(s string) bool {
 type Gateway struct {
 	cfg      Config
 	log      *slog.Logger
-	store    *fence.BoltTokenStore
+	store    *boltfence.Store
 	admitter *fence.Admitter
 	verifier *sequencer.Verifier // verifying mode; nil when off
 	handler  http.Handler
@@ -265,7 +266,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := fence.OpenBoltTokenStore(cfg.DataFile, time.Second)
+	store, err := boltfence.Open(cfg.DataFile, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -67,6 +67,8 @@ func TestForbiddenImports(t *testing.T) {
 		{"./internal/lessor", false, []string{"net", "net/", "connectrpc.com/", "github.com/hashicorp/raft", module + "internal/raftnode", module + "internal/server"}, "the lessor reaches raft only through its Proposer and Confirmer, and has no network of its own"},
 		{"./sequencer", true, []string{"."}, "resources verify sequencers with the standard library alone"},
 		{"./client", true, []string{"github.com/hashicorp/", "go.etcd.io/bbolt", "modernc.org/", "github.com/jackc/", "github.com/redis/", module + "internal/", module + "fence"}, "a client binary carries no server, store or guard code"},
+		{"./fence/pgfence", true, []string{"github.com/redis/", "modernc.org/", "go.etcd.io/bbolt", module + "internal/"}, "a PostgreSQL user links no Redis, SQLite or bbolt code"},
+		{"./fence", true, []string{"github.com/jackc/", "github.com/redis/", "modernc.org/", "go.etcd.io/bbolt", module + "internal/"}, "the fence core links no store driver: each lives in its own fence/*fence package"},
 		{"./api/...", true, []string{module + "internal/", module + "client", module + "fence"}, "the API is the bottom layer"},
 	} {
 		field := "{{join .Imports \"\\n\"}}"
@@ -97,7 +99,9 @@ func TestDependencyLists(t *testing.T) {
 	for file, pkg := range map[string]string{
 		"cmd-leasehold.txt": "./cmd/leasehold",
 		"client.txt":        "./client",
-		"fence.txt":         "./fence/...",
+		"fence.txt":         "./fence",
+		"fence-pgfence.txt": "./fence/pgfence",
+		"fence-gateway.txt": "./fence/gateway",
 		"sequencer.txt":     "./sequencer",
 	} {
 		var deps []string

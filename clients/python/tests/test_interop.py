@@ -85,13 +85,13 @@ def _go_const(path: str, name: str) -> str:
 def test_the_redis_guard_runs_the_go_guards_script():
     from leasehold.fence import redis as guard
 
-    assert guard.WRITE_SCRIPT == _go_const("fence/redis.go", "redisWriteScript")
+    assert guard.WRITE_SCRIPT == _go_const("fence/redisfence/redisfence.go", "redisWriteScript")
 
 
 def test_the_postgres_guard_runs_the_go_guards_sql():
     from leasehold.fence.postgres import Postgres
 
-    src = (REPO / "fence" / "postgres.go").read_text()
+    src = (REPO / "fence" / "pgfence" / "pgfence.go").read_text()
     p = Postgres(None)
     for field, attr in [("sqlCreate", "sql_create"), ("sqlCheck", "sql_check"), ("sqlCheckValue", "sql_check_value")]:
         m = re.search(field + r": `(.*?)`,\n", src, re.S)

@@ -1,5 +1,5 @@
 """The PostgreSQL guard (psycopg 3): the Go guard's table and SQL
-(fence/postgres.go), so that Go and Python writers of one database fence
+(fence/pgfence/pgfence.go), so that Go and Python writers of one database fence
 each other on one table.
 
 Table (created by :meth:`Postgres.init`; default ``leasehold_fence``)::

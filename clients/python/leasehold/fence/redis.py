@@ -1,4 +1,4 @@
-"""The Redis guard (redis-py): the Go guard's Lua script (fence/redis.go),
+"""The Redis guard (redis-py): the Go guard's Lua script (fence/redisfence/redisfence.go),
 byte for byte, so it has the same SHA in Redis's script cache, and its key
 layout (a hash ``leasehold:fence:KEY`` with fields ``token`` and
 ``value``), so Go and Python writers of one Redis fence each other.

@@ -21,6 +21,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/fence/pgfence"
+	"github.com/leasehold/leasehold/fence/redisfence"
 )
 
 func main() {
@@ -41,7 +43,7 @@ func main() {
 			log.Fatal(err)
 		}
 		defer func() { _ = conn.Close(ctx) }()
-		pg := fence.NewPostgres(conn, fence.WithTable(where))
+		pg := pgfence.New(conn, fence.WithTable(where))
 		if err := pg.Init(ctx); err != nil {
 			log.Fatal(err)
 		}
@@ -53,7 +55,7 @@ func main() {
 		}
 		rdb := redis.NewClient(opt)
 		defer func() { _ = rdb.Close() }()
-		g = fence.NewRedis(rdb, fence.WithKeyPrefix(where))
+		g = redisfence.New(rdb, fence.WithKeyPrefix(where))
 	default:
 		log.Fatalf("unknown guard %q", kind)
 	}

@@ -1,4 +1,4 @@
-package fence
+package pgfence
 
 import (
 	"context"
@@ -8,10 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-)
 
-// DefaultTable is the fence table of the PostgreSQL and SQLite guards.
-const DefaultTable = "leasehold_fence"
+	"github.com/leasehold/leasehold/fence"
+)
 
 // PgxConn is the part of *pgxpool.Pool and *pgx.Conn that the PostgreSQL guard uses.
 type PgxConn interface {
@@ -20,7 +19,7 @@ type PgxConn interface {
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 }
 
-// Postgres is a Guard over a PostgreSQL fence table (pgx v5). Its general form Do runs the
+// Guard is a fence.Guard over a PostgreSQL fence table (pgx v5). Its general form Do runs the
 // token check and YOUR statements in one transaction, so the effect commits iff the token was
 // accepted, and a stale and a fresh writer can never interleave.
 //
@@ -34,8 +33,8 @@ type PgxConn interface {
 //	)
 //
 // Tokens are numeric(20,0), so the whole uint64 range is stored exactly (bigint would stop at
-// 2^63-1). The check, inside a READ COMMITTED transaction, is one statement (Monotonic shown;
-// Strict uses < instead of <=; Write also sets value):
+// 2^63-1). The check, inside a READ COMMITTED transaction, is one statement (fence.Monotonic shown;
+// fence.Strict uses < instead of <=; Write also sets value):
 //
 //	INSERT INTO leasehold_fence AS f (resource, token) VALUES ($1, $2::text::numeric)
 //	ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
@@ -51,27 +50,27 @@ type PgxConn interface {
 // row is returned the token is stale: the guard reads the (locked) row's token for the
 // StaleTokenError and rolls back. When the caller's function fails, the rollback also undoes
 // the token update. Effects on different keys do not block each other.
-type Postgres struct {
+type Guard struct {
 	db   PgxConn
-	mode Mode
+	mode fence.Mode
 
 	sqlCreate, sqlCheck, sqlCheckValue, sqlToken, sqlLast string
 }
 
-var _ Guard = (*Postgres)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// NewPostgres returns a guard over db. WithMode and WithTable apply. It does not create the
+// New returns a guard over db. WithMode and WithTable apply. It does not create the
 // table: call Init or run its DDL in a migration.
-func NewPostgres(db PgxConn, opts ...Option) *Postgres {
-	o := buildOptions(opts)
-	t := pgx.Identifier(strings.Split(o.table, ".")).Sanitize()
+func New(db PgxConn, opts ...fence.Option) *Guard {
+	o := fence.Apply(opts...)
+	t := pgx.Identifier(strings.Split(o.Table, ".")).Sanitize()
 	cmp := "<="
-	if o.mode == Strict {
+	if o.Mode == fence.Strict {
 		cmp = "<"
 	}
-	return &Postgres{
+	return &Guard{
 		db:   db,
-		mode: o.mode,
+		mode: o.Mode,
 		sqlCreate: `CREATE TABLE IF NOT EXISTS ` + t + ` (
 	resource   text          PRIMARY KEY,
 	token      numeric(20,0) NOT NULL CHECK (token > 0 AND token <= 18446744073709551615),
@@ -92,7 +91,7 @@ RETURNING f.token::text`,
 }
 
 // Init creates the fence table if it does not exist.
-func (p *Postgres) Init(ctx context.Context) error {
+func (p *Guard) Init(ctx context.Context) error {
 	if _, err := p.db.Exec(ctx, p.sqlCreate); err != nil {
 		return fmt.Errorf("fence: postgres create table: %w", err)
 	}
@@ -100,7 +99,7 @@ func (p *Postgres) Init(ctx context.Context) error {
 }
 
 // Write implements Guard: the value lives in the fence table's value column.
-func (p *Postgres) Write(ctx context.Context, key string, token uint64, value []byte) error {
+func (p *Guard) Write(ctx context.Context, key string, token uint64, value []byte) error {
 	if value == nil {
 		value = []byte{} // nil would store NULL, which Last reports as "no value"
 	}
@@ -113,12 +112,12 @@ func (p *Postgres) Write(ctx context.Context, key string, token uint64, value []
 // returns an error, the transaction — fn's statements and the token update — is rolled back
 // and the error is returned as is. fn must not commit or roll back tx. While fn runs, every
 // other writer for key waits, so keep fn short.
-func (p *Postgres) Do(ctx context.Context, key string, token uint64, fn func(tx pgx.Tx) error) error {
+func (p *Guard) Do(ctx context.Context, key string, token uint64, fn func(tx pgx.Tx) error) error {
 	return p.do(ctx, key, token, nil, fn)
 }
 
-func (p *Postgres) do(ctx context.Context, key string, token uint64, value []byte, fn func(pgx.Tx) error) (err error) {
-	if err := validate(key, token); err != nil {
+func (p *Guard) do(ctx context.Context, key string, token uint64, value []byte, fn func(pgx.Tx) error) (err error) {
+	if err := fence.ValidateWrite(key, token); err != nil {
 		return err
 	}
 	tx, err := p.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -150,14 +149,14 @@ func (p *Postgres) do(ctx context.Context, key string, token uint64, value []byt
 // transaction must not commit effects the fence refused). tx must be READ COMMITTED: at
 // REPEATABLE READ or SERIALIZABLE a concurrent writer makes the statement fail with a
 // serialization error (safe, but not a StaleTokenError).
-func (p *Postgres) FenceTx(ctx context.Context, tx pgx.Tx, key string, token uint64) error {
-	if err := validate(key, token); err != nil {
+func (p *Guard) FenceTx(ctx context.Context, tx pgx.Tx, key string, token uint64) error {
+	if err := fence.ValidateWrite(key, token); err != nil {
 		return err
 	}
 	return p.check(ctx, tx, key, token, nil)
 }
 
-func (p *Postgres) check(ctx context.Context, tx pgx.Tx, key string, token uint64, value []byte) error {
+func (p *Guard) check(ctx context.Context, tx pgx.Tx, key string, token uint64, value []byte) error {
 	q, args := p.sqlCheck, []any{key, fmt.Sprint(token)}
 	if value != nil {
 		q, args = p.sqlCheckValue, append(args, value)
@@ -174,16 +173,16 @@ func (p *Postgres) check(ctx context.Context, tx pgx.Tx, key string, token uint6
 	if err := tx.QueryRow(ctx, p.sqlToken, key).Scan(&got); err != nil {
 		return fmt.Errorf("fence: postgres read last token of %q: %w", key, err)
 	}
-	last, err := parseStored(got)
+	last, err := fence.ParseStoredToken(got)
 	if err != nil {
 		return err
 	}
-	return &StaleTokenError{Key: key, Token: token, LastToken: last}
+	return &fence.StaleTokenError{Key: key, Token: token, LastToken: last}
 }
 
 // Last implements Guard.
-func (p *Postgres) Last(ctx context.Context, key string) (uint64, []byte, error) {
-	if err := ValidateKey(key); err != nil {
+func (p *Guard) Last(ctx context.Context, key string) (uint64, []byte, error) {
+	if err := fence.ValidateKey(key); err != nil {
 		return 0, nil, err
 	}
 	var tok string
@@ -195,6 +194,6 @@ func (p *Postgres) Last(ctx context.Context, key string) (uint64, []byte, error)
 	if err != nil {
 		return 0, nil, fmt.Errorf("fence: postgres last %q: %w", key, err)
 	}
-	t, err := parseStored(tok)
+	t, err := fence.ParseStoredToken(tok)
 	return t, val, err
 }

@@ -1,4 +1,4 @@
-package fence
+package sqlitefence
 
 import (
 	"context"
@@ -8,13 +8,15 @@ import (
 	"strings"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver (pure Go, no cgo)
+
+	"github.com/leasehold/leasehold/fence"
 )
 
-// OpenSQLite opens the SQLite database file at path with the settings the SQLite guard wants
+// Open opens the SQLite database file at path with the settings the SQLite guard wants
 // on every pooled connection: transactions start with BEGIN IMMEDIATE (_txlock=immediate),
 // busy_timeout 10 s, WAL journal and synchronous=FULL. It uses modernc.org/sqlite, driver
 // name "sqlite".
-func OpenSQLite(path string) (*sql.DB, error) {
+func Open(path string) (*sql.DB, error) {
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	dsn := "file:" + esc + "?_txlock=immediate" +
 		"&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
@@ -41,7 +43,7 @@ func OpenSQLite(path string) (*sql.DB, error) {
 //
 // SQLite integers are signed 64-bit, so tokens are stored as 20-digit zero-padded decimal
 // text, whose byte order (BINARY collation) is numeric order over the whole uint64 range. The
-// check (Monotonic shown; Strict uses <):
+// check (fence.Monotonic shown; fence.Strict uses <):
 //
 //	INSERT INTO "leasehold_fence" (resource, token) VALUES (?1, ?2)
 //	ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = ...
@@ -50,33 +52,33 @@ func OpenSQLite(path string) (*sql.DB, error) {
 //
 // Why it is atomic: SQLite has one writer per database. The upsert is the first statement of
 // the transaction, so the transaction takes the write lock before it reads the row (with a
-// DB from OpenSQLite already at BEGIN IMMEDIATE; on a DEFERRED transaction the first write
+// DB from Open already at BEGIN IMMEDIATE; on a DEFERRED transaction the first write
 // statement takes it, waiting out busy_timeout), and keeps it until COMMIT or ROLLBACK. No
 // other connection can check or change any key in between. Configure busy_timeout on every
-// connection (OpenSQLite does): without it a concurrent writer fails with SQLITE_BUSY
+// connection (Open does): without it a concurrent writer fails with SQLITE_BUSY
 // instead of waiting.
-type SQLite struct {
+type Guard struct {
 	db   *sql.DB
-	mode Mode
+	mode fence.Mode
 
 	sqlCreate, sqlCheck, sqlCheckValue, sqlToken, sqlLast string
 }
 
-var _ Guard = (*SQLite)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// NewSQLite returns a guard over db (best opened with OpenSQLite). WithMode and WithTable
+// New returns a guard over db (best opened with Open). WithMode and WithTable
 // apply. Call Init to create the table.
-func NewSQLite(db *sql.DB, opts ...Option) *SQLite {
-	o := buildOptions(opts)
-	t := `"` + strings.ReplaceAll(o.table, `"`, `""`) + `"`
+func New(db *sql.DB, opts ...fence.Option) *Guard {
+	o := fence.Apply(opts...)
+	t := `"` + strings.ReplaceAll(o.Table, `"`, `""`) + `"`
 	cmp := "<="
-	if o.mode == Strict {
+	if o.Mode == fence.Strict {
 		cmp = "<"
 	}
 	const now = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`
-	return &SQLite{
+	return &Guard{
 		db:   db,
-		mode: o.mode,
+		mode: o.Mode,
 		sqlCreate: `CREATE TABLE IF NOT EXISTS ` + t + ` (
 	resource   TEXT NOT NULL PRIMARY KEY,
 	token      TEXT NOT NULL COLLATE BINARY
@@ -98,7 +100,7 @@ RETURNING token`,
 }
 
 // Init creates the fence table if it does not exist.
-func (s *SQLite) Init(ctx context.Context) error {
+func (s *Guard) Init(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.sqlCreate); err != nil {
 		return fmt.Errorf("fence: sqlite create table: %w", err)
 	}
@@ -106,7 +108,7 @@ func (s *SQLite) Init(ctx context.Context) error {
 }
 
 // Write implements Guard.
-func (s *SQLite) Write(ctx context.Context, key string, token uint64, value []byte) error {
+func (s *Guard) Write(ctx context.Context, key string, token uint64, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
@@ -116,12 +118,12 @@ func (s *SQLite) Write(ctx context.Context, key string, token uint64, value []by
 // Do runs fn inside one transaction that first checks and advances key's token and commits
 // after fn returns nil; the same contract as Postgres.Do. fn must not commit or roll back tx.
 // While fn runs the whole database is write-locked, so keep fn short.
-func (s *SQLite) Do(ctx context.Context, key string, token uint64, fn func(tx *sql.Tx) error) error {
+func (s *Guard) Do(ctx context.Context, key string, token uint64, fn func(tx *sql.Tx) error) error {
 	return s.do(ctx, key, token, nil, fn)
 }
 
-func (s *SQLite) do(ctx context.Context, key string, token uint64, value []byte, fn func(*sql.Tx) error) (err error) {
-	if err := validate(key, token); err != nil {
+func (s *Guard) do(ctx context.Context, key string, token uint64, value []byte, fn func(*sql.Tx) error) (err error) {
+	if err := fence.ValidateWrite(key, token); err != nil {
 		return err
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -150,15 +152,15 @@ func (s *SQLite) do(ctx context.Context, key string, token uint64, value []byte,
 // FenceTx checks and advances key's token inside tx, a transaction the caller owns. For the
 // guarantee the check must be tx's first statement (or tx must have begun IMMEDIATE); after an
 // error the caller must roll back.
-func (s *SQLite) FenceTx(ctx context.Context, tx *sql.Tx, key string, token uint64) error {
-	if err := validate(key, token); err != nil {
+func (s *Guard) FenceTx(ctx context.Context, tx *sql.Tx, key string, token uint64) error {
+	if err := fence.ValidateWrite(key, token); err != nil {
 		return err
 	}
 	return s.check(ctx, tx, key, token, nil)
 }
 
-func (s *SQLite) check(ctx context.Context, tx *sql.Tx, key string, token uint64, value []byte) error {
-	q, args := s.sqlCheck, []any{key, padToken(token)}
+func (s *Guard) check(ctx context.Context, tx *sql.Tx, key string, token uint64, value []byte) error {
+	q, args := s.sqlCheck, []any{key, fence.PadToken(token)}
 	if value != nil {
 		q, args = s.sqlCheckValue, append(args, value)
 	}
@@ -173,16 +175,16 @@ func (s *SQLite) check(ctx context.Context, tx *sql.Tx, key string, token uint64
 	if err := tx.QueryRowContext(ctx, s.sqlToken, key).Scan(&got); err != nil {
 		return fmt.Errorf("fence: sqlite read last token of %q: %w", key, err)
 	}
-	last, err := parseStored(got)
+	last, err := fence.ParseStoredToken(got)
 	if err != nil {
 		return err
 	}
-	return &StaleTokenError{Key: key, Token: token, LastToken: last}
+	return &fence.StaleTokenError{Key: key, Token: token, LastToken: last}
 }
 
 // Last implements Guard.
-func (s *SQLite) Last(ctx context.Context, key string) (uint64, []byte, error) {
-	if err := ValidateKey(key); err != nil {
+func (s *Guard) Last(ctx context.Context, key string) (uint64, []byte, error) {
+	if err := fence.ValidateKey(key); err != nil {
 		return 0, nil, err
 	}
 	var tok string
@@ -194,6 +196,6 @@ func (s *SQLite) Last(ctx context.Context, key string) (uint64, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("fence: sqlite last %q: %w", key, err)
 	}
-	t, err := parseStored(tok)
+	t, err := fence.ParseStoredToken(tok)
 	return t, val, err
 }

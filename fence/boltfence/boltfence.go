@@ -1,4 +1,4 @@
-package fence
+package boltfence
 
 import (
 	"context"
@@ -12,24 +12,26 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/leasehold/leasehold/fence"
 )
 
 // boltBucket holds key -> 8-byte big-endian last token, then 8-byte big-endian Unix
 // nanoseconds of the last SetToken that changed or confirmed it. Records written before the
-// time was kept (8 bytes) are stamped with the open time by OpenBoltTokenStore.
+// time was kept (8 bytes) are stamped with the open time by Open.
 var boltBucket = []byte("leasehold.fence.tokens.v1")
 
-// DefaultBoltMaxKeys is the default bound on the keys of a BoltTokenStore (SetMaxKeys).
-const DefaultBoltMaxKeys = 1_000_000
+// DefaultMaxKeys is the default bound on the keys of a Store (SetMaxKeys).
+const DefaultMaxKeys = 1_000_000
 
-// BoltTokenStore is a durable TokenStore in a local bbolt file: SetToken returns only after
+// Store is a durable fence.TokenStore in a local bbolt file: SetToken returns only after
 // the transaction is fsync'd, so a token recorded before a response was sent survives a crash
 // or restart. The file is locked against a second process opening it.
 //
-// It holds at most MaxKeys keys (DefaultBoltMaxKeys unless SetMaxKeys): recording a token for
-// a new key beyond that fails with ErrTooManyKeys, and nothing is recorded. DropIdle removes
+// It holds at most MaxKeys keys (DefaultMaxKeys unless SetMaxKeys): recording a token for
+// a new key beyond that fails with fence.ErrTooManyKeys, and nothing is recorded. DropIdle removes
 // keys not written for a while.
-type BoltTokenStore struct {
+type Store struct {
 	db      *bolt.DB
 	keys    atomic.Int64 // number of keys; changed only inside bolt's (serialized) write transactions
 	maxKeys atomic.Int64
@@ -38,9 +40,9 @@ type BoltTokenStore struct {
 	closeErr  error
 }
 
-// OpenBoltTokenStore opens (creating when missing, mode 0600) the bbolt file at path. It
+// Open opens (creating when missing, mode 0600) the bbolt file at path. It
 // waits at most lockTimeout for another process's lock on the file (0 means 1 s).
-func OpenBoltTokenStore(path string, lockTimeout time.Duration) (*BoltTokenStore, error) {
+func Open(path string, lockTimeout time.Duration) (*Store, error) {
 	if lockTimeout <= 0 {
 		lockTimeout = time.Second
 	}
@@ -48,8 +50,8 @@ func OpenBoltTokenStore(path string, lockTimeout time.Duration) (*BoltTokenStore
 	if err != nil {
 		return nil, fmt.Errorf("fence: open token store %s: %w", path, err)
 	}
-	s := &BoltTokenStore{db: db}
-	s.maxKeys.Store(DefaultBoltMaxKeys)
+	s := &Store{db: db}
+	s.maxKeys.Store(DefaultMaxKeys)
 	now := time.Now()
 	err = db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(boltBucket)
@@ -98,26 +100,26 @@ func parseBoltRecord(key, v []byte) (uint64, time.Time, error) {
 	return 0, time.Time{}, fmt.Errorf("fence: corrupt token record for %q (%d bytes)", key, len(v))
 }
 
-// SetMaxKeys sets the bound on the number of keys (n ≤ 0 means DefaultBoltMaxKeys). Keys
+// SetMaxKeys sets the bound on the number of keys (n ≤ 0 means DefaultMaxKeys). Keys
 // already stored beyond a lowered bound stay; only new keys are refused.
-func (s *BoltTokenStore) SetMaxKeys(n int) {
+func (s *Store) SetMaxKeys(n int) {
 	if n <= 0 {
-		n = DefaultBoltMaxKeys
+		n = DefaultMaxKeys
 	}
 	s.maxKeys.Store(int64(n))
 }
 
 // MaxKeys returns the bound on the number of keys.
-func (s *BoltTokenStore) MaxKeys() int { return int(s.maxKeys.Load()) }
+func (s *Store) MaxKeys() int { return int(s.maxKeys.Load()) }
 
 // Len returns the number of keys stored.
-func (s *BoltTokenStore) Len() int { return int(s.keys.Load()) }
+func (s *Store) Len() int { return int(s.keys.Load()) }
 
-// Full reports whether a new key would be refused with ErrTooManyKeys (see KeyLimiter).
-func (s *BoltTokenStore) Full() bool { return s.keys.Load() >= s.maxKeys.Load() }
+// Full reports whether a new key would be refused with fence.ErrTooManyKeys (see KeyLimiter).
+func (s *Store) Full() bool { return s.keys.Load() >= s.maxKeys.Load() }
 
 // LastToken implements TokenStore.
-func (s *BoltTokenStore) LastToken(_ context.Context, key string) (uint64, error) {
+func (s *Store) LastToken(_ context.Context, key string) (uint64, error) {
 	var t uint64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(boltBucket).Get([]byte(key))
@@ -132,15 +134,15 @@ func (s *BoltTokenStore) LastToken(_ context.Context, key string) (uint64, error
 }
 
 // SetToken implements TokenStore. The write is fsync'd before it returns. A new key beyond
-// MaxKeys fails with ErrTooManyKeys.
-func (s *BoltTokenStore) SetToken(_ context.Context, key string, token uint64) error {
+// MaxKeys fails with fence.ErrTooManyKeys.
+func (s *Store) SetToken(_ context.Context, key string, token uint64) error {
 	now := time.Now()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(boltBucket)
 		v := b.Get([]byte(key))
 		if v == nil {
 			if n, max := s.keys.Load(), s.maxKeys.Load(); n >= max {
-				return fmt.Errorf("%w: the token store holds %d keys (max %d)", ErrTooManyKeys, n, max)
+				return fmt.Errorf("%w: the token store holds %d keys (max %d)", fence.ErrTooManyKeys, n, max)
 			}
 		} else if t, _, err := parseBoltRecord([]byte(key), v); err == nil && t > token {
 			return nil
@@ -160,7 +162,7 @@ func (s *BoltTokenStore) SetToken(_ context.Context, key string, token uint64) e
 // many it deleted. A dropped key's fence is gone: the next token for it is admitted whatever
 // it is, so drop only keys for which no holder can still present a stale token (idle far
 // longer than any lock's TTL plus any pause a holder can survive).
-func (s *BoltTokenStore) DropIdle(_ context.Context, before time.Time) (int, error) {
+func (s *Store) DropIdle(_ context.Context, before time.Time) (int, error) {
 	var dropped int
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		c := tx.Bucket(boltBucket).Cursor()
@@ -190,18 +192,18 @@ func (s *BoltTokenStore) DropIdle(_ context.Context, before time.Time) (int, err
 	return dropped, nil
 }
 
-func (s *BoltTokenStore) mapErr(err error) error {
+func (s *Store) mapErr(err error) error {
 	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return fmt.Errorf("%w: %w", fence.ErrClosed, err)
 	}
 	return err
 }
 
 // Path returns the file's path.
-func (s *BoltTokenStore) Path() string { return s.db.Path() }
+func (s *Store) Path() string { return s.db.Path() }
 
 // Close closes the file, waiting for running transactions. It is idempotent.
-func (s *BoltTokenStore) Close() error {
+func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closeErr = s.db.Close()
 		if errors.Is(s.closeErr, os.ErrClosed) {

@@ -1,4 +1,4 @@
-package fence
+package redisfence
 
 import (
 	"context"
@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// DefaultRedisPrefix is prefixed to a key to name its Redis fence hash.
-const DefaultRedisPrefix = "leasehold:fence:"
+	"github.com/leasehold/leasehold/fence"
+)
 
 // redisCompare compares two canonical decimal uint64 strings exactly. Lua numbers are doubles,
 // exact only below 2^53, so a token is never converted whole: a longer string is the larger
@@ -90,41 +89,41 @@ return {1, ARGV[1]}
 //     re-admit a stale token; WAIT after a write (WithRedisWait) narrows the window but
 //     Redis does not promise that a WAITed write survives a failover.
 //
-// NewRedisDurable (or CheckRedisDurable) refuses a server whose configuration cannot keep the
+// NewDurable (or CheckDurable) refuses a server whose configuration cannot keep the
 // fence across a restart. Where a stale write costs money, prefer the PostgreSQL guard on a
 // synchronously replicated database.
-type Redis struct {
+type Guard struct {
 	rdb         redis.Cmdable
-	mode        Mode
+	mode        fence.Mode
 	prefix      string
 	write       *redis.Script
 	waitN       int // see WithRedisWait
 	waitTimeout time.Duration
 }
 
-var _ Guard = (*Redis)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// NewRedis returns a guard over rdb (a *redis.Client, *redis.ClusterClient or *redis.Ring).
+// New returns a guard over rdb (a *redis.Client, *redis.ClusterClient or *redis.Ring).
 // WithMode, WithKeyPrefix and WithRedisWait apply.
-func NewRedis(rdb redis.Cmdable, opts ...Option) *Redis {
-	o := buildOptions(opts)
-	return &Redis{rdb: rdb, mode: o.mode, prefix: o.keyPrefix, write: redis.NewScript(redisWriteScript),
-		waitN: o.waitN, waitTimeout: o.waitTimeout}
+func New(rdb redis.Cmdable, opts ...fence.Option) *Guard {
+	o := fence.Apply(opts...)
+	return &Guard{rdb: rdb, mode: o.Mode, prefix: o.KeyPrefix, write: redis.NewScript(redisWriteScript),
+		waitN: o.WaitReplicas, waitTimeout: o.WaitTimeout}
 }
 
 // FenceKey returns the name of key's fence hash.
-func (r *Redis) FenceKey(key string) string { return r.prefix + key }
+func (r *Guard) FenceKey(key string) string { return r.prefix + key }
 
-func (r *Redis) modeArg() string {
-	if r.mode == Strict {
+func (r *Guard) modeArg() string {
+	if r.mode == fence.Strict {
 		return "strict"
 	}
 	return "monotonic"
 }
 
 // Write implements Guard.
-func (r *Redis) Write(ctx context.Context, key string, token uint64, value []byte) error {
-	if err := validate(key, token); err != nil {
+func (r *Guard) Write(ctx context.Context, key string, token uint64, value []byte) error {
+	if err := fence.ValidateWrite(key, token); err != nil {
 		return err
 	}
 	res, err := r.run(ctx, r.write, []string{r.FenceKey(key)}, strconv.FormatUint(token, 10), r.modeArg(), value)
@@ -136,7 +135,7 @@ func (r *Redis) Write(ctx context.Context, key string, token uint64, value []byt
 }
 
 // result decodes {1, token, result?} (accepted) or {0, last} (stale).
-func (r *Redis) result(key string, token uint64, res []any) (any, error) {
+func (r *Guard) result(key string, token uint64, res []any) (any, error) {
 	if len(res) < 2 {
 		return nil, fmt.Errorf("fence: redis: unexpected script reply %v", res)
 	}
@@ -148,16 +147,16 @@ func (r *Redis) result(key string, token uint64, res []any) (any, error) {
 		return nil, nil
 	}
 	s, _ := res[1].(string)
-	last, err := parseStored(s)
+	last, err := fence.ParseStoredToken(s)
 	if err != nil {
 		return nil, err
 	}
-	return nil, &StaleTokenError{Key: key, Token: token, LastToken: last}
+	return nil, &fence.StaleTokenError{Key: key, Token: token, LastToken: last}
 }
 
 // Last implements Guard.
-func (r *Redis) Last(ctx context.Context, key string) (uint64, []byte, error) {
-	if err := ValidateKey(key); err != nil {
+func (r *Guard) Last(ctx context.Context, key string) (uint64, []byte, error) {
+	if err := fence.ValidateKey(key); err != nil {
 		return 0, nil, err
 	}
 	vals, err := r.rdb.HMGet(ctx, r.FenceKey(key), "token", "value").Result()
@@ -168,7 +167,7 @@ func (r *Redis) Last(ctx context.Context, key string) (uint64, []byte, error) {
 	if tok == "" {
 		return 0, nil, nil
 	}
-	t, err := parseStored(tok)
+	t, err := fence.ParseStoredToken(tok)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -181,14 +180,14 @@ func (r *Redis) Last(ctx context.Context, key string) (uint64, []byte, error) {
 
 // RedisEffect is a Lua script body run by Redis.Do after the token check, in the same script.
 // Create it once and reuse it (the script is loaded by SHA).
-type RedisEffect struct {
+type Effect struct {
 	script *redis.Script
 }
 
-// NewRedisEffect wraps body, a Lua chunk, into a fenced script. Inside body, KEYS and ARGV are
+// NewEffect wraps body, a Lua chunk, into a fenced script. Inside body, KEYS and ARGV are
 // YOUR keys and args as passed to Do (KEYS[1] is your first key, not the fence key); its return
 // value is Do's result. body must not touch the fence hash.
-func NewRedisEffect(body string) *RedisEffect {
+func NewEffect(body string) *Effect {
 	src := `-- leasehold fence: general form
 -- KEYS[1] fence hash, KEYS[2..] caller keys; ARGV[1] token; ARGV[2] mode; ARGV[3..] caller args
 ` + redisCompare + `
@@ -207,7 +206,7 @@ if type(res) == 'table' and res.err then return res end
 redis.call('HSET', KEYS[1], 'token', ARGV[1])
 return {1, ARGV[1], res}
 `
-	return &RedisEffect{script: redis.NewScript(src)}
+	return &Effect{script: redis.NewScript(src)}
 }
 
 // Do runs eff with keys and args iff token is not stale for key, and records token as key's
@@ -218,8 +217,8 @@ return {1, ARGV[1], res}
 // Redis never rolls a script back: if the body fails halfway (a redis.call error or a
 // redis.error_reply it returns), its earlier writes stay, the token is NOT recorded, and Do
 // returns the error. Write bodies that check first and write last.
-func (r *Redis) Do(ctx context.Context, key string, token uint64, eff *RedisEffect, keys []string, args ...any) (any, error) {
-	if err := validate(key, token); err != nil {
+func (r *Guard) Do(ctx context.Context, key string, token uint64, eff *Effect, keys []string, args ...any) (any, error) {
+	if err := fence.ValidateWrite(key, token); err != nil {
 		return nil, err
 	}
 	allKeys := append([]string{r.FenceKey(key)}, keys...)
