@@ -234,3 +234,46 @@ func isPackageLevel(f *ast.File, decl any) bool {
 	}
 	return false
 }
+
+// TestNoMutationHooks: the production packages the simulation mutates
+// carry no hooks for it: no mutant build tags and no package-level
+// function variables. Mutants replace whole seam files instead
+// (internal/sim/testdata/mutants, applied with go build -overlay).
+func TestNoMutationHooks(t *testing.T) {
+	for _, dir := range []string{"internal/lessor"} {
+		files, err := filepath.Glob(filepath.Join("../..", dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			af, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cg := range af.Comments {
+				for _, c := range cg.List {
+					if strings.HasPrefix(c.Text, "//go:build") && strings.Contains(c.Text, "mutant_") {
+						t.Errorf("%s: a mutant build tag in a production package: %s", fset.Position(c.Pos()), c.Text)
+					}
+				}
+			}
+			for _, d := range af.Decls {
+				g, ok := d.(*ast.GenDecl)
+				if !ok || g.Tok != token.VAR {
+					continue
+				}
+				for _, s := range g.Specs {
+					for _, v := range s.(*ast.ValueSpec).Values {
+						if _, ok := v.(*ast.FuncLit); ok {
+							t.Errorf("%s: a package-level function variable, a hook that a build can swap", fset.Position(v.Pos()))
+						}
+					}
+				}
+			}
+		}
+	}
+}
