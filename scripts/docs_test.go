@@ -11,11 +11,11 @@ import (
 	"unicode"
 )
 
-// The documentation checked: the README and every page under docs/,
-// relative to the repository root.
+// The documentation checked: the README, the CHANGELOG and every page
+// under docs/, relative to the repository root.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md"}
+	files := []string{"README.md", "CHANGELOG.md"}
 	err := filepath.WalkDir("../docs", func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
 			files = append(files, strings.TrimPrefix(filepath.ToSlash(path), "../"))
@@ -85,7 +85,8 @@ func anchors(text string) map[string]bool {
 	return ids
 }
 
-// TestDocLinks: every relative link in the README and docs/**/*.md names a file of the repository, and a #fragment names a
+// TestDocLinks: every relative link in the README, the CHANGELOG and
+// docs/**/*.md names a file of the repository, and a #fragment names a
 // heading of the page it points to.
 func TestDocLinks(t *testing.T) {
 	texts := map[string]string{}
@@ -142,6 +143,18 @@ func TestDocLinks(t *testing.T) {
 	}
 	if checked < 30 {
 		t.Fatalf("only %d relative links found: is the link pattern still right?", checked)
+	}
+}
+
+// TestReadmeIsAFrontDoor: the README stays a short entry point (at most 400
+// lines); the manual lives under docs/.
+func TestReadmeIsAFrontDoor(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 400 {
+		t.Fatalf("README.md has %d lines; keep it at most 400 and move the details into docs/", n)
 	}
 }
 
