@@ -20,7 +20,8 @@ import (
 // and (through ExitCode) in the CLI's exit status.
 type Code string
 
-// The error codes. See the README for what a caller should do with each.
+// The error codes. docs/operating/limits-and-errors.md says what a caller
+// should do with each.
 const (
 	CodeInternal          Code = "internal"           // a bug or an unexpected failure
 	CodeInvalidArgument   Code = "invalid-argument"   // input outside the documented limits

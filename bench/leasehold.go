@@ -19,7 +19,7 @@ import (
 
 // leasehold runs `leasehold serve` with its durable defaults: one node,
 // or a cluster of nodes (each its own process and data dir, bootstrapped
-// together as README's "Running a cluster" does).
+// together as docs/operating/cluster.md does).
 type leasehold struct {
 	name  string // "leasehold", or "leasehold@REV" for a build of REV
 	bin   string // the built leasehold binary

@@ -7,8 +7,8 @@ import (
 )
 
 // Errors returned by the server, matched with errors.Is: each matches any
-// error carrying its code (api.Error.Is compares codes). The README lists
-// what to do with each.
+// error carrying its code (api.Error.Is compares codes).
+// docs/operating/limits-and-errors.md lists what to do with each.
 var (
 	ErrInvalidArgument   error = &api.Error{Code: api.CodeInvalidArgument}
 	ErrNotHolder         error = &api.Error{Code: api.CodeNotHolder}

@@ -12,7 +12,7 @@
 # others follow) and the data with LEASEHOLD_CLUSTER_DIR. Safe to run twice: a
 # node that runs is left alone. --bootstrap is given only when no node has a
 # data dir yet; a node whose data dir is missing in an existing cluster refuses
-# to start (see "A node's disk is lost" in README.md). Then:
+# to start (see "A node's disk is lost" in docs/operating/cluster.md). Then:
 #   export LEASEHOLD_ENDPOINTS=127.0.0.1:7431,127.0.0.1:7432,127.0.0.1:7433
 #   ./leasehold cluster members
 set -euo pipefail

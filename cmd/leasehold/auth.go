@@ -64,7 +64,7 @@ func apiErr(err error) error {
 
 func newAuthCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "auth", Short: "Authentication and authorization: the switch, tokens, policies",
-		Long: `Manage who may do what (see README, "Authentication and authorization").
+		Long: `Manage who may do what (see docs/operating/security.md).
 
 Principals are the CN of a client certificate (leasehold certs create-client NAME) or the
 principal of a bearer token (auth token create NAME; give it with --auth-token-file or

@@ -112,8 +112,8 @@ cannot add members (invalid-argument).`,
 		Use:   "bump-token MIN",
 		Short: "Raise the token counter to at least MIN by hand",
 		Long: `Raise the cluster's token counter so that every later grant gets a token above MIN.
-` + "`snapshot restore`" + ` and a restart from an existing data dir raise it themselves (see the README's
-Backup and restore); use this when you know a larger token than they assumed, for example
+` + "`snapshot restore`" + ` and a restart from an existing data dir raise it themselves (see
+docs/operating/backup.md); use this when you know a larger token than they assumed, for example
 the largest token your resources accepted, plus a margin: fenced resources would otherwise
 refuse the new holders' writes, or worse, accept reused tokens. It never lowers the counter.`,
 		Args: cobra.ExactArgs(1),

@@ -11,11 +11,12 @@ import (
 )
 
 // TestVersion: `leasehold version` and `--version` name the binary's
-// version, commit and Go version; -o json gives the fields.
+// version (v0.1.0 for a build without -ldflags), commit and Go version; -o
+// json gives the fields.
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	r := cli(t, "--version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "leasehold ") || !strings.Contains(r.stdout, "commit ") || !strings.Contains(r.stdout, runtime.Version()) {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "leasehold v0.1.0 (commit ") || !strings.Contains(r.stdout, "commit ") || !strings.Contains(r.stdout, runtime.Version()) {
 		t.Fatalf("--version: %v", r)
 	}
 	if txt := cli(t, "version"); txt.code != 0 || txt.stdout != r.stdout {
@@ -26,7 +27,7 @@ func TestVersion(t *testing.T) {
 		Commit    string `json:"commit"`
 		GoVersion string `json:"go_version"`
 	}](t, cli(t, "version", "-o", "json"))
-	if v.Version == "" || v.Commit == "" || v.GoVersion != runtime.Version() {
+	if v.Version != "v0.1.0" || v.Commit == "" || v.GoVersion != runtime.Version() {
 		t.Fatalf("version -o json = %+v", v)
 	}
 }

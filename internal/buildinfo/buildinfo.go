@@ -1,7 +1,8 @@
-// Package buildinfo reports what binary is running: the module version,
-// the VCS commit it was built from and the Go version, as recorded by the
-// Go toolchain (runtime/debug.ReadBuildInfo). `leasehold version` prints
-// it and the leasehold_build_info metric carries it.
+// Package buildinfo reports what binary is running: the release version of
+// its source tree, the VCS commit it was built from and the Go version, the
+// last two as recorded by the Go toolchain (runtime/debug.ReadBuildInfo).
+// `leasehold version` prints it and the leasehold_build_info metric carries
+// it.
 package buildinfo
 
 import (
@@ -10,19 +11,24 @@ import (
 	"runtime/debug"
 )
 
+// Release is the version of this source tree: the newest entry of
+// CHANGELOG.md, changed in the commit that is tagged with it.
+const Release = "v0.1.0"
+
 // Set with -ldflags "-X github.com/leasehold/leasehold/internal/buildinfo.version=v1.2.0
-// -X github.com/leasehold/leasehold/internal/buildinfo.commit=abc123" when the
-// build has no VCS information (a source tarball, a container build without
-// .git, GOFLAGS=-buildvcs=false); they win over what the toolchain recorded.
+// -X github.com/leasehold/leasehold/internal/buildinfo.commit=abc123"
+// (scripts/release.sh, scripts/image.sh). A non-empty version wins over
+// Release; a non-empty commit wins over what the toolchain recorded, for a
+// build without VCS information (a source tarball, a container build without
+// .git, GOFLAGS=-buildvcs=false).
 var version, commit string
 
-// Info describes the running binary. Unknown fields are "unknown" (a test
-// binary, or a build outside a VCS checkout).
+// Info describes the running binary. Commit and CommitTime are "unknown" for
+// a test binary or a build outside a VCS checkout.
 type Info struct {
-	// Version is the main module's version: a release tag such as v1.2.0
-	// (`go install ...@v1.2.0`, or a build of a tagged checkout), a
-	// pseudo-version for an untagged checkout, "(devel)" for a build
-	// without VCS information (-buildvcs=false).
+	// Version is the release the source tree belongs to (Release, such as
+	// v0.1.0), or the version stamped with -ldflags. A build between two
+	// releases says the last one; its Commit tells them apart.
 	Version string `json:"version"`
 	// Commit is the VCS revision, with "-dirty" when the tree had changes.
 	Commit string `json:"commit"`
@@ -35,6 +41,7 @@ type Info struct {
 // Get reads the build information of the running binary.
 func Get() Info {
 	info := fromToolchain()
+	info.Version = Release
 	if version != "" {
 		info.Version = version
 	}
@@ -45,13 +52,10 @@ func Get() Info {
 }
 
 func fromToolchain() Info {
-	info := Info{Version: "unknown", Commit: "unknown", CommitTime: "unknown", GoVersion: runtime.Version()}
+	info := Info{Commit: "unknown", CommitTime: "unknown", GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return info
-	}
-	if v := bi.Main.Version; v != "" {
-		info.Version = v
 	}
 	dirty := false
 	for _, s := range bi.Settings {

@@ -6,12 +6,13 @@ import (
 	"testing"
 )
 
-// TestGet: the Go version is always known, and -X overrides win over what
-// the toolchain recorded.
+// TestGet: a binary says the release of its source tree and the Go version,
+// and -X overrides win over both the release and what the toolchain
+// recorded.
 func TestGet(t *testing.T) {
 	info := Get()
-	if info.GoVersion != runtime.Version() || info.Version == "" || info.Commit == "" {
-		t.Fatalf("Get() = %+v", info)
+	if info.GoVersion != runtime.Version() || info.Version != "v0.1.0" || info.Commit == "" {
+		t.Fatalf("Get() = %+v, want version v0.1.0", info)
 	}
 	version, commit = "v9.9.9", "abc123"
 	defer func() { version, commit = "", "" }()
