@@ -26,13 +26,17 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// TestDashboardLoginRolesKVAndForceRelease: with auth enabled the page asks
-// for a token and refuses a wrong one; a principal with read and kv-read
-// on job: sees its locks and fenced keys only, with no admin action, and
-// the server refuses the action it forges; an admin force-releases a
-// holding with a confirm step.
-func TestDashboardLoginRolesKVAndForceRelease(t *testing.T) {
-	bctx := browser(t)
+// authed is a server with auth enabled, the admin ops and a principal
+// reader with the policy ui-read (read and kv-read on job:), and a lock
+// client as ops.
+type authed struct {
+	c                 *servertest.Cluster
+	opsTok, readerTok string
+	locks             leaseholdv1connect.LeaseholdServiceClient
+}
+
+func startAuthed(t *testing.T) authed {
+	t.Helper()
 	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
 	anon := leaseholdv1connect.NewAuthServiceClient(c.HTTP, c.URL, connect.WithProtoJSON())
 	token := func(who string) string {
@@ -40,8 +44,8 @@ func TestDashboardLoginRolesKVAndForceRelease(t *testing.T) {
 		mustOK(t, "create token "+who, err)
 		return res.Msg.GetToken()
 	}
-	opsTok, readerTok := token("ops"), token("reader")
-	opsHTTP := &http.Client{Transport: bearer(opsTok)}
+	a := authed{c: c, opsTok: token("ops"), readerTok: token("reader")}
+	opsHTTP := &http.Client{Transport: bearer(a.opsTok)}
 	t.Cleanup(opsHTTP.CloseIdleConnections)
 	ops := leaseholdv1connect.NewAuthServiceClient(opsHTTP, c.URL, connect.WithProtoJSON())
 	_, err := ops.SetPolicy(ctxT(t), connect.NewRequest(&pb.SetPolicyRequest{Policy: &pb.Policy{
@@ -49,12 +53,23 @@ func TestDashboardLoginRolesKVAndForceRelease(t *testing.T) {
 	mustOK(t, "set policy", err)
 	_, err = ops.SetEnabled(ctxT(t), connect.NewRequest(&pb.SetEnabledRequest{Enabled: true}))
 	mustOK(t, "enable auth", err)
+	a.locks = leaseholdv1connect.NewLeaseholdServiceClient(opsHTTP, c.URL, connect.WithProtoJSON())
+	return a
+}
 
-	locks := leaseholdv1connect.NewLeaseholdServiceClient(opsHTTP, c.URL, connect.WithProtoJSON())
+// TestDashboardLoginRolesKVAndForceRelease: with auth enabled the page asks
+// for a token and refuses a wrong one; a principal with read and kv-read
+// on job: sees its locks and fenced keys only, with no admin action, and
+// the server refuses the action it forges; an admin force-releases a
+// holding with a confirm step.
+func TestDashboardLoginRolesKVAndForceRelease(t *testing.T) {
+	bctx := browser(t)
+	a := startAuthed(t)
+	c, opsTok, readerTok, locks := a.c, a.opsTok, a.readerTok, a.locks
 	lease := session(t, locks, 30000, "worker-A")
 	tok := acquire(t, locks, "job:1", lease)
 	acquire(t, locks, "secret:1", lease)
-	_, err = locks.KvPut(ctxT(t), connect.NewRequest(&pb.KvPutRequest{Key: "job:1", Value: []byte("report v2"), Token: tok}))
+	_, err := locks.KvPut(ctxT(t), connect.NewRequest(&pb.KvPutRequest{Key: "job:1", Value: []byte("report v2"), Token: tok}))
 	mustOK(t, "fenced write", err)
 
 	login := func(what, tok string, then ...chromedp.Action[chromedp.Void]) {
