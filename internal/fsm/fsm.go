@@ -629,16 +629,23 @@ func (m *Machine) SessionCount() int { return len(m.sessions) }
 func (m *Machine) LockCount() int { return len(m.locks) }
 
 // firstKeys returns, sorted, the first limit keys of m with prefix, and
-// whether more matched. Once limit keys are kept they form a heap with the
-// greatest on top, which each later key below it replaces: O(n) compares
-// for n keys and a short page, where sorting every key took O(n log n).
+// whether more matched.
 func firstKeys[V any](m map[string]V, prefix string, limit int) ([]string, bool) {
+	return pageKeys(m, prefix, "", nil, limit)
+}
+
+// pageKeys returns, sorted, the first limit keys of m that have prefix, sort
+// after after and that keep (nil: every key) accepts, and whether more
+// matched. Once limit keys are kept they form a heap with the greatest on
+// top, which each later key below it replaces: O(n) compares for n keys and
+// a short page, where sorting every key took O(n log n).
+func pageKeys[V any](m map[string]V, prefix, after string, keep func(string) bool, limit int) ([]string, bool) {
 	limit = max(limit, 0)
 	kept := make(namesHeap, 0, min(limit, len(m)))
 	more := false
 	for key := range m {
 		switch {
-		case !strings.HasPrefix(key, prefix):
+		case !strings.HasPrefix(key, prefix), key <= after && after != "", keep != nil && !keep(key):
 		case len(kept) < limit:
 			kept = append(kept, key)
 			if len(kept) == limit {

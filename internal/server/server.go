@@ -539,7 +539,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
 	mux.HandleFunc("GET "+KeysPath, s.serveKeys)
 	s.mountProbes(mux)
-	ui := s.adminOnly(web.Handler(webSource{s}, s.feed, s.drain))
+	ui := web.Handler(webSource{s}, s.feed, s.drain) // decides per caller (web.go)
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
 	if s.cfg.Pprof {

@@ -12,8 +12,16 @@ import (
 
 type noSource struct{}
 
-func (noSource) State(context.Context) (State, error) { return State{Node: "n1"}, nil }
-func (noSource) Raft() Raft                           { return Raft{Role: "leader", Term: 3} }
+func (noSource) Viewer(context.Context) Viewer { return Viewer{View: true, Admin: true} }
+func (noSource) State(context.Context, Viewer) (State, error) {
+	return State{Node: "n1"}, nil
+}
+func (noSource) Raft() Raft { return Raft{Role: "leader", Term: 3} }
+func (noSource) KV(context.Context, Viewer, string, string) (KVPage, error) {
+	return KVPage{}, nil
+}
+func (noSource) ForceRelease(context.Context, string, string, uint64) error { return nil }
+func (noSource) EndSession(context.Context, string) error                   { return nil }
 
 // readEvents reads n events from an event stream.
 func readEvents(t *testing.T, sc *bufio.Scanner, n int) []Event {

@@ -2,12 +2,23 @@
 // binary (no build step), a JSON snapshot of the node's view and a
 // server-sent event stream of what the cluster applies.
 //
-//	GET /ui/              the page (index.html, app.js, style.css)
-//	GET /ui/api/state     State as JSON: locks, sessions, cluster
-//	GET /ui/api/raft      this node's Raft progress alone (what a node's
-//	                      State asks the other members for)
-//	GET /ui/api/events    text/event-stream of Event, the last Backlog
-//	                      events first; resumes after Last-Event-ID
+//	GET  /ui/                 the page (index.html, app.js, style.css)
+//	GET  /ui/api/viewer       Viewer: whether auth is on, who asks, and
+//	                          whether they may view and administer
+//	GET  /ui/api/state        State as JSON: locks, sessions, cluster
+//	GET  /ui/api/raft         this node's Raft progress alone (what a node's
+//	                          State asks the other members for)
+//	GET  /ui/api/events       text/event-stream of Event, the last Backlog
+//	                          events first; resumes after Last-Event-ID
+//	GET  /ui/api/kv           KVPage: ?prefix=P&after=K, fenced keys in order
+//	POST /ui/api/release      force-release {name, lease_id, token} (admin)
+//	POST /ui/api/end-session  end the session {lease_id} (admin)
+//
+// The page and /ui/api/viewer are open to anyone; every other call is
+// answered only when the Viewer may view, and shows it only the names it
+// may read. The page sends a token as "Authorization: Bearer" (kept in the
+// tab's sessionStorage, never a cookie, so no other site can make the
+// browser send it). Errors are JSON {"code", "message"} with the api code.
 //
 // The server feeds events in with Feed.Publish from raft's apply goroutine;
 // Publish never blocks. A subscriber that falls behind by more than its
@@ -25,6 +36,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/leasehold/leasehold/api"
 )
 
 //go:embed static
@@ -65,7 +78,7 @@ type Raft struct {
 type Lock struct {
 	Name    string `json:"name"`
 	Owner   string `json:"owner,omitempty"`
-	LeaseID string `json:"lease_id,omitempty"`
+	LeaseID string `json:"lease_id,omitempty"` // empty unless the viewer is an admin
 	Token   uint64 `json:"token,omitempty"`
 	// RemainingMs is the holder's session time left on the leader's timer
 	// (-1 when this node does not lead and so does not know it).
@@ -91,12 +104,18 @@ type Holder struct {
 	// Slot is the permit a semaphore holding occupies (NAME/slot/K).
 	Slot        uint32 `json:"slot"`
 	RemainingMs int64  `json:"remaining_ms"` // -1 when unknown (see Lock)
+	// AcquiredUnixMs is when it was granted, on the leader's wall clock:
+	// the page shows State.NowMs minus it as the time held.
+	AcquiredUnixMs int64 `json:"acquired_unix_ms"`
 }
 
-// Waiter is one queued session.
+// Waiter is one queued session, in queue order.
 type Waiter struct {
-	LeaseID string `json:"lease_id"`
+	LeaseID string `json:"lease_id,omitempty"` // empty unless the viewer is an admin
 	Owner   string `json:"owner,omitempty"`
+	Mode    string `json:"mode"` // exclusive or shared
+	// QueuedUnixMs is when it queued, on the leader's wall clock.
+	QueuedUnixMs int64 `json:"queued_unix_ms"`
 }
 
 // Session is one live session.
@@ -140,12 +159,70 @@ type Event struct {
 	UnixMs int64  `json:"unix_ms"` // the leader's wall clock (display only)
 }
 
+// Viewer is the caller of a request, as the server authenticated it.
+type Viewer struct {
+	// Auth is whether auth is enabled: the page asks for a token.
+	Auth bool `json:"auth"`
+	// Principal names the caller ("" when anonymous).
+	Principal string `json:"principal,omitempty"`
+	// View is whether the caller may see the dashboard's data; Admin whether
+	// it may also see sessions, members and lease ids and force-release.
+	View  bool `json:"view"`
+	Admin bool `json:"admin"`
+	// SeesName and SeesKey report whether the caller may read a lock name
+	// or a fenced KV key (nil: every one).
+	SeesName func(name string) bool `json:"-"`
+	SeesKey  func(key string) bool  `json:"-"`
+}
+
+// sees reports whether v may see ev: its lock name or its KV key.
+func (v Viewer) sees(ev Event) bool {
+	if ev.Type == "kv_accepted" || ev.Type == "kv_refused" {
+		return v.SeesKey == nil || v.SeesKey(ev.Name)
+	}
+	return v.SeesName == nil || v.SeesName(ev.Name)
+}
+
+// KV is one fenced key.
+type KV struct {
+	Key     string `json:"key"`
+	Token   uint64 `json:"token"`   // the last token the key accepted
+	Deleted bool   `json:"deleted"` // a tombstone: the token keeps the fence
+	Size    int    `json:"size"`    // the value's length in bytes
+	// Value is the first PreviewBytes of the value as text (invalid UTF-8
+	// replaced); Cut says the value is longer.
+	Value string `json:"value"`
+	Cut   bool   `json:"cut,omitempty"`
+}
+
+// PreviewBytes is how much of a value KVPage shows.
+const PreviewBytes = 256
+
+// KVPage is one page of fenced keys, in key order.
+type KVPage struct {
+	Keys []KV `json:"keys"`
+	// Next is the last key listed when more follow (the next page's
+	// after=), "" on the last page.
+	Next string `json:"next,omitempty"`
+}
+
 // Source is what the dashboard shows. Its methods must be safe for
-// concurrent use.
+// concurrent use; ctx carries the request's authenticated caller.
 type Source interface {
-	State(ctx context.Context) (State, error)
+	// Viewer describes the caller of ctx.
+	Viewer(ctx context.Context) Viewer
+	// State is the view for v: only the names it sees, and sessions,
+	// members and lease ids for an admin alone.
+	State(ctx context.Context, v Viewer) (State, error)
 	// Raft is this node's Raft progress.
 	Raft() Raft
+	// KV lists the fenced keys v sees under prefix after after.
+	KV(ctx context.Context, v Viewer, prefix, after string) (KVPage, error)
+	// ForceRelease ends the holding of name by leaseID with token, and
+	// EndSession ends a session with its holdings; both refuse a caller
+	// that is not an admin with the code permission-denied.
+	ForceRelease(ctx context.Context, name, leaseID string, token uint64) error
+	EndSession(ctx context.Context, leaseID string) error
 }
 
 // Backlog is how many events a Feed keeps for new subscribers.
@@ -218,6 +295,9 @@ func (f *Feed) Subscribers() int {
 	return len(f.subs)
 }
 
+// maxActionBytes bounds the body of an admin action.
+const maxActionBytes = 4096
+
 // Handler serves the dashboard under /ui/. Event streams end when done is
 // closed (the server is shutting down) or the client goes away.
 func Handler(src Source, feed *Feed, done <-chan struct{}) http.Handler {
@@ -225,28 +305,119 @@ func Handler(src Source, feed *Feed, done <-chan struct{}) http.Handler {
 	sub, _ := fs.Sub(static, "static")
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(sub)))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusFound))
-	mux.HandleFunc("GET /ui/api/state", func(w http.ResponseWriter, r *http.Request) {
-		st, err := src.State(r.Context())
+	mux.HandleFunc("GET /ui/api/viewer", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, src.Viewer(r.Context()))
+	})
+	// viewing serves h to a caller that may view the dashboard.
+	viewing := func(h func(http.ResponseWriter, *http.Request, Viewer)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			v := src.Viewer(r.Context())
+			if !v.View {
+				writeError(w, api.Errorf(api.CodePermissionDenied, "%s may not view the dashboard: it needs the permission read on some prefix (or admin)", principalName(v)))
+				return
+			}
+			h(w, r, v)
+		}
+	}
+	mux.HandleFunc("GET /ui/api/state", viewing(func(w http.ResponseWriter, r *http.Request, v Viewer) {
+		st, err := src.State(r.Context(), v)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			writeError(w, err)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(st)
-	})
-	mux.HandleFunc("GET /ui/api/raft", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(src.Raft())
-	})
-	mux.HandleFunc("GET /ui/api/events", func(w http.ResponseWriter, r *http.Request) {
-		serveEvents(w, r, feed, done)
-	})
+		writeJSON(w, st)
+	}))
+	mux.HandleFunc("GET /ui/api/raft", viewing(func(w http.ResponseWriter, _ *http.Request, _ Viewer) {
+		writeJSON(w, src.Raft())
+	}))
+	mux.HandleFunc("GET /ui/api/kv", viewing(func(w http.ResponseWriter, r *http.Request, v Viewer) {
+		page, err := src.KV(r.Context(), v, r.URL.Query().Get("prefix"), r.URL.Query().Get("after"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, page)
+	}))
+	mux.HandleFunc("GET /ui/api/events", viewing(func(w http.ResponseWriter, r *http.Request, v Viewer) {
+		serveEvents(w, r, feed, v, done)
+	}))
+	mux.HandleFunc("POST /ui/api/release", viewing(func(w http.ResponseWriter, r *http.Request, _ Viewer) {
+		var req struct {
+			Name    string `json:"name"`
+			LeaseID string `json:"lease_id"`
+			Token   uint64 `json:"token"`
+		}
+		if readAction(w, r, &req) {
+			writeDone(w, src.ForceRelease(r.Context(), req.Name, req.LeaseID, req.Token))
+		}
+	}))
+	mux.HandleFunc("POST /ui/api/end-session", viewing(func(w http.ResponseWriter, r *http.Request, _ Viewer) {
+		var req struct {
+			LeaseID string `json:"lease_id"`
+		}
+		if readAction(w, r, &req) {
+			writeDone(w, src.EndSession(r.Context(), req.LeaseID))
+		}
+	}))
 	return mux
 }
 
-func serveEvents(w http.ResponseWriter, r *http.Request, feed *Feed, done <-chan struct{}) {
+func principalName(v Viewer) string {
+	if v.Principal == "" {
+		return "anonymous"
+	}
+	return v.Principal
+}
+
+// readAction decodes an admin action's JSON body into req, or answers
+// invalid-argument and returns false.
+func readAction(w http.ResponseWriter, r *http.Request, req any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxActionBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		writeError(w, api.Errorf(api.CodeInvalidArgument, "the body must be a JSON object of the action's fields: %v", err))
+		return false
+	}
+	return true
+}
+
+func writeDone(w http.ResponseWriter, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, struct{}{})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers err as {"code", "message"} with its HTTP status.
+func writeError(w http.ResponseWriter, err error) {
+	e := api.FromError(err)
+	status := http.StatusServiceUnavailable
+	switch e.Code {
+	case api.CodePermissionDenied:
+		status = http.StatusForbidden
+	case api.CodeInvalidArgument:
+		status = http.StatusBadRequest
+	case api.CodeNotHolder, api.CodeLeaseExpired, api.CodeNotFound:
+		status = http.StatusConflict // gone since the page last showed it
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set(api.CodeHeader, string(e.Code))
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code    api.Code `json:"code"`
+		Message string   `json:"message"`
+	}{e.Code, e.Message})
+}
+
+func serveEvents(w http.ResponseWriter, r *http.Request, feed *Feed, v Viewer, done <-chan struct{}) {
 	rc := http.NewResponseController(w)
 	after, _ := strconv.ParseUint(r.Header.Get("Last-Event-ID"), 10, 64)
 	backlog, ch, cancel := feed.subscribe(after)
@@ -255,6 +426,12 @@ func serveEvents(w http.ResponseWriter, r *http.Request, feed *Feed, done <-chan
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	send := func(ev Event) error {
+		if !v.sees(ev) {
+			return nil
+		}
+		if !v.Admin {
+			ev.LeaseID = ""
+		}
 		data, _ := json.Marshal(ev)
 		_, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ev.Seq, data)
 		return err

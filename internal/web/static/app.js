@@ -1,11 +1,95 @@
 // leasehold dashboard: polls /ui/api/state, follows /ui/api/events (SSE)
 // and draws a token timeline per lock name. Plain browser JavaScript, no
-// build step.
+// build step. With auth enabled it asks for a token, keeps it in this
+// tab's sessionStorage and sends it as a bearer token on every call.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { view: null, fetchedAt: 0, events: [], byName: new Map(), tokenName: new Map(), chosen: "" };
+const state = { view: null, fetchedAt: 0, events: [], byName: new Map(), tokenName: new Map(), chosen: "", viewer: null, confirming: "", kvAfter: [""] };
 const MAX_EVENTS = 500;
+const TOKEN_KEY = "leasehold.token";
+
+// Refused is an answer that the token was refused or may not do this.
+class Refused extends Error {}
+
+// api calls the dashboard's JSON API with the token, if any.
+async function api(path, opts) {
+  const headers = Object.assign({}, (opts || {}).headers);
+  const tok = sessionStorage.getItem(TOKEN_KEY);
+  if (tok) headers.Authorization = "Bearer " + tok;
+  const r = await fetch(path, Object.assign({ cache: "no-store" }, opts, { headers }));
+  if (r.ok) return r;
+  let msg = await r.text();
+  try { msg = JSON.parse(msg).message || msg; } catch (e) { /* plain text */ }
+  if (r.status === 403) throw new Refused(msg);
+  throw new Error(msg);
+}
+
+// ---- login -----------------------------------------------------------
+
+function showLogin(msg) {
+  stopLive();
+  $("#dashboard").hidden = true;
+  $("#logout").hidden = true;
+  $("#who").hidden = true;
+  $("#login").hidden = false;
+  $("#login-msg").textContent = msg || "";
+  $("#token").focus();
+}
+
+// start asks who this tab is and opens the dashboard or the login.
+async function start() {
+  let v;
+  try {
+    v = await (await api("api/viewer")).json();
+  } catch (e) {
+    if (e instanceof Refused) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin("Token refused: " + e.message);
+    } else {
+      $("#node-role").textContent = "unreachable";
+      setTimeout(start, 2000);
+    }
+    return;
+  }
+  state.viewer = v;
+  if (!v.view) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(v.principal ? v.principal + " may not view the dashboard: it needs the permission read (or kv-read) on some prefix, or admin." : "");
+    return;
+  }
+  $("#login").hidden = true;
+  $("#dashboard").hidden = false;
+  $("#dashboard").dataset.admin = v.admin;
+  $("#who").hidden = !v.auth;
+  $("#who").textContent = (v.principal || "anonymous") + (v.admin ? " (admin)" : " (read-only)");
+  $("#logout").hidden = !v.auth;
+  $("#sessions-section").hidden = !v.admin;
+  $("#cluster-section").hidden = !v.admin;
+  startLive();
+}
+
+$("#login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const tok = $("#token").value.trim();
+  if (!tok) return;
+  sessionStorage.setItem(TOKEN_KEY, tok);
+  $("#token").value = "";
+  start();
+});
+$("#logout").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  showLogin("Logged out.");
+});
+
+// refused handles a 403 on a call: the token was revoked or the policy
+// changed since the login, so ask again.
+function refused(e) {
+  if (!(e instanceof Refused)) return false;
+  sessionStorage.removeItem(TOKEN_KEY);
+  showLogin("Refused: " + e.message);
+  return true;
+}
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -35,13 +119,12 @@ async function refresh() {
   if (refreshing) { again = true; return; }
   refreshing = true;
   try {
-    const r = await fetch("api/state", { cache: "no-store" });
-    if (!r.ok) throw new Error(await r.text());
+    const r = await api("api/state");
     state.view = await r.json();
     state.fetchedAt = performance.now();
     render();
   } catch (e) {
-    $("#node-role").textContent = "unreachable";
+    if (!refused(e)) $("#node-role").textContent = "unreachable";
   } finally {
     refreshing = false;
     if (again) { again = false; refresh(); }
@@ -73,8 +156,37 @@ function more(sel, truncated, shown, total, what) {
   p.textContent = truncated ? "Showing the first " + shown.toLocaleString("en-US") + " of " + total.toLocaleString("en-US") + " " + what + "." : "";
 }
 
+// action is an admin button with a confirm step: the first click arms it,
+// the second (on "confirm …") sends the action.
+function action(key, label, run) {
+  const armed = state.confirming === key;
+  const b = el("button", { type: "button", class: "act" + (armed ? " confirm" : ""), "data-action": key }, armed ? "confirm " + label : label);
+  b.addEventListener("click", async () => {
+    if (state.confirming !== key) { state.confirming = key; render(); return; }
+    state.confirming = "";
+    $("#action-msg").textContent = "";
+    try {
+      await run();
+    } catch (e) {
+      if (!refused(e)) $("#action-msg").textContent = label + " failed: " + e.message;
+    }
+    refresh();
+  });
+  return b;
+}
+
+function post(path, body) {
+  return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+}
+
+// queueText lists a lock's waiters in order with their mode.
+function queueText(q) {
+  return q.map((w, i) => (i + 1) + ". " + (w.owner || (w.lease_id || "?").slice(0, 8)) + (w.mode === "shared" ? " (shared)" : " (exclusive)")).join(", ");
+}
+
 function render() {
   const v = state.view;
+  const admin = state.viewer && state.viewer.admin;
   $("#node-id").textContent = v.node;
   $("#node-role").textContent = v.raft.role;
   $("#node-leader").textContent = v.leader_id || "none";
@@ -86,19 +198,25 @@ function render() {
   const lb = $("#locks tbody");
   lb.replaceChildren(...v.locks.map((l) => {
     const ttl = el("td", { class: "ttl", "data-remaining": l.remaining_ms });
-    const queue = l.queue.map((w) => w.owner || w.lease_id.slice(0, 8)).join(", ");
+    const queue = queueText(l.queue);
     const delay = l.lock_delay ? el("span", { class: "delay" }, "in lock-delay (" + fmtMs(l.lock_delay_ms) + ", after token " + l.lock_delay_token + ")") : "";
     // Every holding: the readers of a read lock, the permits of a semaphore.
     const hs = l.holders || [];
     const tag = (h) => (l.permits > 1 ? " · permit " + h.slot : "") + (h.mode === "shared" ? " · shared" : "");
     const owners = hs.map((h) => el("div", { class: "holder", "data-token": h.token, "data-mode": h.mode, "data-slot": h.slot },
-      (h.owner || h.lease_id.slice(0, 8)) + tag(h)));
+      (h.owner || (h.lease_id || "?").slice(0, 8)) + tag(h)));
+    // An admin may end any holding (the server refuses anyone else).
+    const acts = admin ? hs.filter((h) => h.lease_id).map((h) => el("div", {},
+      action("release:" + l.name + ":" + h.lease_id + ":" + h.token, "force release",
+        () => post("api/release", { name: l.name, lease_id: h.lease_id, token: h.token })))) : [];
+    const held = hs.map((h) => el("div", { class: "held", "data-token": h.token }, h.acquired_unix_ms ? fmtMs(Math.max(0, v.now_ms - h.acquired_unix_ms)) : "?"));
     const tokens = hs.map((h) => el("div", { class: "holder-token", "data-token": h.token }, String(h.token)));
     const name = el("td", { class: "name", title: l.name }, l.name);
     if (l.permits > 1) name.append(el("span", { class: "permits" }, " " + hs.length + "/" + l.permits + " permits"));
     return el("tr", { "data-lock": l.name, "data-token": l.token || 0, "data-holders": hs.length },
       name, el("td", { class: "owner" }, ...(owners.length ? owners : ["—"])),
-      el("td", { class: "token" }, ...(tokens.length ? tokens : ["—"])), ttl, el("td", { class: "queue" }, queue || "—"), el("td", {}, delay || "—"));
+      el("td", { class: "token" }, ...(tokens.length ? tokens : ["—"])), el("td", { class: "held-for" }, ...(held.length ? held : ["—"])),
+      ttl, el("td", { class: "queue", "data-waiters": l.queue.length }, queue || "—"), el("td", {}, delay || "—"), el("td", { class: "actions" }, ...acts));
   }));
   $("#locks-empty").hidden = v.locks.length > 0;
   more("#locks-more", v.truncated, v.locks.length, v.lock_count, "locks, in name order");
@@ -106,7 +224,8 @@ function render() {
   $("#sessions tbody").replaceChildren(...v.sessions.map((s) =>
     el("tr", { "data-session": s.lease_id },
       el("td", { title: s.lease_id }, s.lease_id.slice(0, 12) + "…"), el("td", {}, s.owner || "—"),
-      el("td", {}, fmtMs(s.ttl_ms)), el("td", { class: "ttl", "data-remaining": s.remaining_ms }))));
+      el("td", {}, fmtMs(s.ttl_ms)), el("td", { class: "ttl", "data-remaining": s.remaining_ms }),
+      el("td", {}, admin ? action("end:" + s.lease_id, "end session", () => post("api/end-session", { lease_id: s.lease_id })) : ""))));
 
   more("#sessions-more", v.sessions_truncated, v.sessions.length, v.session_count, "sessions, in lease id order");
 
@@ -242,20 +361,84 @@ function drawTimeline() {
   box.replaceChildren(...kids);
 }
 
-function connect() {
-  const es = new EventSource("api/events");
-  es.onopen = () => { $("#conn").textContent = "live"; $("#conn").className = "conn-up"; };
-  es.onerror = () => { $("#conn").textContent = "reconnecting"; $("#conn").className = "conn-down"; };
-  es.onmessage = (m) => {
-    addEvent(JSON.parse(m.data));
-    scheduleDraw();
-    refresh();
-  };
+// follow reads the event stream with fetch (an EventSource cannot send a
+// bearer token) and reconnects after Last-Event-ID until stopped.
+async function follow(live) {
+  let lastID = "";
+  while (!live.stopped) {
+    try {
+      const headers = lastID ? { "Last-Event-ID": lastID } : {};
+      const r = await api("api/events", { headers, signal: live.abort.signal });
+      $("#conn").textContent = "live"; $("#conn").className = "conn-up";
+      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          let data = "";
+          for (const line of block.split("\n")) {
+            if (line.startsWith("id: ")) lastID = line.slice(4);
+            else if (line.startsWith("data: ")) data += line.slice(6);
+          }
+          if (data) { addEvent(JSON.parse(data)); scheduleDraw(); refresh(); }
+        }
+      }
+    } catch (e) {
+      if (live.stopped || refused(e)) return;
+    }
+    $("#conn").textContent = "reconnecting"; $("#conn").className = "conn-down";
+    await new Promise((ok) => setTimeout(ok, 1000));
+  }
+}
+
+// ---- KV browser ------------------------------------------------------
+
+async function listKV() {
+  const after = state.kvAfter[state.kvAfter.length - 1];
+  const q = new URLSearchParams({ prefix: $("#kv-prefix").value, after });
+  try {
+    const page = await (await api("api/kv?" + q)).json();
+    $("#kv tbody").replaceChildren(...page.keys.map((k) =>
+      el("tr", { "data-key": k.key, "data-token": k.token },
+        el("td", { class: "key", title: k.key }, k.key), el("td", { class: "kv-token" }, String(k.token)),
+        el("td", {}, k.deleted ? "deleted" : k.size + " B"),
+        el("td", { class: "kv-value", title: k.value }, k.deleted ? "—" : k.value + (k.cut ? "…" : "")))));
+    $("#kv-empty").hidden = page.keys.length > 0;
+    $("#kv-next").hidden = !page.next;
+    $("#kv-next").dataset.next = page.next || "";
+  } catch (e) {
+    if (!refused(e)) $("#kv-empty").textContent = "KV: " + e.message;
+  }
+}
+
+$("#kv-form").addEventListener("submit", (e) => { e.preventDefault(); state.kvAfter = [""]; listKV(); });
+$("#kv-next").addEventListener("click", () => { state.kvAfter.push($("#kv-next").dataset.next); listKV(); });
+
+// ---- live ------------------------------------------------------------
+
+let live = null;
+function startLive() {
+  stopLive();
+  live = { stopped: false, abort: new AbortController(), timers: [] };
+  follow(live);
+  refresh();
+  state.kvAfter = [""];
+  listKV();
+  live.timers.push(setInterval(refresh, 1000), setInterval(tick, 100), setInterval(drawTimeline, 1000));
+}
+
+function stopLive() {
+  if (!live) return;
+  live.stopped = true;
+  live.abort.abort();
+  live.timers.forEach(clearInterval);
+  live = null;
 }
 
 $("#tl-name").addEventListener("change", (e) => { state.chosen = e.target.value; drawTimeline(); });
-connect();
-refresh();
-setInterval(refresh, 1000);
-setInterval(tick, 100);
-setInterval(drawTimeline, 1000);
+start();
