@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
@@ -83,8 +84,9 @@ type authPrincipalKey struct{}
 // principal, and the connection's TLS state a LockStream needs to
 // authenticate its messages again (lockstream.go).
 type authn struct {
-	p   auth.Principal
-	tls *tls.ConnectionState
+	p      auth.Principal
+	tls    *tls.ConnectionState
+	header http.Header // the request's headers, to authenticate it again
 }
 
 // principalFrom returns the caller authenticated by the middleware.
@@ -108,18 +110,96 @@ type authState struct {
 	pol        atomic.Pointer[auth.Policies] // the compiled policies; nil: disabled
 	authReload atomic.Bool                   // set by a restore: pol must be read from the state
 	audit      *slog.Logger
+
+	changeMu sync.Mutex    // protects following
+	changed  chan struct{} // closed (and replaced) when the auth state changes
 }
 
 // observeAuth refreshes the compiled policies after an applied entry, or
-// marks them for reading from the state after a restore (res nil).
+// marks them for reading from the state after a restore (res nil), and
+// wakes everything that decided on the previous auth state (authChanged).
 func (s *Server) observeAuth(res *fsm.Result) {
-	if res == nil {
+	switch {
+	case res == nil:
 		s.authReload.Store(true)
+	case res.Auth != nil:
+		s.pol.Store(res.Auth)
+	default:
 		return
 	}
-	if res.Auth != nil {
-		s.pol.Store(res.Auth)
+	s.changeMu.Lock()
+	if s.changed != nil {
+		close(s.changed)
 	}
+	s.changed = make(chan struct{})
+	s.changeMu.Unlock()
+}
+
+// authChanged returns a channel closed at the next change of the auth
+// state (a token created or revoked, a policy set or deleted, the switch,
+// a restore) applied on this node. A long-lived request takes it before
+// it decides, and decides again (recheck) when it is closed.
+func (s *Server) authChanged() <-chan struct{} {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+// recheck decides again, under the auth state as it is now, whether the
+// caller of the long-lived request ctx may still do proc with msg: its
+// credentials are authenticated again (a revoked token fails) and its
+// permission decided again (a deleted policy fails). nil, or
+// permission-denied.
+func (s *Server) recheck(ctx context.Context, proc string, msg any) error {
+	ctx, err := s.reauthenticate(ctx, proc)
+	if err != nil {
+		return err
+	}
+	if pol := s.policies(); pol.On() {
+		return s.decideAudited(ctx, pol, proc, msg)
+	}
+	return nil
+}
+
+// revocable returns a context that ends with a permission-denied cause
+// (revokedErr) as soon as an auth change applied on this node leaves the
+// caller of ctx unable to do proc with msg. stop ends the watch and waits
+// for its goroutine; call it when the request ends.
+func (s *Server) revocable(ctx context.Context, proc string, msg any) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	changed := s.authChanged()
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			changed = s.authChanged()
+			if err := s.recheck(ctx, proc, msg); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil); <-done }
+}
+
+// revokedErr is the permission-denied error that ended ctx (revocable),
+// or nil when ctx did not end for that.
+func revokedErr(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	if err := context.Cause(ctx); api.CodeOf(err) == api.CodePermissionDenied {
+		return api.ToConnect(err)
+	}
+	return nil
 }
 
 func (s *Server) auditLog() *slog.Logger { return s.audit }
@@ -139,7 +219,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeDenied(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, authn{p: p, tls: r.TLS})))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, authn{p: p, tls: r.TLS, header: r.Header})))
 	})
 }
 
@@ -147,17 +227,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // from its headers and connection, as authenticate did when it began, so
 // that a token revoked since is refused: ctx carries the new principal.
 // An anonymous caller stays anonymous (decided by the policies).
-func (s *Server) reauthenticate(ctx context.Context, h http.Header, path string) (context.Context, error) {
+func (s *Server) reauthenticate(ctx context.Context, path string) (context.Context, error) {
 	a, ok := ctx.Value(authPrincipalKey{}).(authn)
 	if !ok {
 		return ctx, nil
 	}
-	p, err := s.authenticateRequest(a.tls, h, h.Get(principalHeader), h.Get("Authorization"))
+	p, err := s.authenticateRequest(a.tls, a.header, a.header.Get(principalHeader), a.header.Get("Authorization"))
 	if err != nil {
 		s.auditLog().Warn("audit", "action", "authenticate", "path", path, "principal", p.String(), "result", "denied", "reason", err.Error())
 		return ctx, err
 	}
-	return context.WithValue(ctx, authPrincipalKey{}, authn{p: p, tls: a.tls}), nil
+	return context.WithValue(ctx, authPrincipalKey{}, authn{p: p, tls: a.tls, header: a.header}), nil
 }
 
 func (s *Server) authenticateRequest(cs *tls.ConnectionState, h http.Header, fwd, bearer string) (auth.Principal, error) {
@@ -317,6 +397,7 @@ var rules = map[string]rule{
 	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   {auth.PermLock, scopeAny},
 	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       {auth.PermLock, scopeAny},
 	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: {auth.PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceLockStreamProcedure:      {auth.PermLock, scopeAny}, // the stream; each request is decided as its RPC
 	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    {auth.PermLock, scopeAny},
 	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         {auth.PermLock, scopeName},
 	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      {auth.PermLock, scopeName},
@@ -350,13 +431,20 @@ func action(proc string) string {
 // authorize decides whether the caller may send msg to proc: nil or a
 // permission-denied error, logged for audit.
 func (s *Server) authorize(ctx context.Context, pol *auth.Policies, proc string, msg any) error {
+	if err := s.decideAudited(ctx, pol, proc, msg); err != nil {
+		return api.ToConnect(err)
+	}
+	return nil
+}
+
+// decideAudited is authorize with the error as an api error.
+func (s *Server) decideAudited(ctx context.Context, pol *auth.Policies, proc string, msg any) error {
 	p := principalFrom(ctx)
 	err := decide(s, pol, p, proc, msg)
 	if err != nil {
 		s.auditLog().Warn("audit", "action", action(proc), "principal", p.String(), "result", "denied", "reason", api.FromError(err).Message)
-		return api.ToConnect(err)
 	}
-	return nil
+	return err
 }
 
 func decide(s *Server, pol *auth.Policies, p auth.Principal, proc string, msg any) error {
