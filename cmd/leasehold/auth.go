@@ -212,16 +212,22 @@ func policyJSON(p *pb.Policy) map[string]any {
 
 // readNodeSecret reads serve's --node-secret-file ("" without it).
 func readNodeSecret(file string) (string, error) {
+	return readSecretFile("--node-secret-file", file)
+}
+
+// readSecretFile reads the secret in the file of flag ("" without it): at
+// least 32 bytes once trimmed.
+func readSecretFile(flag, file string) (string, error) {
 	if file == "" {
 		return "", nil
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", usageErr("--node-secret-file: %v", err)
+		return "", usageErr("%s: %v", flag, err)
 	}
 	sec := strings.TrimSpace(string(b))
 	if len(sec) < 32 {
-		return "", usageErr("--node-secret-file: the secret is %d bytes; want at least 32 (e.g. openssl rand -hex 32)", len(sec))
+		return "", usageErr("%s: the secret is %d bytes; want at least 32 (e.g. openssl rand -hex 32)", flag, len(sec))
 	}
 	return sec, nil
 }
