@@ -549,6 +549,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	var hd http.Handler = s.limitHandler(mux)
 	hd = s.authenticate(hd) // before the limits: they count the authenticated principal
+	hd = s.browserCheck(hd) // origin.go
 	if s.cfg.AccessLog != nil {
 		hd = accessLog(s.cfg.AccessLog, hd)
 	}
