@@ -71,9 +71,10 @@ principal of a bearer token (auth token create NAME; give it with --auth-token-f
 LEASEHOLD_AUTH_TOKEN). Policies grant lock, read, kv-read, kv-write and admin on name
 prefixes. Once enabled, everything not granted is denied (permission-denied).
 
-Bootstrap: start every node with --admin NAME, or (while auth is still off) create a token
-and a policy granting NAME admin; then run auth enable as NAME. Enabling is refused when
-the caller would not be an admin afterwards.`}
+Bootstrap: start every node with --admin NAME and run auth enable as NAME proven by its
+client certificate (--cert/--key, no token). While auth is off, tokens and policies are
+minted the same way; a bearer token proves nothing then (anyone may mint one), so it can
+neither enable auth nor mint while auth is off (permission-denied).`}
 	setEnabled := func(on bool) func(cmd *cobra.Command, _ []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
 			return g.authCall(cmd, func(ctx context.Context, ac authClient) error {

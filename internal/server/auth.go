@@ -256,7 +256,7 @@ func (s *Server) authenticateRequest(cs *tls.ConnectionState, h http.Header, fwd
 	}
 	if sec := h.Get(nodeSecretHeader); sec != "" {
 		switch {
-		case s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1:
+		case s.nodeCredential(nil, h):
 			p = auth.Principal{Name: auth.NodeName, Node: true}
 		case pol.On():
 			return p, api.Errorf(api.CodePermissionDenied, "wrong %s: this node has another --node-secret-file", nodeSecretHeader)
@@ -740,14 +740,64 @@ func leaderAuth[Req, Res any](ctx context.Context, s *Server, req *connect.Reque
 	return onLeaderVia(ctx, s, req, local, remote, leader, func(err error) error { return toAPI(authToAPI(err)) })
 }
 
+// bootstrapCredential reports whether the caller of ctx proved a
+// credential that nobody could mint while auth was off, as turning auth on
+// and changing the auth state while it is off require: the node role (a
+// node certificate or the node secret; a node forwarding a request made
+// that check where it was received), or a principal named by serve --admin
+// proven by its verified client certificate. A bearer token is not one:
+// anyone may create tokens, for any principal, while auth is off.
+func (s *Server) bootstrapCredential(ctx context.Context) bool {
+	a, ok := ctx.Value(authPrincipalKey{}).(authn)
+	if !ok {
+		return false
+	}
+	if s.nodeCredential(a.tls, a.header) {
+		return true
+	}
+	if a.tls == nil || len(a.tls.VerifiedChains) == 0 || len(a.tls.VerifiedChains[0]) == 0 || a.header.Get("Authorization") != "" {
+		return false
+	}
+	cn := a.tls.VerifiedChains[0][0].Subject.CommonName
+	return cn == a.p.Name && slices.Contains(s.cfg.Admins, cn)
+}
+
+// nodeCredential reports whether a request came with a node certificate
+// or this cluster's node secret.
+func (s *Server) nodeCredential(cs *tls.ConnectionState, h http.Header) bool {
+	if cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 && auth.IsNodeCert(cs.VerifiedChains[0][0]) {
+		return true
+	}
+	sec := h.Get(nodeSecretHeader)
+	return sec != "" && s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1
+}
+
+// needBootstrapCredential refuses what (enabling auth, or minting a token
+// or a policy while auth is off) the caller may do only with
+// bootstrapCredential.
+func (s *Server) needBootstrapCredential(ctx context.Context, what string) error {
+	if s.bootstrapCredential(ctx) {
+		return nil
+	}
+	return api.ToConnect(api.Errorf(api.CodePermissionDenied, "%s needs the node role (a node certificate or the node secret) or a principal named by serve --admin proven by its client certificate, not %s: while auth is off anyone may mint a token", what, principalFrom(ctx)))
+}
+
+// needWhileOff is needBootstrapCredential while auth is off: with auth on,
+// the policies decide (admin).
+func (s *Server) needWhileOff(ctx context.Context, what string) error {
+	if s.policies().On() {
+		return nil
+	}
+	return s.needBootstrapCredential(ctx, what+" while auth is off")
+}
+
 func (a *authService) SetEnabled(ctx context.Context, req *connect.Request[pb.SetEnabledRequest]) (*connect.Response[pb.SetEnabledResponse], error) {
 	s := a.s
 	if req.Msg.GetEnabled() {
-		// Refuse to lock everybody out: the caller must be an admin once
-		// auth is on.
-		on := auth.Compile(&fsmpb.AuthState{Enabled: true, Policies: s.policies().State().GetPolicies()})
-		if p := principalFrom(ctx); !on.IsAdmin(p) {
-			return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "auth enable: %s would not be an admin once auth is on; authenticate as a principal named by serve --admin or by a policy granting admin", p))
+		// Not with a token, which anyone could have minted while auth was
+		// off; the caller is an admin once auth is on.
+		if err := s.needBootstrapCredential(ctx, "auth enable"); err != nil {
+			return nil, err
 		}
 	}
 	return leaderAuth(ctx, s, req, func(ctx context.Context, m *pb.SetEnabledRequest) (*pb.SetEnabledResponse, error) {
@@ -776,6 +826,9 @@ func (a *authService) CreateToken(ctx context.Context, req *connect.Request[pb.C
 	s := a.s
 	if !auth.ValidPrincipal(req.Msg.GetPrincipal()) {
 		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "principal %q: want 1..64 of A-Z a-z 0-9 . _ - @, not starting with '.', not %q", req.Msg.GetPrincipal(), auth.NodeName))
+	}
+	if err := s.needWhileOff(ctx, "auth token create"); err != nil {
+		return nil, err
 	}
 	return leaderAuth(ctx, s, req, func(ctx context.Context, m *pb.CreateTokenRequest) (*pb.CreateTokenResponse, error) {
 		tok, rec := auth.NewToken(m.GetPrincipal(), s.clock.Now().UnixMilli())
@@ -810,6 +863,9 @@ func (a *authService) SetPolicy(ctx context.Context, req *connect.Request[pb.Set
 	rec := &fsmpb.AuthPolicy{Name: p.GetName(), Principals: p.GetPrincipals(), Permissions: p.GetPermissions(), Prefixes: p.GetPrefixes()}
 	if err := auth.ValidatePolicy(rec); err != nil {
 		return nil, api.ToConnect(authToAPI(err))
+	}
+	if err := s.needWhileOff(ctx, "auth policy set"); err != nil {
+		return nil, err
 	}
 	return leaderAuth(ctx, s, req, func(ctx context.Context, _ *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
 		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_AuthPutPolicy{AuthPutPolicy: &fsmpb.AuthPutPolicy{Policy: rec}}}); err != nil {

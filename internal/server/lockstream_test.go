@@ -237,11 +237,10 @@ func TestLockStreamCancelAndTimeout(t *testing.T) {
 // authenticated again when the auth state changes: a token revoked while
 // its stream is open ends the stream with permission-denied.
 func TestLockStreamAuthPerMessage(t *testing.T) {
-	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
+	c, node := startAuth(t)
 	ctx := ctxT(t)
-	anon := withToken(t, c, "")
 	mk := func(who string) *pb.CreateTokenResponse {
-		res, err := anon.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
+		res, err := node.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
 		mustOK(t, "create token "+who, err)
 		return res.Msg
 	}
@@ -251,10 +250,10 @@ func TestLockStreamAuthPerMessage(t *testing.T) {
 		{Name: "alice", Principals: []string{"alice"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"job:"}},
 		{Name: "eve", Principals: []string{"eve"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"job:"}},
 	} {
-		_, err := ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: p}))
+		_, err := node.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: p}))
 		mustOK(t, "set policy", err)
 	}
-	_, err := ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	_, err := node.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
 	mustOK(t, "enable auth", err)
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
-	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
 
@@ -14,21 +13,20 @@ import (
 // principal named gets a token and the policy given (nil: none).
 func revokeSetup(t *testing.T, policies ...*pb.Policy) (*servertest.Cluster, bearerClients, map[string]*pb.CreateTokenResponse) {
 	t.Helper()
-	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
+	c, node := startAuth(t)
 	ctx := ctxT(t)
-	anon := withToken(t, c, "")
 	toks := map[string]*pb.CreateTokenResponse{}
 	for _, who := range []string{"ops", "worker", "reader"} {
-		res, err := anon.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
+		res, err := node.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
 		mustOK(t, "create token "+who, err)
 		toks[who] = res.Msg
 	}
 	ops := withToken(t, c, toks["ops"].GetToken())
 	for _, p := range policies {
-		_, err := ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: p}))
+		_, err := node.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: p}))
 		mustOK(t, "set policy "+p.GetName(), err)
 	}
-	_, err := ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	_, err := node.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
 	mustOK(t, "enable auth", err)
 	return c, ops, toks
 }
