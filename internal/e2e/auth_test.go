@@ -288,6 +288,73 @@ func TestAuthNodeSecret(t *testing.T) {
 		_, err = c.TryAcquire(ctx, connect.NewRequest(&pb.TryAcquireRequest{Name: "other:" + pr.id, LeaseId: s.Msg.GetLeaseId()}))
 		wantDenied(t, "ci outside its prefix through "+pr.id, err)
 	}
+
+	// Revoking ci's token ends, on every node (followers too), its open
+	// KeepAliveStream and its queued Acquire within a second, and the
+	// queued Acquires are never granted.
+	opsLocks := leaseholdv1connect.NewLeaseholdServiceClient(h2c(opsTok), "http://"+procs[0].api, connect.WithGRPC())
+	opsSess, err := opsLocks.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 30000}))
+	must(t, "ops session", err)
+	held, err := opsLocks.TryAcquire(ctx, connect.NewRequest(&pb.TryAcquireRequest{Name: "deploy:held", LeaseId: opsSess.Msg.GetLeaseId()}))
+	must(t, "ops holds deploy:held", err)
+	var kaEnds, queued []chan error
+	for _, pr := range procs {
+		c := leaseholdv1connect.NewLeaseholdServiceClient(h2c(ciTok), "http://"+pr.api, connect.WithGRPC())
+		s, err := c.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 30000}))
+		must(t, "ci session through "+pr.id, err)
+		ka := c.KeepAliveStream(ctx)
+		must(t, "keepalive through "+pr.id, ka.Send(&pb.KeepAliveStreamRequest{LeaseId: s.Msg.GetLeaseId()}))
+		if r, err := ka.Receive(); err != nil || r.GetErrorCode() != "" {
+			t.Fatalf("ci's renewal through %s: %v %v", pr.id, r, err)
+		}
+		kaEnd, q := make(chan error, 1), make(chan error, 1)
+		go func() {
+			for {
+				if _, err := ka.Receive(); err != nil {
+					kaEnd <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			_, err := c.Acquire(ctx, connect.NewRequest(&pb.AcquireRequest{Name: "deploy:held", LeaseId: s.Msg.GetLeaseId()}))
+			q <- err
+		}()
+		kaEnds, queued = append(kaEnds, kaEnd), append(queued, q)
+	}
+	waitFor(t, "ci's three Acquires queued", func() bool {
+		st, err := opsLocks.Status(ctx, connect.NewRequest(&pb.StatusRequest{Name: "deploy:held"}))
+		return err == nil && len(st.Msg.GetLock().GetWaiters()) == len(procs)
+	})
+	toks, err := anyNode.ListTokens(ctx, connect.NewRequest(&pb.ListTokensRequest{}))
+	must(t, "list tokens", err)
+	for _, tk := range toks.Msg.GetTokens() {
+		if tk.GetPrincipal() == "ci" {
+			_, err := anyNode.RevokeToken(ctx, connect.NewRequest(&pb.RevokeTokenRequest{Id: tk.GetId()}))
+			must(t, "revoke ci's token", err)
+		}
+	}
+	for i, pr := range procs {
+		for what, ch := range map[string]chan error{"KeepAliveStream": kaEnds[i], "queued Acquire": queued[i]} {
+			select {
+			case err := <-ch:
+				wantDenied(t, "ci's "+what+" through "+pr.id+" after the revocation", err)
+			case <-time.After(time.Second):
+				t.Fatalf("ci's %s through %s still open a second after the revocation", what, pr.id)
+			}
+		}
+	}
+	waitFor(t, "ci's Acquires withdrawn", func() bool {
+		st, err := opsLocks.Status(ctx, connect.NewRequest(&pb.StatusRequest{Name: "deploy:held"}))
+		return err == nil && len(st.Msg.GetLock().GetWaiters()) == 0
+	})
+	_, err = opsLocks.Release(ctx, connect.NewRequest(&pb.ReleaseRequest{Name: "deploy:held", LeaseId: opsSess.Msg.GetLeaseId(), Token: held.Msg.GetHolding().GetToken()}))
+	must(t, "ops releases deploy:held", err)
+	st, err := opsLocks.Status(ctx, connect.NewRequest(&pb.StatusRequest{Name: "deploy:held"}))
+	must(t, "status", err)
+	if h := st.Msg.GetLock().GetHolder(); h != nil {
+		t.Fatalf("deploy:held was granted to %v after ci's token was revoked", h)
+	}
 }
 
 type bearerTransport struct {
