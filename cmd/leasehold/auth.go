@@ -71,9 +71,10 @@ principal of a bearer token (auth token create NAME; give it with --auth-token-f
 LEASEHOLD_AUTH_TOKEN). Policies grant lock, read, kv-read, kv-write and admin on name
 prefixes. Once enabled, everything not granted is denied (permission-denied).
 
-Bootstrap: start every node with --admin NAME, or (while auth is still off) create a token
-and a policy granting NAME admin; then run auth enable as NAME. Enabling is refused when
-the caller would not be an admin afterwards.`}
+Bootstrap: start every node with --admin NAME and run auth enable as NAME proven by its
+client certificate (--cert/--key, no token). While auth is off, tokens and policies are
+minted the same way; a bearer token proves nothing then (anyone may mint one), so it can
+neither enable auth nor mint while auth is off (permission-denied).`}
 	setEnabled := func(on bool) func(cmd *cobra.Command, _ []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
 			return g.authCall(cmd, func(ctx context.Context, ac authClient) error {
@@ -212,16 +213,22 @@ func policyJSON(p *pb.Policy) map[string]any {
 
 // readNodeSecret reads serve's --node-secret-file ("" without it).
 func readNodeSecret(file string) (string, error) {
+	return readSecretFile("--node-secret-file", file)
+}
+
+// readSecretFile reads the secret in the file of flag ("" without it): at
+// least 32 bytes once trimmed.
+func readSecretFile(flag, file string) (string, error) {
 	if file == "" {
 		return "", nil
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", usageErr("--node-secret-file: %v", err)
+		return "", usageErr("%s: %v", flag, err)
 	}
 	sec := strings.TrimSpace(string(b))
 	if len(sec) < 32 {
-		return "", usageErr("--node-secret-file: the secret is %d bytes; want at least 32 (e.g. openssl rand -hex 32)", len(sec))
+		return "", usageErr("%s: the secret is %d bytes; want at least 32 (e.g. openssl rand -hex 32)", flag, len(sec))
 	}
 	return sec, nil
 }

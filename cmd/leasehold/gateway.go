@@ -18,6 +18,7 @@ import (
 // newGatewayCmd returns `leasehold gateway`: the fencing reverse proxy of fence/gateway.
 func newGatewayCmd(gf *globals) *cobra.Command {
 	cfg := gateway.DefaultConfig()
+	var adminTokenFile string
 	var seq sequencerFlags
 	cmd := &cobra.Command{
 		Use:   "gateway --listen ADDR --upstream URL",
@@ -53,6 +54,11 @@ has issued (403 permission-denied; 503 unavailable while the cluster cannot be a
 			if err := seq.apply(&cfg, gf.tls); err != nil {
 				return err
 			}
+			tok, err := readSecretFile("--admin-token-file", adminTokenFile)
+			if err != nil {
+				return err
+			}
+			cfg.AdminToken = tok
 			g, err := gateway.New(cfg)
 			if err != nil {
 				return err
@@ -90,6 +96,7 @@ has issued (403 permission-denied; 503 unavailable while the cluster cannot be a
 	f.DurationVar(&cfg.Settle, "settle", cfg.Settle, "after an exchange whose outcome is unknown (timeout, reset) refuse its key (503, Retry-After) this long, and every key this long after start, so an older write still on its way to the upstream cannot land after a newer one; set it at least to the upstream's own request timeout (0: off)")
 	f.IntVar(&cfg.MaxKeys, "max-keys", cfg.MaxKeys, "most keys kept in --data; a new key beyond it gets 507 resource-exhausted")
 	f.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, `address of /healthz, /metrics and POST /admin/drop-idle?older-than=DUR ("" for none)`)
+	f.StringVar(&adminTokenFile, "admin-token-file", os.Getenv("LEASEHOLD_GATEWAY_ADMIN_TOKEN_FILE"), "file holding the bearer token (≥ 32 bytes, e.g. openssl rand -hex 32) that POST /admin/... requires (Authorization: Bearer TOKEN); without it they are refused (403); env LEASEHOLD_GATEWAY_ADMIN_TOKEN_FILE")
 	seq.add(f)
 	if err := cmd.MarkFlagRequired("upstream"); err != nil {
 		panic(errors.Join(errors.New("gateway: mark --upstream required"), err)) // a programming error

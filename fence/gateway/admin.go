@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,7 +88,9 @@ func (g *Gateway) counted(next http.Handler) http.Handler {
 //	                                       DUR ago (DUR ≥ MinDropIdle); answers
 //	                                       {"dropped":N,"keys":M}
 //
-// It has no authentication: bind it to loopback (the default) or a private network.
+// /healthz and /metrics have no authentication; POST /admin/... requires the bearer token
+// Config.AdminToken and is refused with 403 permission-denied without it (or when the
+// gateway has none). Bind it to loopback (the default) or a private network all the same.
 func (g *Gateway) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -113,7 +117,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 			fmt.Fprintf(w, "leasehold_gateway_responses_total{code=\"%d\"} %d\n", c, counts[c])
 		}
 	})
-	mux.HandleFunc("POST /admin/drop-idle", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /admin/drop-idle", g.adminAction(func(w http.ResponseWriter, r *http.Request) {
 		d, err := time.ParseDuration(r.URL.Query().Get("older-than"))
 		if err != nil || d < MinDropIdle {
 			fence.WriteHTTPError(w, http.StatusBadRequest, fence.HTTPError{Code: fence.CodeInvalidArgument,
@@ -127,8 +131,30 @@ func (g *Gateway) AdminHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]int{"dropped": n, "keys": g.store.Len()})
-	})
+	}))
 	return mux
+}
+
+// MinAdminTokenLen is the shortest Config.AdminToken accepted.
+const MinAdminTokenLen = 32
+
+// adminAction lets only a caller presenting Config.AdminToken reach next: dropping fences
+// admits any token for the dropped keys, so it is not for whoever can reach the port.
+func (g *Gateway) adminAction(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		switch {
+		case g.cfg.AdminToken == "":
+			fence.WriteHTTPError(w, http.StatusForbidden, fence.HTTPError{Code: fence.CodePermissionDenied,
+				Message: "gateway: admin actions are off: start the gateway with --admin-token-file to use them"})
+		case !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(g.cfg.AdminToken)) != 1:
+			g.log.Warn("gateway: admin action refused", "path", r.URL.Path, "remote", r.RemoteAddr)
+			fence.WriteHTTPError(w, http.StatusForbidden, fence.HTTPError{Code: fence.CodePermissionDenied,
+				Message: "gateway: admin actions need Authorization: Bearer <the gateway's admin token>"})
+		default:
+			next(w, r)
+		}
+	}
 }
 
 // DropIdle drops the keys whose token was last recorded more than olderThan ago (see

@@ -3,9 +3,11 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -39,10 +41,13 @@ func TestGatewayMaxKeys(t *testing.T) {
 }
 
 // TestGatewayAdmin: the admin endpoints answer on their own listener, are never forwarded,
-// and drop-idle refuses an age below MinDropIdle.
+// drop-idle needs the admin token (403 permission-denied without it or with another) and
+// refuses an age below MinDropIdle.
 func TestGatewayAdmin(t *testing.T) {
 	u := newUpstream(t)
 	cfg := config(t, u, "")
+	const adminTok = "0123456789abcdef0123456789abcdef"
+	cfg.AdminToken = adminTok
 	ports := servertest.FreePorts(t, 2)
 	cfg.Listen, cfg.AdminListen = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	g, err := gateway.New(cfg)
@@ -84,16 +89,43 @@ func TestGatewayAdmin(t *testing.T) {
 	if code != 200 || !strings.Contains(body, "leasehold_gateway_keys 1\n") || !strings.Contains(body, `leasehold_gateway_responses_total{code="200"} 1`) {
 		t.Fatalf("metrics: %d\n%s", code, body)
 	}
-	if code, body := do("POST", "http://"+cfg.AdminListen+"/admin/drop-idle?older-than=1m"); code != 400 || !strings.Contains(body, "invalid-argument") {
+	for _, hdr := range [][]string{nil, {"Authorization", "Bearer " + adminTok[1:] + "x"}, {"Authorization", adminTok}} {
+		if code, body := do("POST", "http://"+cfg.AdminListen+"/admin/drop-idle?older-than=24h", hdr...); code != 403 || !strings.Contains(body, "permission-denied") {
+			t.Fatalf("drop-idle with %q: %d %s, want 403 permission-denied", hdr, code, body)
+		}
+	}
+	bearer := []string{"Authorization", "Bearer " + adminTok}
+	if code, body := do("POST", "http://"+cfg.AdminListen+"/admin/drop-idle?older-than=1m", bearer...); code != 400 || !strings.Contains(body, "invalid-argument") {
 		t.Fatalf("drop-idle 1m: %d %s", code, body)
 	}
-	code, body = do("POST", "http://"+cfg.AdminListen+"/admin/drop-idle?older-than=24h")
+	code, body = do("POST", "http://"+cfg.AdminListen+"/admin/drop-idle?older-than=24h", bearer...)
 	var out struct{ Dropped, Keys int }
 	if code != 200 || json.Unmarshal([]byte(body), &out) != nil || out.Dropped != 0 || out.Keys != 1 {
 		t.Fatalf("drop-idle 24h: %d %s", code, body)
 	}
 	if u.count() != seen {
 		t.Fatal("an admin request reached the upstream")
+	}
+}
+
+// TestGatewayAdminTokenOff: without an admin token the admin actions are refused, and a
+// short token is not a valid configuration.
+func TestGatewayAdminTokenOff(t *testing.T) {
+	u := newUpstream(t)
+	cfg := config(t, u, "")
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	rec := httptest.NewRecorder()
+	g.AdminHandler().ServeHTTP(rec, httptest.NewRequest("POST", "/admin/drop-idle?older-than=24h", nil))
+	if rec.Code != 403 || !strings.Contains(rec.Body.String(), "permission-denied") {
+		t.Fatalf("drop-idle without an admin token configured: %d %s, want 403 permission-denied", rec.Code, rec.Body)
+	}
+	cfg.AdminToken = "short"
+	if err := cfg.Validate(); !errors.Is(err, gateway.ErrInvalidConfig) {
+		t.Fatalf("a 5-byte admin token: Validate = %v, want ErrInvalidConfig", err)
 	}
 }
 

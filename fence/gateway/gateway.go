@@ -114,6 +114,10 @@ type Config struct {
 	// AdminListen is where ListenAndServe serves AdminHandler (/healthz, /metrics,
 	// /admin/drop-idle); "" serves no admin endpoint.
 	AdminListen string
+	// AdminToken is the bearer token (Authorization: Bearer TOKEN) that the admin
+	// endpoint's actions (POST /admin/...) require, at least MinAdminTokenLen bytes; ""
+	// refuses them all with 403 permission-denied. /healthz and /metrics need none.
+	AdminToken string
 	// ShutdownTimeout bounds how long Serve waits for in-flight requests after its context
 	// ends.
 	ShutdownTimeout time.Duration
@@ -206,6 +210,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < MinAdminTokenLen {
+		return bad("admin token is %d bytes; want at least %d (e.g. openssl rand -hex 32)", len(c.AdminToken), MinAdminTokenLen)
 	}
 	if err := c.TokenCounter.validate(); err != nil {
 		return err

@@ -105,8 +105,8 @@ func TestAuthAttacks(t *testing.T) {
 
 	// Enabling is refused to a caller that would not be an admin after it.
 	_, err = alice.auth.SetEnabled(ctx, connect.NewRequest(&pb.SetEnabledRequest{Enabled: true}))
-	if api.CodeOf(err) != api.CodeInvalidArgument {
-		t.Fatalf("alice enables auth: %v, want invalid-argument", err)
+	if api.CodeOf(err) != api.CodePermissionDenied {
+		t.Fatalf("alice enables auth: %v, want permission-denied", err)
 	}
 	for _, pol := range []*pb.Policy{
 		{Name: "reports", Principals: []string{"alice", "mallory"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"report:"}},
@@ -232,21 +232,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // TestAuthNodeSecret: three real processes without TLS between nodes,
 // identified to each other by --node-secret-file; clients use bearer
-// tokens. A follower forwards a token holder's writes as that principal.
+// tokens, minted (while auth is off) and enabled by the operator with the
+// node secret, which no token can replace. A follower forwards a token
+// holder's writes as that principal.
 func TestAuthNodeSecret(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "node.secret")
-	must(t, "secret", os.WriteFile(secret, []byte(strings.Repeat("5e", 32)+"\n"), 0o600))
+	secretValue := strings.Repeat("5e", 32)
+	must(t, "secret", os.WriteFile(secret, []byte(secretValue+"\n"), 0o600))
 	procs := startClusterWith(t, 3, http.DefaultClient, "http://", "--node-secret-file", secret, "--admin", "ops")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	h2c := func(tok string) *http.Client {
+	h2cWith := func(tok, sec string) *http.Client {
 		var protos http.Protocols
 		protos.SetUnencryptedHTTP2(true)
-		hc := &http.Client{Transport: bearerTransport{tok: tok, rt: &http.Transport{Protocols: &protos}}, Timeout: 10 * time.Second}
+		hc := &http.Client{Transport: bearerTransport{tok: tok, secret: sec, rt: &http.Transport{Protocols: &protos}}, Timeout: 10 * time.Second}
 		t.Cleanup(hc.CloseIdleConnections)
 		return hc
 	}
-	anyNode := leaseholdv1connect.NewAuthServiceClient(h2c(""), "http://"+procs[0].api, connect.WithGRPC())
+	h2c := func(tok string) *http.Client { return h2cWith(tok, "") }
+	anonymous := leaseholdv1connect.NewAuthServiceClient(h2c(""), "http://"+procs[0].api, connect.WithGRPC())
+	_, err := anonymous.CreateToken(ctx, connect.NewRequest(&pb.CreateTokenRequest{Principal: "ops"}))
+	wantDenied(t, "an anonymous caller mints a token for the --admin principal", err)
+	anyNode := leaseholdv1connect.NewAuthServiceClient(h2cWith("", secretValue), "http://"+procs[0].api, connect.WithGRPC())
 	var opsTok, ciTok string
 	waitFor(t, "tokens", func() bool {
 		a, err1 := anyNode.CreateToken(ctx, connect.NewRequest(&pb.CreateTokenRequest{Principal: "ops"}))
@@ -261,10 +268,14 @@ func TestAuthNodeSecret(t *testing.T) {
 		return true
 	})
 	ops := leaseholdv1connect.NewAuthServiceClient(h2c(opsTok), "http://"+procs[0].api, connect.WithGRPC())
-	_, err := ops.SetPolicy(ctx, connect.NewRequest(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "ci", Principals: []string{"ci"}, Permissions: []string{"lock"}, Prefixes: []string{"deploy:"}}}))
-	must(t, "policy", err)
 	_, err = ops.SetEnabled(ctx, connect.NewRequest(&pb.SetEnabledRequest{Enabled: true}))
+	wantDenied(t, "the --admin principal's token enables auth", err)
+	_, err = anyNode.SetPolicy(ctx, connect.NewRequest(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "ci", Principals: []string{"ci"}, Permissions: []string{"lock"}, Prefixes: []string{"deploy:"}}}))
+	must(t, "policy", err)
+	_, err = anyNode.SetEnabled(ctx, connect.NewRequest(&pb.SetEnabledRequest{Enabled: true}))
 	must(t, "enable", err)
+	_, err = ops.ListTokens(ctx, connect.NewRequest(&pb.ListTokensRequest{}))
+	must(t, "ops (--admin) lists tokens once auth is on", err)
 	for _, pr := range procs {
 		c := leaseholdv1connect.NewLeaseholdServiceClient(h2c(ciTok), "http://"+pr.api, connect.WithGRPC())
 		var s *connect.Response[pb.CreateSessionResponse]
@@ -277,17 +288,88 @@ func TestAuthNodeSecret(t *testing.T) {
 		_, err = c.TryAcquire(ctx, connect.NewRequest(&pb.TryAcquireRequest{Name: "other:" + pr.id, LeaseId: s.Msg.GetLeaseId()}))
 		wantDenied(t, "ci outside its prefix through "+pr.id, err)
 	}
+
+	// Revoking ci's token ends, on every node (followers too), its open
+	// KeepAliveStream and its queued Acquire within a second, and the
+	// queued Acquires are never granted.
+	opsLocks := leaseholdv1connect.NewLeaseholdServiceClient(h2c(opsTok), "http://"+procs[0].api, connect.WithGRPC())
+	opsSess, err := opsLocks.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 30000}))
+	must(t, "ops session", err)
+	held, err := opsLocks.TryAcquire(ctx, connect.NewRequest(&pb.TryAcquireRequest{Name: "deploy:held", LeaseId: opsSess.Msg.GetLeaseId()}))
+	must(t, "ops holds deploy:held", err)
+	var kaEnds, queued []chan error
+	for _, pr := range procs {
+		c := leaseholdv1connect.NewLeaseholdServiceClient(h2c(ciTok), "http://"+pr.api, connect.WithGRPC())
+		s, err := c.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 30000}))
+		must(t, "ci session through "+pr.id, err)
+		ka := c.KeepAliveStream(ctx)
+		must(t, "keepalive through "+pr.id, ka.Send(&pb.KeepAliveStreamRequest{LeaseId: s.Msg.GetLeaseId()}))
+		if r, err := ka.Receive(); err != nil || r.GetErrorCode() != "" {
+			t.Fatalf("ci's renewal through %s: %v %v", pr.id, r, err)
+		}
+		kaEnd, q := make(chan error, 1), make(chan error, 1)
+		go func() {
+			for {
+				if _, err := ka.Receive(); err != nil {
+					kaEnd <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			_, err := c.Acquire(ctx, connect.NewRequest(&pb.AcquireRequest{Name: "deploy:held", LeaseId: s.Msg.GetLeaseId()}))
+			q <- err
+		}()
+		kaEnds, queued = append(kaEnds, kaEnd), append(queued, q)
+	}
+	waitFor(t, "ci's three Acquires queued", func() bool {
+		st, err := opsLocks.Status(ctx, connect.NewRequest(&pb.StatusRequest{Name: "deploy:held"}))
+		return err == nil && len(st.Msg.GetLock().GetWaiters()) == len(procs)
+	})
+	toks, err := anyNode.ListTokens(ctx, connect.NewRequest(&pb.ListTokensRequest{}))
+	must(t, "list tokens", err)
+	for _, tk := range toks.Msg.GetTokens() {
+		if tk.GetPrincipal() == "ci" {
+			_, err := anyNode.RevokeToken(ctx, connect.NewRequest(&pb.RevokeTokenRequest{Id: tk.GetId()}))
+			must(t, "revoke ci's token", err)
+		}
+	}
+	for i, pr := range procs {
+		for what, ch := range map[string]chan error{"KeepAliveStream": kaEnds[i], "queued Acquire": queued[i]} {
+			select {
+			case err := <-ch:
+				wantDenied(t, "ci's "+what+" through "+pr.id+" after the revocation", err)
+			case <-time.After(time.Second):
+				t.Fatalf("ci's %s through %s still open a second after the revocation", what, pr.id)
+			}
+		}
+	}
+	waitFor(t, "ci's Acquires withdrawn", func() bool {
+		st, err := opsLocks.Status(ctx, connect.NewRequest(&pb.StatusRequest{Name: "deploy:held"}))
+		return err == nil && len(st.Msg.GetLock().GetWaiters()) == 0
+	})
+	_, err = opsLocks.Release(ctx, connect.NewRequest(&pb.ReleaseRequest{Name: "deploy:held", LeaseId: opsSess.Msg.GetLeaseId(), Token: held.Msg.GetHolding().GetToken()}))
+	must(t, "ops releases deploy:held", err)
+	st, err := opsLocks.Status(ctx, connect.NewRequest(&pb.StatusRequest{Name: "deploy:held"}))
+	must(t, "status", err)
+	if h := st.Msg.GetLock().GetHolder(); h != nil {
+		t.Fatalf("deploy:held was granted to %v after ci's token was revoked", h)
+	}
 }
 
 type bearerTransport struct {
-	tok string
-	rt  http.RoundTripper
+	tok    string
+	secret string // the node secret, sent when set
+	rt     http.RoundTripper
 }
 
 func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	if b.tok != "" {
 		r.Header.Set("Authorization", "Bearer "+b.tok)
+	}
+	if b.secret != "" {
+		r.Header.Set("Leasehold-Node-Secret", b.secret)
 	}
 	return b.rt.RoundTrip(r)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
@@ -83,8 +84,9 @@ type authPrincipalKey struct{}
 // principal, and the connection's TLS state a LockStream needs to
 // authenticate its messages again (lockstream.go).
 type authn struct {
-	p   auth.Principal
-	tls *tls.ConnectionState
+	p      auth.Principal
+	tls    *tls.ConnectionState
+	header http.Header // the request's headers, to authenticate it again
 }
 
 // principalFrom returns the caller authenticated by the middleware.
@@ -108,18 +110,96 @@ type authState struct {
 	pol        atomic.Pointer[auth.Policies] // the compiled policies; nil: disabled
 	authReload atomic.Bool                   // set by a restore: pol must be read from the state
 	audit      *slog.Logger
+
+	changeMu sync.Mutex    // protects following
+	changed  chan struct{} // closed (and replaced) when the auth state changes
 }
 
 // observeAuth refreshes the compiled policies after an applied entry, or
-// marks them for reading from the state after a restore (res nil).
+// marks them for reading from the state after a restore (res nil), and
+// wakes everything that decided on the previous auth state (authChanged).
 func (s *Server) observeAuth(res *fsm.Result) {
-	if res == nil {
+	switch {
+	case res == nil:
 		s.authReload.Store(true)
+	case res.Auth != nil:
+		s.pol.Store(res.Auth)
+	default:
 		return
 	}
-	if res.Auth != nil {
-		s.pol.Store(res.Auth)
+	s.changeMu.Lock()
+	if s.changed != nil {
+		close(s.changed)
 	}
+	s.changed = make(chan struct{})
+	s.changeMu.Unlock()
+}
+
+// authChanged returns a channel closed at the next change of the auth
+// state (a token created or revoked, a policy set or deleted, the switch,
+// a restore) applied on this node. A long-lived request takes it before
+// it decides, and decides again (recheck) when it is closed.
+func (s *Server) authChanged() <-chan struct{} {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+// recheck decides again, under the auth state as it is now, whether the
+// caller of the long-lived request ctx may still do proc with msg: its
+// credentials are authenticated again (a revoked token fails) and its
+// permission decided again (a deleted policy fails). nil, or
+// permission-denied.
+func (s *Server) recheck(ctx context.Context, proc string, msg any) error {
+	ctx, err := s.reauthenticate(ctx, proc)
+	if err != nil {
+		return err
+	}
+	if pol := s.policies(); pol.On() {
+		return s.decideAudited(ctx, pol, proc, msg)
+	}
+	return nil
+}
+
+// revocable returns a context that ends with a permission-denied cause
+// (revokedErr) as soon as an auth change applied on this node leaves the
+// caller of ctx unable to do proc with msg. stop ends the watch and waits
+// for its goroutine; call it when the request ends.
+func (s *Server) revocable(ctx context.Context, proc string, msg any) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	changed := s.authChanged()
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			changed = s.authChanged()
+			if err := s.recheck(ctx, proc, msg); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil); <-done }
+}
+
+// revokedErr is the permission-denied error that ended ctx (revocable),
+// or nil when ctx did not end for that.
+func revokedErr(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	if err := context.Cause(ctx); api.CodeOf(err) == api.CodePermissionDenied {
+		return api.ToConnect(err)
+	}
+	return nil
 }
 
 func (s *Server) auditLog() *slog.Logger { return s.audit }
@@ -139,7 +219,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeDenied(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, authn{p: p, tls: r.TLS})))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, authn{p: p, tls: r.TLS, header: r.Header})))
 	})
 }
 
@@ -147,17 +227,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // from its headers and connection, as authenticate did when it began, so
 // that a token revoked since is refused: ctx carries the new principal.
 // An anonymous caller stays anonymous (decided by the policies).
-func (s *Server) reauthenticate(ctx context.Context, h http.Header, path string) (context.Context, error) {
+func (s *Server) reauthenticate(ctx context.Context, path string) (context.Context, error) {
 	a, ok := ctx.Value(authPrincipalKey{}).(authn)
 	if !ok {
 		return ctx, nil
 	}
-	p, err := s.authenticateRequest(a.tls, h, h.Get(principalHeader), h.Get("Authorization"))
+	p, err := s.authenticateRequest(a.tls, a.header, a.header.Get(principalHeader), a.header.Get("Authorization"))
 	if err != nil {
 		s.auditLog().Warn("audit", "action", "authenticate", "path", path, "principal", p.String(), "result", "denied", "reason", err.Error())
 		return ctx, err
 	}
-	return context.WithValue(ctx, authPrincipalKey{}, authn{p: p, tls: a.tls}), nil
+	return context.WithValue(ctx, authPrincipalKey{}, authn{p: p, tls: a.tls, header: a.header}), nil
 }
 
 func (s *Server) authenticateRequest(cs *tls.ConnectionState, h http.Header, fwd, bearer string) (auth.Principal, error) {
@@ -176,7 +256,7 @@ func (s *Server) authenticateRequest(cs *tls.ConnectionState, h http.Header, fwd
 	}
 	if sec := h.Get(nodeSecretHeader); sec != "" {
 		switch {
-		case s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1:
+		case s.nodeCredential(nil, h):
 			p = auth.Principal{Name: auth.NodeName, Node: true}
 		case pol.On():
 			return p, api.Errorf(api.CodePermissionDenied, "wrong %s: this node has another --node-secret-file", nodeSecretHeader)
@@ -317,6 +397,7 @@ var rules = map[string]rule{
 	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   {auth.PermLock, scopeAny},
 	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       {auth.PermLock, scopeAny},
 	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: {auth.PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceLockStreamProcedure:      {auth.PermLock, scopeAny}, // the stream; each request is decided as its RPC
 	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    {auth.PermLock, scopeAny},
 	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         {auth.PermLock, scopeName},
 	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      {auth.PermLock, scopeName},
@@ -350,13 +431,20 @@ func action(proc string) string {
 // authorize decides whether the caller may send msg to proc: nil or a
 // permission-denied error, logged for audit.
 func (s *Server) authorize(ctx context.Context, pol *auth.Policies, proc string, msg any) error {
+	if err := s.decideAudited(ctx, pol, proc, msg); err != nil {
+		return api.ToConnect(err)
+	}
+	return nil
+}
+
+// decideAudited is authorize with the error as an api error.
+func (s *Server) decideAudited(ctx context.Context, pol *auth.Policies, proc string, msg any) error {
 	p := principalFrom(ctx)
 	err := decide(s, pol, p, proc, msg)
 	if err != nil {
 		s.auditLog().Warn("audit", "action", action(proc), "principal", p.String(), "result", "denied", "reason", api.FromError(err).Message)
-		return api.ToConnect(err)
 	}
-	return nil
+	return err
 }
 
 func decide(s *Server, pol *auth.Policies, p auth.Principal, proc string, msg any) error {
@@ -652,14 +740,64 @@ func leaderAuth[Req, Res any](ctx context.Context, s *Server, req *connect.Reque
 	return onLeaderVia(ctx, s, req, local, remote, leader, func(err error) error { return toAPI(authToAPI(err)) })
 }
 
+// bootstrapCredential reports whether the caller of ctx proved a
+// credential that nobody could mint while auth was off, as turning auth on
+// and changing the auth state while it is off require: the node role (a
+// node certificate or the node secret; a node forwarding a request made
+// that check where it was received), or a principal named by serve --admin
+// proven by its verified client certificate. A bearer token is not one:
+// anyone may create tokens, for any principal, while auth is off.
+func (s *Server) bootstrapCredential(ctx context.Context) bool {
+	a, ok := ctx.Value(authPrincipalKey{}).(authn)
+	if !ok {
+		return false
+	}
+	if s.nodeCredential(a.tls, a.header) {
+		return true
+	}
+	if a.tls == nil || len(a.tls.VerifiedChains) == 0 || len(a.tls.VerifiedChains[0]) == 0 || a.header.Get("Authorization") != "" {
+		return false
+	}
+	cn := a.tls.VerifiedChains[0][0].Subject.CommonName
+	return cn == a.p.Name && slices.Contains(s.cfg.Admins, cn)
+}
+
+// nodeCredential reports whether a request came with a node certificate
+// or this cluster's node secret.
+func (s *Server) nodeCredential(cs *tls.ConnectionState, h http.Header) bool {
+	if cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 && auth.IsNodeCert(cs.VerifiedChains[0][0]) {
+		return true
+	}
+	sec := h.Get(nodeSecretHeader)
+	return sec != "" && s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1
+}
+
+// needBootstrapCredential refuses what (enabling auth, or minting a token
+// or a policy while auth is off) the caller may do only with
+// bootstrapCredential.
+func (s *Server) needBootstrapCredential(ctx context.Context, what string) error {
+	if s.bootstrapCredential(ctx) {
+		return nil
+	}
+	return api.ToConnect(api.Errorf(api.CodePermissionDenied, "%s needs the node role (a node certificate or the node secret) or a principal named by serve --admin proven by its client certificate, not %s: while auth is off anyone may mint a token", what, principalFrom(ctx)))
+}
+
+// needWhileOff is needBootstrapCredential while auth is off: with auth on,
+// the policies decide (admin).
+func (s *Server) needWhileOff(ctx context.Context, what string) error {
+	if s.policies().On() {
+		return nil
+	}
+	return s.needBootstrapCredential(ctx, what+" while auth is off")
+}
+
 func (a *authService) SetEnabled(ctx context.Context, req *connect.Request[pb.SetEnabledRequest]) (*connect.Response[pb.SetEnabledResponse], error) {
 	s := a.s
 	if req.Msg.GetEnabled() {
-		// Refuse to lock everybody out: the caller must be an admin once
-		// auth is on.
-		on := auth.Compile(&fsmpb.AuthState{Enabled: true, Policies: s.policies().State().GetPolicies()})
-		if p := principalFrom(ctx); !on.IsAdmin(p) {
-			return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "auth enable: %s would not be an admin once auth is on; authenticate as a principal named by serve --admin or by a policy granting admin", p))
+		// Not with a token, which anyone could have minted while auth was
+		// off; the caller is an admin once auth is on.
+		if err := s.needBootstrapCredential(ctx, "auth enable"); err != nil {
+			return nil, err
 		}
 	}
 	return leaderAuth(ctx, s, req, func(ctx context.Context, m *pb.SetEnabledRequest) (*pb.SetEnabledResponse, error) {
@@ -688,6 +826,9 @@ func (a *authService) CreateToken(ctx context.Context, req *connect.Request[pb.C
 	s := a.s
 	if !auth.ValidPrincipal(req.Msg.GetPrincipal()) {
 		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "principal %q: want 1..64 of A-Z a-z 0-9 . _ - @, not starting with '.', not %q", req.Msg.GetPrincipal(), auth.NodeName))
+	}
+	if err := s.needWhileOff(ctx, "auth token create"); err != nil {
+		return nil, err
 	}
 	return leaderAuth(ctx, s, req, func(ctx context.Context, m *pb.CreateTokenRequest) (*pb.CreateTokenResponse, error) {
 		tok, rec := auth.NewToken(m.GetPrincipal(), s.clock.Now().UnixMilli())
@@ -722,6 +863,9 @@ func (a *authService) SetPolicy(ctx context.Context, req *connect.Request[pb.Set
 	rec := &fsmpb.AuthPolicy{Name: p.GetName(), Principals: p.GetPrincipals(), Permissions: p.GetPermissions(), Prefixes: p.GetPrefixes()}
 	if err := auth.ValidatePolicy(rec); err != nil {
 		return nil, api.ToConnect(authToAPI(err))
+	}
+	if err := s.needWhileOff(ctx, "auth policy set"); err != nil {
+		return nil, err
 	}
 	return leaderAuth(ctx, s, req, func(ctx context.Context, _ *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
 		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_AuthPutPolicy{AuthPutPolicy: &fsmpb.AuthPutPolicy{Policy: rec}}}); err != nil {

@@ -42,15 +42,35 @@ func withToken(t *testing.T, c *servertest.Cluster, tok string) bearerClients {
 	}
 }
 
+// testNodeSecret is the node secret of startAuth's server.
+const testNodeSecret = "0123456789abcdef0123456789abcdef"
+
+// startAuth starts a node whose serve --admin is "ops" and that has a node
+// secret, and returns it with clients that present the secret: the node
+// role, which mints tokens and policies while auth is off and enables it.
+func startAuth(t *testing.T) (*servertest.Cluster, bearerClients) {
+	t.Helper()
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) {
+		cfg.Admins = []string{"ops"}
+		cfg.NodeSecret = testNodeSecret
+	}})
+	hc := &http.Client{Transport: headerRT{"Leasehold-Node-Secret": testNodeSecret}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return c, bearerClients{
+		locks: leaseholdv1connect.NewLeaseholdServiceClient(hc, c.URL, connect.WithProtoJSON()),
+		auth:  leaseholdv1connect.NewAuthServiceClient(hc, c.URL, connect.WithProtoJSON()),
+	}
+}
+
 // TestAuthBearerTokens: tokens are returned once and stored as SHA-256
 // only; with auth enabled a token's principal is held to its policies and
 // its own sessions; a revoked or unknown token is refused.
 func TestAuthBearerTokens(t *testing.T) {
-	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
+	c, node := startAuth(t)
 	ctx := ctxT(t)
 	anon := withToken(t, c, "")
 	mk := func(who string) string {
-		res, err := anon.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
+		res, err := node.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
 		mustOK(t, "create token "+who, err)
 		return res.Msg.GetToken()
 	}
@@ -69,17 +89,15 @@ func TestAuthBearerTokens(t *testing.T) {
 	}
 
 	ops, alice, eve := withToken(t, c, opsTok), withToken(t, c, aliceTok), withToken(t, c, eveTok)
-	_, err := anon.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
-	wantCode(t, "anonymous enables auth (would lock itself out)", err, api.CodeInvalidArgument)
 	for _, p := range []*pb.Policy{
 		{Name: "alice", Principals: []string{"alice"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"job:"}},
 		{Name: "eve", Principals: []string{"eve"}, Permissions: []string{"lock", "read"}, Prefixes: []string{"job:"}},
 	} {
-		_, err := ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: p}))
+		_, err := node.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: p}))
 		mustOK(t, "set policy", err)
 	}
-	_, err = ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
-	mustOK(t, "ops enables auth", err)
+	_, err := node.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	mustOK(t, "the node enables auth", err)
 
 	_, err = anon.locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000}))
 	wantCode(t, "anonymous creates a session", err, api.CodePermissionDenied)
@@ -159,12 +177,12 @@ func TestAuthForwardedPrincipal(t *testing.T) {
 			auth:  leaseholdv1connect.NewAuthServiceClient(hc, c.URL, connect.WithProtoJSON()),
 		}
 	}
-	opsTok, err := as(headerRT{}).auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: "ops"}))
+	node := as(headerRT{"Leasehold-Node-Secret": secret})
+	opsTok, err := node.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: "ops"}))
 	mustOK(t, "token", err)
-	ops := withToken(t, c, opsTok.Msg.GetToken())
-	_, err = ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "r", Principals: []string{"reader"}, Permissions: []string{"read"}}}))
+	_, err = node.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "r", Principals: []string{"reader"}, Permissions: []string{"read"}}}))
 	mustOK(t, "policy", err)
-	_, err = ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	_, err = node.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
 	mustOK(t, "enable", err)
 
 	fwd := func(who, sec string) bearerClients {
@@ -193,18 +211,17 @@ func TestAuthForwardedPrincipal(t *testing.T) {
 // another principal holds the name, and a Release whose next holder is
 // another principal's session, name no lease id of theirs.
 func TestAuthNoLeaseIDsOfOthers(t *testing.T) {
-	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
+	c, node := startAuth(t)
 	ctx := ctxT(t)
-	anon := withToken(t, c, "")
 	mk := func(who string) bearerClients {
-		res, err := anon.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
+		res, err := node.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
 		mustOK(t, "create token "+who, err)
 		return withToken(t, c, res.Msg.GetToken())
 	}
 	ops, alice, eve := mk("ops"), mk("alice"), mk("eve")
-	_, err := ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "jobs", Principals: []string{"alice", "eve"}, Permissions: []string{"lock"}, Prefixes: []string{"job:"}}}))
+	_, err := node.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "jobs", Principals: []string{"alice", "eve"}, Permissions: []string{"lock"}, Prefixes: []string{"job:"}}}))
 	mustOK(t, "set policy", err)
-	_, err = ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	_, err = node.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
 	mustOK(t, "enable", err)
 
 	as, err := alice.locks.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 10000, Owner: "alice"}))
@@ -236,4 +253,43 @@ func TestAuthNoLeaseIDsOfOthers(t *testing.T) {
 		t.Fatalf("alice's release names the next holder %+v; want eve's owner label, no lease id", n)
 	}
 	mustOK(t, "eve's queued acquire", <-queued)
+}
+
+// TestAuthBootstrapNeedsUnmintableCredential: while auth is off anyone may
+// call the AuthService, so a token proves nothing then. Minting tokens and
+// policies while auth is off, and enabling auth, need the node role (here
+// the node secret) or a serve --admin principal proven by its certificate:
+// an anonymous caller cannot mint a token (not for the --admin principal,
+// not for anyone) or a policy, and the --admin principal's token cannot
+// enable auth. Once auth is on, the policies decide as before.
+func TestAuthBootstrapNeedsUnmintableCredential(t *testing.T) {
+	c, node := startAuth(t)
+	ctx := ctxT(t)
+	anon := withToken(t, c, "")
+	for _, who := range []string{"ops", "mallory"} {
+		_, err := anon.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: who}))
+		wantCode(t, "anonymous mints a token for "+who+" while auth is off", err, api.CodePermissionDenied)
+	}
+	_, err := anon.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "m", Principals: []string{"mallory"}, Permissions: []string{"admin"}}}))
+	wantCode(t, "anonymous sets a policy while auth is off", err, api.CodePermissionDenied)
+	_, err = anon.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	wantCode(t, "anonymous enables auth", err, api.CodePermissionDenied)
+
+	res, err := node.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: "ops"}))
+	mustOK(t, "the node mints ops's token", err)
+	ops := withToken(t, c, res.Msg.GetToken())
+	_, err = ops.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: "ci"}))
+	wantCode(t, "the --admin principal by token mints a token while auth is off", err, api.CodePermissionDenied)
+	_, err = ops.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	wantCode(t, "the --admin principal by token enables auth", err, api.CodePermissionDenied)
+	if st, err := anon.auth.Status(ctx, req(&pb.AuthStatusRequest{})); err != nil || st.Msg.GetEnabled() || st.Msg.GetTokens() != 1 || st.Msg.GetPolicies() != 0 {
+		t.Fatalf("auth status after the refusals: %v %v; want off, 1 token, no policy", st, err)
+	}
+
+	_, err = node.auth.SetEnabled(ctx, req(&pb.SetEnabledRequest{Enabled: true}))
+	mustOK(t, "the node enables auth", err)
+	_, err = ops.auth.CreateToken(ctx, req(&pb.CreateTokenRequest{Principal: "ci"}))
+	mustOK(t, "ops (admin) mints a token with auth on", err)
+	_, err = ops.auth.SetPolicy(ctx, req(&pb.SetPolicyRequest{Policy: &pb.Policy{Name: "ci", Principals: []string{"ci"}, Permissions: []string{"lock"}}}))
+	mustOK(t, "ops (admin) sets a policy with auth on", err)
 }

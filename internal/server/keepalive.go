@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/lessor"
 )
 
@@ -115,8 +116,10 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 		return err
 	}
 	defer release()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// A revoked token or a changed policy ends the stream at once, not at
+	// the next renewal: its renewals are decided as the principal it had.
+	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure, nil)
+	defer stop()
 	in := receiveAll(ctx, stream.Receive)
 	for {
 		var r received[pb.KeepAliveStreamRequest]
@@ -124,7 +127,7 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-ctx.Done():
-			return nil
+			return revokedErr(ctx)
 		case r = <-in:
 		}
 		if errors.Is(r.err, io.EOF) {

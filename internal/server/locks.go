@@ -110,7 +110,23 @@ func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.Acqui
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.AcquireRequest) (*pb.AcquireResponse, error) {
 		return h.s.acquire(ctx, acquireReq{name: m.GetName(), leaseID: m.GetLeaseId(), delay: delay, wait: wait, waitID: m.GetWaitId(), mode: m.GetMode(), permits: m.GetPermits(), value: m.GetValue()})
-	}, client.Acquire)
+	}, h.s.forwardAcquire)
+}
+
+// forwardAcquire sends an Acquire to the leader and waits for its answer,
+// which may come after a long wait in the queue. The leader decides the
+// request as the principal this node names, so this node, which
+// authenticated the caller, ends the call when an auth change leaves the
+// caller without its credentials or its permission: the leader then
+// withdraws the queued request as for any caller that went away.
+func (s *Server) forwardAcquire(c client, ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
+	ctx, stop := s.revocable(ctx, leaseholdv1connect.LeaseholdServiceAcquireProcedure, req.Msg)
+	defer stop()
+	res, err := c.Acquire(ctx, req)
+	if revoked := revokedErr(ctx); revoked != nil {
+		return nil, revoked
+	}
+	return res, err
 }
 
 // acquireReq is one checked Acquire or TryAcquire.
@@ -179,9 +195,15 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 		if r.wait > 0 {
 			timeout = s.clock.After(r.wait)
 		}
+		authChanged := s.authChanged()
 		for holding == nil {
 			var why error
 			select {
+			case <-authChanged:
+				// A revoked token or a changed policy: a caller no longer
+				// allowed to wait leaves the queue before it is granted.
+				authChanged = s.authChanged()
+				why = s.recheck(ctx, leaseholdv1connect.LeaseholdServiceAcquireProcedure, &pb.AcquireRequest{Name: r.name, LeaseId: r.leaseID})
 			case <-w.wake:
 				h, done, err := s.waitOutcome(r)
 				if !done {
@@ -295,8 +317,12 @@ func (s *Server) lockedErr(name string) error {
 	return api.Errorf(api.CodeLocked, "%q is free but %d other session(s) wait for it", name, waiters)
 }
 
-// ctxErr says why ctx ended: the caller's deadline or its cancellation.
+// ctxErr says why ctx ended: the caller's deadline or its cancellation,
+// or the revocation of its credentials (revocable).
 func ctxErr(ctx context.Context, format string, args ...any) error {
+	if err := revokedErr(ctx); err != nil {
+		return err
+	}
 	code := api.CodeDeadlineExceeded
 	if errors.Is(ctx.Err(), context.Canceled) {
 		code = api.CodeCanceled
@@ -469,6 +495,8 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		return err
 	}
 	defer release()
+	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceWatchProcedure, req.Msg)
+	defer stop()
 	w, covered, err := h.s.hub.watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
 	if err != nil {
 		return h.s.endWatch(stream, req.Msg.GetPrefix(), err)
@@ -508,7 +536,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return revokedErr(ctx)
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-w.ended:

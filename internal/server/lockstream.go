@@ -40,6 +40,12 @@ import (
 // such answer names the leader (leader_api_addr), so that a client whose
 // stream stayed on a node that lost the lead learns where to go.
 //
+// An auth change applied on this node ends the stream with
+// permission-denied when its caller can no longer authenticate or may lock
+// nothing (revocable); a queued Acquire on it is decided again on its own
+// name (acquire), so it leaves the queue when the caller may no longer
+// lock that name.
+//
 // When the stream ends, by the client or a broken connection, every
 // request in flight is cancelled as a unary call is when its caller goes
 // away: a queued Acquire withdraws its wait, a grant made after the caller
@@ -84,7 +90,6 @@ func receiveAll[T any](ctx context.Context, receive func() (*T, error)) <-chan r
 type lockStreamConn struct {
 	h      *lockService
 	stream *connect.BidiStream[pb.LockStreamRequest, pb.LockStreamResponse]
-	header http.Header
 	peer   string
 	proto  string
 
@@ -192,10 +197,15 @@ func (g *flushGate) release() {
 }
 
 func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream[pb.LockStreamRequest, pb.LockStreamResponse]) error {
-	c := &lockStreamConn{h: h, stream: stream, header: stream.RequestHeader(), peer: stream.Peer().Addr, proto: stream.Peer().Protocol}
+	c := &lockStreamConn{h: h, stream: stream, peer: stream.Peer().Addr, proto: stream.Peer().Protocol}
 	c.gate, _ = ctx.Value(flushGateKey{}).(*flushGate)
 	stream.ResponseHeader().Set(api.StreamOpsHeader, api.StreamOpsSession+","+api.StreamOpsBatch)
 	h.s.tellLeader(stream.ResponseHeader())
+	// A caller whose token is revoked, or who may lock nothing any more,
+	// loses the stream at once: what is in flight ends (a queued Acquire
+	// leaves its queue) with permission-denied, and so does the stream.
+	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceLockStreamProcedure, nil)
+	defer stop()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in := receiveAll(sctx, stream.Receive)
@@ -255,7 +265,7 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 		}
 		if now := h.s.policies(); now != pol {
 			pol = now
-			base, authErr = h.s.reauthenticate(ctx, c.header, leaseholdv1connect.LeaseholdServiceLockStreamProcedure)
+			base, authErr = h.s.reauthenticate(ctx, leaseholdv1connect.LeaseholdServiceLockStreamProcedure)
 		}
 		rctx, stop := context.WithCancel(base)
 		if ms := m.GetTimeoutMs(); ms > 0 {
@@ -289,6 +299,9 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 			ended = api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 			continue
 		case <-sctx.Done():
+			if err := revokedErr(ctx); err != nil {
+				ended = err
+			}
 			return finish()
 		case r := <-recv:
 			if r.err != nil {

@@ -547,8 +547,8 @@ func (s *Server) Handler() http.Handler {
 		mountPprof(pm)
 		mux.Handle("/debug/pprof/", s.adminOnly(pm))
 	}
-	var hd http.Handler = s.limitHandler(mux)
-	hd = s.authenticate(hd) // before the limits: they count the authenticated principal
+	var hd http.Handler = s.limitHandler(s.browserCheck(mux)) // origin.go
+	hd = s.authenticate(hd)                                   // before the limits: they count the authenticated principal
 	if s.cfg.AccessLog != nil {
 		hd = accessLog(s.cfg.AccessLog, hd)
 	}
