@@ -723,6 +723,9 @@ func (a *authService) SetPolicy(ctx context.Context, req *connect.Request[pb.Set
 	if err := auth.ValidatePolicy(rec); err != nil {
 		return nil, api.ToConnect(authToAPI(err))
 	}
+	if err := checkPolicyBytes(rec); err != nil {
+		return nil, api.ToConnect(err)
+	}
 	return leaderAuth(ctx, s, req, func(ctx context.Context, _ *pb.SetPolicyRequest) (*pb.SetPolicyResponse, error) {
 		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_AuthPutPolicy{AuthPutPolicy: &fsmpb.AuthPutPolicy{Policy: rec}}}); err != nil {
 			return nil, err
