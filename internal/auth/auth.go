@@ -162,6 +162,10 @@ const (
 	MaxPolicyPrincipals = 100
 	MaxPolicyPrefixes   = 100
 	MaxPrefixLen        = 512
+	// MaxPolicyBytes bounds the encoded size of one policy, so that the
+	// auth state stays within MaxPolicies × MaxPolicyBytes plus
+	// MaxTokens token records of about 130 bytes: about 17 MiB.
+	MaxPolicyBytes = 16 << 10
 )
 
 // ValidatePolicy checks a policy before it is proposed.

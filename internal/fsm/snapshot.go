@@ -3,6 +3,7 @@ package fsm
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,14 +28,21 @@ import (
 //	uvarint(len) SnapshotRecord{auth}        only when auth was set up (auth.go)
 //	uvarint(len) SnapshotRecord{end}         the number of records before it
 //
-// A record is at most MaxRecordBytes long. Restore also reads the format
-// before streams (one fsmpb.Snapshot message), which never starts with the
-// magic: its first byte is a field tag, and 'L' is not a valid one.
+// A record is at most MaxRecordBytes long. A record whose encoding is
+// longer than PartBytes (the auth state at its limits, a shared lock with
+// thousands of holders carrying values) is written as consecutive part
+// records of at most PartBytes each, the last one marked, which the reader
+// joins before decoding; every other record is written whole, as before
+// parts existed. Restore also reads the format before streams (one
+// fsmpb.Snapshot message), which never starts with the magic: its first
+// byte is a field tag, and 'L' is not a valid one.
 
-// MaxRecordBytes bounds one record of a snapshot stream. The largest record
-// the limits allow is a lock with its queue (1 000 waiters of about 60
-// bytes) or a KV entry (64 KiB value), far below it.
+// MaxRecordBytes bounds one record of a snapshot stream as read.
 const MaxRecordBytes = 16 << 20
+
+// PartBytes is the longest record written whole; a longer one is cut into
+// parts of at most this many bytes of its encoding.
+const PartBytes = 4 << 20
 
 var streamMagic = []byte("LHSNAP1\n")
 
@@ -103,8 +111,9 @@ func (v *View) WriteTo(w io.Writer) (int64, error) {
 }
 
 // write writes the view's records in the order they are in.
-func (v *View) write(w io.Writer) (int64, error) {
-	sw := &streamWriter{w: w}
+func (v *View) write(w io.Writer) (int64, error) { return v.writeWith(&streamWriter{w: w}) }
+
+func (v *View) writeWith(sw *streamWriter) (int64, error) {
 	sw.write(streamMagic)
 	sw.record(&fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Header{Header: v.header}})
 	for _, s := range v.sessions {
@@ -130,8 +139,10 @@ type streamWriter struct {
 	w       io.Writer
 	n       int64
 	records uint64
+	part    int    // the longest record written whole; 0 is PartBytes
 	buf     []byte // the length prefix
 	rec     []byte // the record, reused
+	frame   []byte // a part record, reused
 	err     error
 }
 
@@ -154,6 +165,27 @@ func (sw *streamWriter) record(r *fsmpb.SnapshotRecord) {
 		return
 	}
 	sw.rec = b
+	part := cmp.Or(sw.part, PartBytes)
+	if len(b) <= part || r.GetHeader() != nil || r.GetEnd() != nil {
+		sw.frameOut(b)
+		return
+	}
+	for len(b) > 0 {
+		n := min(len(b), part)
+		p := &fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Part{Part: &fsmpb.SnapshotPart{Data: b[:n], Last: n == len(b)}}}
+		f, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(sw.frame[:0], p)
+		if err != nil {
+			sw.err = fmt.Errorf("fsm: encode snapshot record: %w", err)
+			return
+		}
+		sw.frame = f
+		sw.frameOut(f)
+		b = b[n:]
+	}
+}
+
+// frameOut writes the encoded record b with its length prefix.
+func (sw *streamWriter) frameOut(b []byte) {
 	sw.buf = binary.AppendUvarint(sw.buf[:0], uint64(len(b)))
 	sw.write(sw.buf)
 	sw.write(b)
@@ -211,10 +243,13 @@ func (m *Machine) Snapshot() ([]byte, error) {
 var errTruncated = errors.New("truncated: no end record")
 
 // ScanStream decodes the snapshot stream r record by record and calls f
-// with each, header first and end record last. It refuses a record longer
-// than MaxRecordBytes, a stream without a header first or without its end
-// record, a wrong record count and bytes after the end. f may keep the
-// records. r must start with the stream magic.
+// with each, header first and end record last; the parts of a record cut
+// into parts are joined and f gets the whole record once. It refuses a
+// record longer than MaxRecordBytes, a stream without a header first or
+// without its end record, a wrong record count, bytes after the end, and
+// parts that do not end with a last part or that join into anything but
+// a session, lock, KV, node or auth record. f may keep the records. r must
+// start with the stream magic.
 func ScanStream(r io.Reader, f func(*fsmpb.SnapshotRecord) error) error {
 	br, ok := r.(io.ByteReader)
 	if !ok {
@@ -227,6 +262,8 @@ func ScanStream(r io.Reader, f func(*fsmpb.SnapshotRecord) error) error {
 	}
 	var count uint64
 	buf := make([]byte, 0, 4096)
+	var joined []byte // the parts so far of a record cut into parts
+	parts := false    // the record before was a part, not the last
 	for {
 		n, err := binary.ReadUvarint(br)
 		if err != nil {
@@ -242,6 +279,33 @@ func ScanStream(r io.Reader, f func(*fsmpb.SnapshotRecord) error) error {
 		rec := &fsmpb.SnapshotRecord{}
 		if err := proto.Unmarshal(buf, rec); err != nil {
 			return fmt.Errorf("fsm: decode snapshot: record %d: %w", count, err)
+		}
+		if p := rec.GetPart(); p != nil {
+			if count == 0 {
+				return errors.New("fsm: decode snapshot: the first record is not the header")
+			}
+			count++
+			joined, parts = append(joined, p.GetData()...), !p.GetLast()
+			if parts {
+				continue
+			}
+			rec = &fsmpb.SnapshotRecord{}
+			if err := proto.Unmarshal(joined, rec); err != nil {
+				return fmt.Errorf("fsm: decode snapshot: parts ending at record %d: %w", count-1, err)
+			}
+			joined = joined[:0]
+			switch rec.GetRec().(type) {
+			case *fsmpb.SnapshotRecord_Session, *fsmpb.SnapshotRecord_Lock, *fsmpb.SnapshotRecord_Kv, *fsmpb.SnapshotRecord_Node, *fsmpb.SnapshotRecord_Auth:
+			default:
+				return fmt.Errorf("fsm: decode snapshot: parts ending at record %d do not join into a state record", count-1)
+			}
+			if err := f(rec); err != nil {
+				return err
+			}
+			continue
+		}
+		if parts {
+			return fmt.Errorf("fsm: decode snapshot: record %d follows a part that is not the last", count)
 		}
 		switch x := rec.GetRec().(type) {
 		case nil:

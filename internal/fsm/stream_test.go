@@ -120,16 +120,32 @@ func TestStreamRefusesDamage(t *testing.T) {
 	refuse("session twice", join(header, session, session, end(3)))
 	refuse("empty record", join(header, rec(&fsmpb.SnapshotRecord{}), end(2)))
 	refuse("tombstone with a value", join(header, rec(&fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Kv{Kv: &fsmpb.KV{Key: "k", Value: []byte("v"), Token: 1, Deleted: true}}}), end(2)))
+	part := func(data []byte, last bool) []byte {
+		return rec(&fsmpb.SnapshotRecord{Rec: &fsmpb.SnapshotRecord_Part{Part: &fsmpb.SnapshotPart{Data: data, Last: last}}})
+	}
+	whole := session[1:] // the session record without its length
+	refuse("a part first", join(part(header[1:], true), end(1)))
+	refuse("no last part", join(header, part(whole[:3], false), part(whole[3:], false), end(3)))
+	refuse("no last part at the end", join(header, part(whole[:3], false), part(whole[3:], false)))
+	refuse("parts of a header", join(header, part(header[1:3], false), part(header[3:], true), end(3)))
+	refuse("parts of an end", join(header, part(end(1)[1:], true), end(2)))
+	refuse("parts of a part", join(header, part(part(whole, true)[1:], true), end(2)))
+	refuse("parts of garbage", join(header, part([]byte{0xff, 0xff}, true), end(2)))
+	if err := dst.m.Restore(join(header, part(whole[:3], false), part(whole[3:], true), end(3))); err != nil {
+		t.Fatalf("a hand-made stream with parts: %v", err)
+	}
 	if err := dst.m.Restore(join(header, session, end(2))); err != nil {
 		t.Fatalf("a well-formed hand-made stream: %v", err)
 	}
 }
 
 // FuzzScanStream decodes arbitrary bytes as a snapshot stream: the decoder
-// never panics nor allocates past MaxRecordBytes for one record, and what
-// ReadSnapshot accepts is consistent and survives a round trip.
+// never panics nor allocates past MaxRecordBytes for one record (parts
+// joined take no more than the input holds), and what ReadSnapshot accepts
+// is consistent and survives a round trip.
 func FuzzScanStream(f *testing.F) {
 	f.Add(busyWith(f, fuzzLimits).snapshot())
+	f.Add(inParts(f, busyWith(f, fuzzLimits).m, 16))
 	f.Add(streamMagic)
 	f.Add(append(bytes.Clone(streamMagic), 0xff, 0xff, 0xff, 0xff, 0x0f))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -864,6 +864,9 @@ func (a *authService) SetPolicy(ctx context.Context, req *connect.Request[pb.Set
 	if err := auth.ValidatePolicy(rec); err != nil {
 		return nil, api.ToConnect(authToAPI(err))
 	}
+	if err := checkPolicyBytes(rec); err != nil {
+		return nil, api.ToConnect(err)
+	}
 	if err := s.needWhileOff(ctx, "auth policy set"); err != nil {
 		return nil, err
 	}

@@ -7,8 +7,12 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/internal/auth"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
 )
@@ -124,6 +128,16 @@ func checkWait(ms int64) (time.Duration, error) {
 func checkToken(t uint64) error {
 	if t == 0 {
 		return api.Errorf(api.CodeInvalidArgument, "token must be > 0")
+	}
+	return nil
+}
+
+// checkPolicyBytes refuses a policy whose encoding is longer than
+// auth.MaxPolicyBytes, so that the auth state stays within its documented
+// size whatever its policies hold.
+func checkPolicyBytes(p *fsmpb.AuthPolicy) error {
+	if n := proto.Size(p); n > auth.MaxPolicyBytes {
+		return api.Errorf(api.CodeResourceExhausted, "policy %q is %d bytes; the limit is %d: name fewer or shorter principals and prefixes", p.GetName(), n, auth.MaxPolicyBytes)
 	}
 	return nil
 }

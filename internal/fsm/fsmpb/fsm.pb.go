@@ -1902,6 +1902,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Kv
 	//	*SnapshotRecord_Node
 	//	*SnapshotRecord_End
+	//	*SnapshotRecord_Part
 	//	*SnapshotRecord_Auth
 	Rec           isSnapshotRecord_Rec `protobuf_oneof:"rec"`
 	unknownFields protoimpl.UnknownFields
@@ -1999,6 +2000,15 @@ func (x *SnapshotRecord) GetEnd() *SnapshotEnd {
 	return nil
 }
 
+func (x *SnapshotRecord) GetPart() *SnapshotPart {
+	if x != nil {
+		if x, ok := x.Rec.(*SnapshotRecord_Part); ok {
+			return x.Part
+		}
+	}
+	return nil
+}
+
 func (x *SnapshotRecord) GetAuth() *AuthState {
 	if x != nil {
 		if x, ok := x.Rec.(*SnapshotRecord_Auth); ok {
@@ -2036,6 +2046,10 @@ type SnapshotRecord_End struct {
 	End *SnapshotEnd `protobuf:"bytes,6,opt,name=end,proto3,oneof"`
 }
 
+type SnapshotRecord_Part struct {
+	Part *SnapshotPart `protobuf:"bytes,7,opt,name=part,proto3,oneof"`
+}
+
 type SnapshotRecord_Auth struct {
 	Auth *AuthState `protobuf:"bytes,30,opt,name=auth,proto3,oneof"`
 }
@@ -2052,7 +2066,64 @@ func (*SnapshotRecord_Node) isSnapshotRecord_Rec() {}
 
 func (*SnapshotRecord_End) isSnapshotRecord_Rec() {}
 
+func (*SnapshotRecord_Part) isSnapshotRecord_Rec() {}
+
 func (*SnapshotRecord_Auth) isSnapshotRecord_Rec() {}
+
+// SnapshotPart is a piece of a record too long to be written whole (the
+// auth state, a lock with many holders): that record's encoding is cut into
+// consecutive parts, the last one marked.
+type SnapshotPart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Last          bool                   `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotPart) Reset() {
+	*x = SnapshotPart{}
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotPart) ProtoMessage() {}
+
+func (x *SnapshotPart) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotPart.ProtoReflect.Descriptor instead.
+func (*SnapshotPart) Descriptor() ([]byte, []int) {
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SnapshotPart) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotPart) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
 
 // Snapshot is the whole state machine in the format before snapshot
 // streams; Restore still reads it.
@@ -2069,7 +2140,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2152,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[23]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2165,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Snapshot) GetToken() uint64 {
@@ -2142,7 +2213,7 @@ type AuthEnable struct {
 
 func (x *AuthEnable) Reset() {
 	*x = AuthEnable{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2225,7 @@ func (x *AuthEnable) String() string {
 func (*AuthEnable) ProtoMessage() {}
 
 func (x *AuthEnable) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[24]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2238,7 @@ func (x *AuthEnable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEnable.ProtoReflect.Descriptor instead.
 func (*AuthEnable) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AuthEnable) GetEnabled() bool {
@@ -2192,7 +2263,7 @@ type AuthPolicy struct {
 
 func (x *AuthPolicy) Reset() {
 	*x = AuthPolicy{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2275,7 @@ func (x *AuthPolicy) String() string {
 func (*AuthPolicy) ProtoMessage() {}
 
 func (x *AuthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[25]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2288,7 @@ func (x *AuthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthPolicy.ProtoReflect.Descriptor instead.
 func (*AuthPolicy) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AuthPolicy) GetName() string {
@@ -2257,7 +2328,7 @@ type AuthPutPolicy struct {
 
 func (x *AuthPutPolicy) Reset() {
 	*x = AuthPutPolicy{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2269,7 +2340,7 @@ func (x *AuthPutPolicy) String() string {
 func (*AuthPutPolicy) ProtoMessage() {}
 
 func (x *AuthPutPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[26]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2282,7 +2353,7 @@ func (x *AuthPutPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthPutPolicy.ProtoReflect.Descriptor instead.
 func (*AuthPutPolicy) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AuthPutPolicy) GetPolicy() *AuthPolicy {
@@ -2301,7 +2372,7 @@ type AuthDeletePolicy struct {
 
 func (x *AuthDeletePolicy) Reset() {
 	*x = AuthDeletePolicy{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2384,7 @@ func (x *AuthDeletePolicy) String() string {
 func (*AuthDeletePolicy) ProtoMessage() {}
 
 func (x *AuthDeletePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[27]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2397,7 @@ func (x *AuthDeletePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthDeletePolicy.ProtoReflect.Descriptor instead.
 func (*AuthDeletePolicy) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AuthDeletePolicy) GetName() string {
@@ -2351,7 +2422,7 @@ type AuthToken struct {
 
 func (x *AuthToken) Reset() {
 	*x = AuthToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2434,7 @@ func (x *AuthToken) String() string {
 func (*AuthToken) ProtoMessage() {}
 
 func (x *AuthToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2447,7 @@ func (x *AuthToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthToken.ProtoReflect.Descriptor instead.
 func (*AuthToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AuthToken) GetId() string {
@@ -2416,7 +2487,7 @@ type AuthPutToken struct {
 
 func (x *AuthPutToken) Reset() {
 	*x = AuthPutToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2499,7 @@ func (x *AuthPutToken) String() string {
 func (*AuthPutToken) ProtoMessage() {}
 
 func (x *AuthPutToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[29]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2512,7 @@ func (x *AuthPutToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthPutToken.ProtoReflect.Descriptor instead.
 func (*AuthPutToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AuthPutToken) GetToken() *AuthToken {
@@ -2460,7 +2531,7 @@ type AuthRevokeToken struct {
 
 func (x *AuthRevokeToken) Reset() {
 	*x = AuthRevokeToken{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2543,7 @@ func (x *AuthRevokeToken) String() string {
 func (*AuthRevokeToken) ProtoMessage() {}
 
 func (x *AuthRevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[30]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2556,7 @@ func (x *AuthRevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRevokeToken.ProtoReflect.Descriptor instead.
 func (*AuthRevokeToken) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AuthRevokeToken) GetId() string {
@@ -2507,7 +2578,7 @@ type AuthState struct {
 
 func (x *AuthState) Reset() {
 	*x = AuthState{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2590,7 @@ func (x *AuthState) String() string {
 func (*AuthState) ProtoMessage() {}
 
 func (x *AuthState) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[31]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2603,7 @@ func (x *AuthState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthState.ProtoReflect.Descriptor instead.
 func (*AuthState) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AuthState) GetEnabled() bool {
@@ -2568,7 +2639,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2651,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[32]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2664,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Checkpoint) GetSessions() []*SessionCheckpoint {
@@ -2620,7 +2691,7 @@ type SessionCheckpoint struct {
 
 func (x *SessionCheckpoint) Reset() {
 	*x = SessionCheckpoint{}
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2703,7 @@ func (x *SessionCheckpoint) String() string {
 func (*SessionCheckpoint) ProtoMessage() {}
 
 func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[33]
+	mi := &file_leasehold_fsm_v1_fsm_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2716,7 @@ func (x *SessionCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCheckpoint.ProtoReflect.Descriptor instead.
 func (*SessionCheckpoint) Descriptor() ([]byte, []int) {
-	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_fsm_v1_fsm_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionCheckpoint) GetLeaseId() string {
@@ -2821,16 +2892,20 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"rate_count\x18\x04 \x01(\x04R\trateCount\x12\x1b\n" +
 	"\tpeak_rate\x18\x05 \x01(\x04R\bpeakRate\"'\n" +
 	"\vSnapshotEnd\x12\x18\n" +
-	"\arecords\x18\x01 \x01(\x04R\arecords\"\xf4\x02\n" +
+	"\arecords\x18\x01 \x01(\x04R\arecords\"\xaa\x03\n" +
 	"\x0eSnapshotRecord\x12:\n" +
 	"\x06header\x18\x01 \x01(\v2 .leasehold.fsm.v1.SnapshotHeaderH\x00R\x06header\x125\n" +
 	"\asession\x18\x02 \x01(\v2\x19.leasehold.fsm.v1.SessionH\x00R\asession\x12,\n" +
 	"\x04lock\x18\x03 \x01(\v2\x16.leasehold.fsm.v1.LockH\x00R\x04lock\x12&\n" +
 	"\x02kv\x18\x04 \x01(\v2\x14.leasehold.fsm.v1.KVH\x00R\x02kv\x12,\n" +
 	"\x04node\x18\x05 \x01(\v2\x16.leasehold.fsm.v1.NodeH\x00R\x04node\x121\n" +
-	"\x03end\x18\x06 \x01(\v2\x1d.leasehold.fsm.v1.SnapshotEndH\x00R\x03end\x121\n" +
+	"\x03end\x18\x06 \x01(\v2\x1d.leasehold.fsm.v1.SnapshotEndH\x00R\x03end\x124\n" +
+	"\x04part\x18\a \x01(\v2\x1e.leasehold.fsm.v1.SnapshotPartH\x00R\x04part\x121\n" +
 	"\x04auth\x18\x1e \x01(\v2\x1b.leasehold.fsm.v1.AuthStateH\x00R\x04authB\x05\n" +
-	"\x03rec\"\xd9\x01\n" +
+	"\x03rec\"6\n" +
+	"\fSnapshotPart\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\bR\x04last\"\xd9\x01\n" +
 	"\bSnapshot\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x125\n" +
 	"\bsessions\x18\x02 \x03(\v2\x19.leasehold.fsm.v1.SessionR\bsessions\x12,\n" +
@@ -2892,7 +2967,7 @@ func file_leasehold_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_fsm_v1_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_leasehold_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
 	(Mode)(0),                 // 0: leasehold.fsm.v1.Mode
 	(*Command)(nil),           // 1: leasehold.fsm.v1.Command
@@ -2918,17 +2993,18 @@ var file_leasehold_fsm_v1_fsm_proto_goTypes = []any{
 	(*SnapshotHeader)(nil),    // 21: leasehold.fsm.v1.SnapshotHeader
 	(*SnapshotEnd)(nil),       // 22: leasehold.fsm.v1.SnapshotEnd
 	(*SnapshotRecord)(nil),    // 23: leasehold.fsm.v1.SnapshotRecord
-	(*Snapshot)(nil),          // 24: leasehold.fsm.v1.Snapshot
-	(*AuthEnable)(nil),        // 25: leasehold.fsm.v1.AuthEnable
-	(*AuthPolicy)(nil),        // 26: leasehold.fsm.v1.AuthPolicy
-	(*AuthPutPolicy)(nil),     // 27: leasehold.fsm.v1.AuthPutPolicy
-	(*AuthDeletePolicy)(nil),  // 28: leasehold.fsm.v1.AuthDeletePolicy
-	(*AuthToken)(nil),         // 29: leasehold.fsm.v1.AuthToken
-	(*AuthPutToken)(nil),      // 30: leasehold.fsm.v1.AuthPutToken
-	(*AuthRevokeToken)(nil),   // 31: leasehold.fsm.v1.AuthRevokeToken
-	(*AuthState)(nil),         // 32: leasehold.fsm.v1.AuthState
-	(*Checkpoint)(nil),        // 33: leasehold.fsm.v1.Checkpoint
-	(*SessionCheckpoint)(nil), // 34: leasehold.fsm.v1.SessionCheckpoint
+	(*SnapshotPart)(nil),      // 24: leasehold.fsm.v1.SnapshotPart
+	(*Snapshot)(nil),          // 25: leasehold.fsm.v1.Snapshot
+	(*AuthEnable)(nil),        // 26: leasehold.fsm.v1.AuthEnable
+	(*AuthPolicy)(nil),        // 27: leasehold.fsm.v1.AuthPolicy
+	(*AuthPutPolicy)(nil),     // 28: leasehold.fsm.v1.AuthPutPolicy
+	(*AuthDeletePolicy)(nil),  // 29: leasehold.fsm.v1.AuthDeletePolicy
+	(*AuthToken)(nil),         // 30: leasehold.fsm.v1.AuthToken
+	(*AuthPutToken)(nil),      // 31: leasehold.fsm.v1.AuthPutToken
+	(*AuthRevokeToken)(nil),   // 32: leasehold.fsm.v1.AuthRevokeToken
+	(*AuthState)(nil),         // 33: leasehold.fsm.v1.AuthState
+	(*Checkpoint)(nil),        // 34: leasehold.fsm.v1.Checkpoint
+	(*SessionCheckpoint)(nil), // 35: leasehold.fsm.v1.SessionCheckpoint
 }
 var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	2,  // 0: leasehold.fsm.v1.Command.create_session:type_name -> leasehold.fsm.v1.CreateSession
@@ -2941,14 +3017,14 @@ var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	10, // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
 	13, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
 	14, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
-	33, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
+	34, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
 	11, // 11: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
 	12, // 12: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
-	25, // 13: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
-	27, // 14: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
-	28, // 15: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
-	30, // 16: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
-	31, // 17: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
+	26, // 13: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
+	28, // 14: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
+	29, // 15: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
+	31, // 16: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
+	32, // 17: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
 	6,  // 18: leasehold.fsm.v1.Command.proclaim:type_name -> leasehold.fsm.v1.Proclaim
 	0,  // 19: leasehold.fsm.v1.Acquire.mode:type_name -> leasehold.fsm.v1.Mode
 	0,  // 20: leasehold.fsm.v1.Holding.mode:type_name -> leasehold.fsm.v1.Mode
@@ -2962,21 +3038,22 @@ var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	19, // 28: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
 	20, // 29: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
 	22, // 30: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
-	32, // 31: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
-	15, // 32: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
-	18, // 33: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
-	19, // 34: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
-	20, // 35: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
-	26, // 36: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
-	29, // 37: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
-	26, // 38: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
-	29, // 39: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
-	34, // 40: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	24, // 31: leasehold.fsm.v1.SnapshotRecord.part:type_name -> leasehold.fsm.v1.SnapshotPart
+	33, // 32: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
+	15, // 33: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
+	18, // 34: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
+	19, // 35: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 36: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
+	27, // 37: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
+	30, // 38: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
+	27, // 39: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
+	30, // 40: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
+	35, // 41: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_fsm_v1_fsm_proto_init() }
@@ -3012,6 +3089,7 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*SnapshotRecord_Kv)(nil),
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_End)(nil),
+		(*SnapshotRecord_Part)(nil),
 		(*SnapshotRecord_Auth)(nil),
 	}
 	type x struct{}
@@ -3020,7 +3098,7 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_fsm_v1_fsm_proto_rawDesc), len(file_leasehold_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
