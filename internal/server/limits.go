@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -728,4 +729,63 @@ func (e *envelopeCap) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// inflateLimit returns the handler option that replaces connect's gzip
+// decompressor with one that fails as soon as a message inflates past
+// limit bytes (connect stops reading at the limit but then inflates the
+// rest of the message to report its size: a 1 KiB body could cost a
+// gigabyte of inflation). Zero: the default decompressor.
+func inflateLimit(limit int64) []connect.HandlerOption {
+	if limit <= 0 {
+		return nil
+	}
+	return []connect.HandlerOption{connect.WithCompression("gzip",
+		func() connect.Decompressor { return &inflateCap{limit: limit} },
+		func() connect.Compressor { return gzip.NewWriter(io.Discard) },
+	)}
+}
+
+// inflateCap is a gzip reader that refuses to inflate one message past
+// limit bytes.
+type inflateCap struct {
+	gz    *gzip.Reader
+	limit int64
+	n     int64 // bytes inflated from the current message
+}
+
+func (d *inflateCap) Read(p []byte) (int, error) {
+	if d.gz == nil {
+		return 0, io.EOF
+	}
+	if d.n > d.limit {
+		return 0, api.ToConnect(exhausted("request-bytes", "a compressed request message inflates past the request limit of %d bytes", d.limit))
+	}
+	// Never inflate more than one byte past the limit in one read.
+	if room := d.limit + 1 - d.n; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := d.gz.Read(p)
+	d.n += int64(n)
+	return n, err
+}
+
+func (d *inflateCap) Close() error {
+	if d.gz == nil {
+		return nil
+	}
+	return d.gz.Close()
+}
+
+func (d *inflateCap) Reset(r io.Reader) error {
+	d.n = 0
+	if d.gz == nil {
+		gz, err := gzip.NewReader(r)
+		if err != nil {
+			return err
+		}
+		d.gz = gz
+		return nil
+	}
+	return d.gz.Reset(r)
 }

@@ -529,6 +529,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
+	opts = append(opts, inflateLimit(s.cfg.Limits.RequestBytes)...)
 	lpath, lh := leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...)
 	mux.Handle(lpath, withFlushGate(lh)) // lockstream.go
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
