@@ -214,7 +214,7 @@ func Open(cfg Config) (*Server, error) {
 		}
 	}
 	cfg.Raft.Observer = s.observe
-	cfg.Raft.OnRestore = func(at uint64) { s.hub.restored(at); s.observeAuth(nil) }
+	cfg.Raft.OnRestore = func(at uint64) { s.hub.restored(at); s.lim.restored(); s.observeAuth(nil) }
 	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
@@ -284,6 +284,7 @@ func (s *Server) startDrain() {
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
+	s.lim.sessionsEnded(res.EndedSessions)
 	s.observeAuth(res)
 	s.hub.publish(index, res.Events)
 	s.met.observe(res)
