@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -256,9 +257,9 @@ type limiter struct {
 
 	mu      sync.Mutex          // protects following
 	buckets map[string]*bucket  // per principal
-	owned   map[string]ownedSet // sessions created through this node, per principal
-	made    int                 // sessions reserved since owned was last swept
-	kept    int                 // sessions owned held after that sweep
+	owned   map[string]ownedSet // sessions created through this node, per principal; no empty sets
+	ownerOf map[string]string   // the principal of every session in owned
+	stale   bool                // owned may hold sessions that ended unseen (restored)
 }
 
 func newLimiter(cfg Limits, clk clock.Clock, reg prometheus.Registerer) (*limiter, error) {
@@ -274,6 +275,7 @@ func newLimiter(cfg Limits, clk clock.Clock, reg prometheus.Registerer) (*limite
 		}, []string{"limit"}),
 		buckets: map[string]*bucket{},
 		owned:   map[string]ownedSet{},
+		ownerOf: map[string]string{},
 	}
 	l.watches = newGate("watches", cfg.Watches, cfg.WatchesPerPrincipal, "watch streams")
 	l.keepalives = newGate("keepalive-streams", cfg.KeepAliveStreams, cfg.KeepAliveStreamsPerPrincipal, "keepalive streams")
@@ -406,80 +408,99 @@ func (l *limiter) sweepBucketsLocked(now time.Time) {
 	}
 }
 
-// minSweepEvery is the fewest session reservations between two sweeps of
-// the sessions owned by every principal.
-const minSweepEvery = 4096
-
 // ownedSet is the sessions one principal created through this node while
 // it led: true for a CreateSession still in flight.
 type ownedSet map[string]bool
 
-// reserveSession admits a new session id for the caller in ctx, counting
-// the sessions it created through this node that are still live (ended
-// returns those of ids that are not), or refuses. Call the returned func
-// once the CreateSession is answered, whatever the answer: from then on
-// the id counts while it is a live session.
+// reserveSession admits a new session id for the caller in ctx, or
+// refuses it, in time independent of how many sessions the caller has:
+// the count of its live sessions is kept as they are created here and
+// end (sessionsEnded), never recounted. Call the returned func once the
+// CreateSession is answered, whatever the answer, with failed true when
+// it failed: an id that did not become a live session (ended says which
+// of the ids given are not live) then gives its place back.
 //
 // The count lives in the leader's memory: the replicated state does not
 // record who created a session. After a leader change the new leader
 // counts only the sessions created through it, so a principal can for a
 // while hold up to twice the limit; the old leader's sessions stop
-// mattering as they end.
-func (l *limiter) reserveSession(ctx context.Context, id string, ended func(ids []string) []string) (func(), error) {
+// mattering as they end. After a snapshot replaced the state (whose
+// ended sessions were never observed here) the first reservation looks
+// every counted id up once.
+func (l *limiter) reserveSession(ctx context.Context, id string, ended func(ids []string) []string) (func(failed bool), error) {
 	max := l.cfg.SessionsPerPrincipal
 	if max <= 0 {
-		return func() {}, nil
+		return func(bool) {}, nil
 	}
 	p := principal(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.stale {
+		l.stale = false
+		var ids []string
+		for id, q := range l.ownerOf {
+			if !l.owned[q][id] { // one still being created stays
+				ids = append(ids, id)
+			}
+		}
+		l.forgetLocked(ended(ids))
+	}
 	set := l.owned[p]
+	if len(set) >= max {
+		l.refuse("sessions-per-principal")
+		return nil, exhausted("sessions-per-principal", "principal %s has %d live sessions, the limit: close some", p, len(set))
+	}
 	if set == nil {
 		set = ownedSet{}
 		l.owned[p] = set
 	}
-	if len(set) >= max {
-		l.pruneLocked(set, ended)
-	}
-	if len(set) >= max {
-		l.refuse("sessions-per-principal")
-		return nil, (exhausted("sessions-per-principal", "principal %s has %d live sessions, the limit: close some", p, len(set)))
-	}
 	set[id] = true
-	if l.made++; l.made >= minSweepEvery && l.made >= l.kept {
-		// Principals that stopped creating sessions are swept now and
-		// then, so that their ended sessions are not kept forever. A
-		// sweep looks up every session owned holds, so it waits for at
-		// least as many reservations as the last one kept: its cost per
-		// reservation stays constant however many sessions are live.
-		l.kept = 0
-		for q, s := range l.owned {
-			l.pruneLocked(s, ended)
-			if len(s) == 0 && q != p {
-				delete(l.owned, q)
-			}
-			l.kept += len(s)
+	l.ownerOf[id] = p
+	return func(failed bool) {
+		if failed && len(ended([]string{id})) == 0 {
+			failed = false // it was created after all
 		}
-		l.made = 0
-	}
-	return func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		set[id] = false
+		if failed {
+			l.forgetLocked([]string{id})
+		} else if s, ok := l.owned[p]; ok && l.ownerOf[id] == p {
+			s[id] = false
+		}
 	}, nil
 }
 
-// pruneLocked removes the ended sessions of set; one still being created
-// stays.
-func (l *limiter) pruneLocked(set ownedSet, ended func(ids []string) []string) {
-	var ids []string
-	for id, creating := range set {
-		if !creating {
-			ids = append(ids, id)
-		}
+// sessionsEnded gives back the places of the sessions ids that ended
+// (fsm.Result.EndedSessions, on every applied entry).
+func (l *limiter) sessionsEnded(ids []string) {
+	if len(ids) == 0 || l.cfg.SessionsPerPrincipal <= 0 {
+		return
 	}
-	for _, id := range ended(ids) {
-		delete(set, id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forgetLocked(ids)
+}
+
+// restored marks the session counts stale: a snapshot replaced the state,
+// and the sessions that ended in the entries it covers were never seen.
+func (l *limiter) restored() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stale = len(l.ownerOf) > 0
+}
+
+// forgetLocked drops ids from the session counts.
+func (l *limiter) forgetLocked(ids []string) {
+	for _, id := range ids {
+		p, ok := l.ownerOf[id]
+		if !ok {
+			continue
+		}
+		delete(l.ownerOf, id)
+		set := l.owned[p]
+		if delete(set, id); len(set) == 0 {
+			delete(l.owned, p)
+		}
 	}
 }
 
@@ -728,4 +749,63 @@ func (e *envelopeCap) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// inflateLimit returns the handler option that replaces connect's gzip
+// decompressor with one that fails as soon as a message inflates past
+// limit bytes (connect stops reading at the limit but then inflates the
+// rest of the message to report its size: a 1 KiB body could cost a
+// gigabyte of inflation). Zero: the default decompressor.
+func inflateLimit(limit int64) []connect.HandlerOption {
+	if limit <= 0 {
+		return nil
+	}
+	return []connect.HandlerOption{connect.WithCompression("gzip",
+		func() connect.Decompressor { return &inflateCap{limit: limit} },
+		func() connect.Compressor { return gzip.NewWriter(io.Discard) },
+	)}
+}
+
+// inflateCap is a gzip reader that refuses to inflate one message past
+// limit bytes.
+type inflateCap struct {
+	gz    *gzip.Reader
+	limit int64
+	n     int64 // bytes inflated from the current message
+}
+
+func (d *inflateCap) Read(p []byte) (int, error) {
+	if d.gz == nil {
+		return 0, io.EOF
+	}
+	if d.n > d.limit {
+		return 0, api.ToConnect(exhausted("request-bytes", "a compressed request message inflates past the request limit of %d bytes", d.limit))
+	}
+	// Never inflate more than one byte past the limit in one read.
+	if room := d.limit + 1 - d.n; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := d.gz.Read(p)
+	d.n += int64(n)
+	return n, err
+}
+
+func (d *inflateCap) Close() error {
+	if d.gz == nil {
+		return nil
+	}
+	return d.gz.Close()
+}
+
+func (d *inflateCap) Reset(r io.Reader) error {
+	d.n = 0
+	if d.gz == nil {
+		gz, err := gzip.NewReader(r)
+		if err != nil {
+			return err
+		}
+		d.gz = gz
+		return nil
+	}
+	return d.gz.Reset(r)
 }

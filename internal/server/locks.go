@@ -40,7 +40,7 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 			return nil, err
 		}
 		_, err = h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers(), Principal: principalFrom(ctx).Name}}})
-		created()
+		created(err != nil)
 		if err != nil {
 			return nil, err
 		}

@@ -71,7 +71,7 @@ func BenchmarkSessionSetupAtScale(b *testing.B) {
 					b.Fatal(res.Err)
 				}
 				les.Observe(&res)
-				done()
+				done(false)
 				index++
 				res = m.Apply(index, &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: "h/" + id, LeaseId: id}}})
 				if res.Err != nil || res.Holding == nil {

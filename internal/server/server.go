@@ -214,7 +214,7 @@ func Open(cfg Config) (*Server, error) {
 		}
 	}
 	cfg.Raft.Observer = s.observe
-	cfg.Raft.OnRestore = func(at uint64) { s.hub.restored(at); s.observeAuth(nil) }
+	cfg.Raft.OnRestore = func(at uint64) { s.hub.restored(at); s.lim.restored(); s.observeAuth(nil) }
 	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
@@ -284,6 +284,7 @@ func (s *Server) startDrain() {
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
+	s.lim.sessionsEnded(res.EndedSessions)
 	s.observeAuth(res)
 	s.hub.publish(index, res.Events)
 	s.met.observe(res)
@@ -529,6 +530,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
+	opts = append(opts, inflateLimit(s.cfg.Limits.RequestBytes)...)
 	lpath, lh := leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...)
 	mux.Handle(lpath, withFlushGate(lh)) // lockstream.go
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
