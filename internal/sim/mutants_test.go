@@ -25,6 +25,8 @@ var mutants = []string{
 	"mutant_renew_unconfirmed", // internal/lessor: a keepalive answered without a leadership confirmation
 	"mutant_read_unconfirmed",  // internal/sim: a read answered by a leader without a leadership confirmation
 	"mutant_revive_expiring",   // internal/lessor: a session whose expiry was proposed is renewed
+	"mutant_reentrant_mode",    // internal/fsm: a session's request in another mode gets its holding back
+	"mutant_withdraw_moved",    // internal/fsm: a re-entrant acquire's withdrawal releases the holding
 }
 
 // TestMutants builds the simulation with each mutant and asserts that one
