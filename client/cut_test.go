@@ -233,3 +233,107 @@ func TestLeaderThatRefusedIsFollowed(t *testing.T) {
 		t.Fatalf("B got %d calls, A %d; want B the 2nd and 3rd after its refusal and A's naming it", got, a.calls.Load())
 	}
 }
+
+// A re-entrant AcquireIn (acquire NAME --session ID) whose replies are cut
+// off until its deadline withdraws its own request, and that withdrawal
+// releases nothing: the holding was created by an earlier request, whose
+// caller learned it.
+func TestReentrantAcquireInCutKeepsTheHolding(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	direct := dial(t, ts.Addr)
+	var cutting atomic.Bool
+	h := ts.Server().Handler()
+	addr := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cutting.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceTryAcquireProcedure {
+			cutreply.Serve(h, w, r) // applied, then the reply is lost
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	c := dial(t, addr, client.WithUnaryLocks())
+	s := newSession(t, direct)
+	first, err := c.AcquireIn(ctx, s.ID(), "re-1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutting.Store(true)
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.AcquireIn(cctx, s.ID(), "re-1", true); err == nil {
+		t.Fatal("an AcquireIn with its replies cut succeeded")
+	}
+	info, err := direct.Status(ctx, "re-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := info.GetHolder(); h.GetLeaseId() != s.ID() || h.GetToken() != first.GetToken() {
+		t.Fatalf("after the second caller's withdrawal, re-1 is held by %v; the first caller holds token %d", h, first.GetToken())
+	}
+}
+
+// A session's Acquire granted on the server whose replies and withdrawal
+// are all lost ends outcome-unknown; the session's next Acquire of the
+// name is a retry of that request, so when its replies are lost too, its
+// withdrawal releases the grant nobody learned instead of leaving the
+// name held until the session ends.
+func TestAcquireRetryAfterLostWithdrawalReleasesTheGrant(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	direct := dial(t, ts.Addr)
+	var cutAcquire, failWithdraw atomic.Bool
+	h := ts.Server().Handler()
+	addr := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case cutAcquire.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:
+			cutreply.Serve(h, w, r) // applied, then the reply is lost
+		case failWithdraw.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:
+			http.Error(w, "unavailable", http.StatusServiceUnavailable) // never reaches the server
+		default:
+			h.ServeHTTP(w, r)
+		}
+	}))
+	c := dial(t, addr, client.WithUnaryLocks())
+	s, err := c.NewSession(ctx, client.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	try := func() error {
+		actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := s.TryAcquire(actx, "re-2")
+		return err
+	}
+	cutAcquire.Store(true)
+	failWithdraw.Store(true)
+	if err := try(); !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("TryAcquire with its replies and withdrawal lost = %v (code %s), want outcome-unknown", err, api.CodeOf(err))
+	}
+	info, err := direct.Status(ctx, "re-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetHolder().GetLeaseId() != s.ID() {
+		t.Fatalf("the first attempt was not granted on the server (holder %v); the test needs it granted", info.GetHolder())
+	}
+	failWithdraw.Store(false)
+	if err := try(); err == nil || errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("the retry with its replies lost = %v (code %s), want a failure that withdrew it", err, api.CodeOf(err))
+	}
+	info, err = direct.Status(ctx, "re-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hd := info.GetHolder(); hd != nil {
+		t.Fatalf("after the retry withdrew, re-2 is still held by %v, a grant nobody learned", hd)
+	}
+	cutAcquire.Store(false)
+	l, err := s.TryAcquire(ctx, "re-2")
+	if err != nil {
+		t.Fatalf("the session's next TryAcquire: %v", err)
+	}
+	if info, err = direct.Status(ctx, "re-2"); err != nil || info.GetHolder().GetToken() != l.Token() {
+		t.Fatalf("re-2 held by %v (%v), want the learned token %d", info.GetHolder(), err, l.Token())
+	}
+}

@@ -29,6 +29,10 @@ type Session struct {
 	hmu    sync.Mutex           // protects following (never held while calling the server)
 	held   map[string]*heldLock // by name: the holdings this session learned
 	naming map[string]*nameLock // by name: the Acquire running in this session; nil when none runs
+	// by name: the wait id of an attempt whose withdrawal failed, so that
+	// the server may hold a grant of it that nobody learned; the next
+	// attempt of the name is a retry of that request and sends it again
+	unsettled map[string]uint64
 
 	// ctx is cancelled, with cause lost, when the lease may be lost or the
 	// session closed; lose then ends every held lock and running attempt
@@ -275,7 +279,11 @@ func WithLockDelay(d time.Duration) AcquireOption {
 // fresh wait id, and when Acquire ends in anything but a definite refusal
 // (a deadline, a cancel, a lost reply, outcome-unknown) it withdraws that
 // wait id, which also releases a grant that raced with giving up. If even
-// the withdrawal fails, the error is ErrOutcomeUnknown.
+// the withdrawal fails, the error is ErrOutcomeUnknown, and the session's
+// next Acquire of name sends that wait id again, so that it is a retry of
+// the same request and its withdrawal still releases that grant. A
+// withdrawal never releases a holding that another request of the session
+// learned.
 func (s *Session) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
 	o := acquireOpts(opts)
 	return s.acquire(ctx, name, o, func(ctx context.Context, waitID uint64) (*pb.Holding, error) {
@@ -326,7 +334,7 @@ func (s *Session) acquire(ctx context.Context, name string, o acquireOptions, do
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer s.followSession(name, cancel)()
-	waitID := api.NewWaitID()
+	waitID := s.waitID(name)
 	sent := time.Now()
 	h, err := do(actx, waitID)
 	if err != nil {
@@ -387,8 +395,37 @@ func definite(err error) bool {
 // made) after an attempt that failed with err, and returns the error the
 // caller sees: err, unless the withdrawal failed too (outcome-unknown), or
 // succeeded after an unknown outcome (then nothing is held: unavailable).
+//
+// A withdrawal that failed leaves waitID unsettled: the server may hold a
+// grant of it that nobody learned, which only a withdrawal naming that
+// wait id releases (a holding another request of the session matched is
+// never withdrawn). The session's next attempt of name sends waitID again
+// (waitID), as a retry of the same request, so that its own withdrawal
+// can still release that grant.
 func (s *Session) withdraw(name string, waitID uint64, err error) error {
-	return s.c.withdraw(s.id, name, waitID, err)
+	err = s.c.withdraw(s.id, name, waitID, err)
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if api.CodeOf(err) != api.CodeOutcomeUnknown {
+		delete(s.unsettled, name)
+		return err
+	}
+	if s.unsettled == nil {
+		s.unsettled = map[string]uint64{}
+	}
+	s.unsettled[name] = waitID
+	return err
+}
+
+// waitID is the wait id of the next attempt of name: the unsettled one of
+// an earlier attempt, or a fresh one.
+func (s *Session) waitID(name string) uint64 {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if id, ok := s.unsettled[name]; ok {
+		return id
+	}
+	return api.NewWaitID()
 }
 
 // withdraw is Session.withdraw for the session leaseID.
@@ -470,6 +507,7 @@ func (s *Session) hold(h *pb.Holding) *Lock {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	name := h.GetName()
+	delete(s.unsettled, name) // learned now: never withdrawn
 	if cur := s.held[name]; cur != nil {
 		if cur.holding.GetToken() == h.GetToken() && cur.ctx.Err() == nil {
 			return &Lock{s: s, h: cur}

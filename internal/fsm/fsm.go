@@ -247,7 +247,7 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		m.lastGrantMs = max(m.lastGrantMs, a.unixMs)
 	}
 	if res.Holding != nil {
-		// The state keeps mutating its holding (a retried Acquire updates
+		// The state keeps mutating its holding (a re-entrant Acquire clears
 		// WaitId); the caller reads the result after the state is released.
 		res.Holding = proto.CloneOf(res.Holding)
 	}
@@ -349,17 +349,22 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	defer m.counts.tally(l, 1)
 	// A session holds a name at most once: acquiring what it already holds
 	// in the same mode and with the same value (a retry whose answer was
-	// lost) returns the same holding, and the latest request owns it for
-	// CancelWait; another mode or value is refused (repeats).
+	// lost, or a re-entrant acquire) returns the same holding; another mode
+	// or value is refused (repeats). Only the request that created a
+	// holding may withdraw it (CancelWait): once another request of the
+	// session learned it too, no withdrawal releases it.
 	if i := retryOf(l, s.pb.LeaseId); i >= 0 {
-		if err := repeats(l.name, false, l.holders[i].GetMode(), l.holders[i].GetValue(), c); err != nil {
+		h := l.holders[i]
+		if err := repeats(l.name, false, h.GetMode(), h.GetValue(), c); err != nil {
 			a.res.Err = err
 			return
 		}
-		// Copy on write: a snapshot being written may share the old record.
-		h := proto.CloneOf(l.holders[i])
-		h.WaitId = c.GetWaitId()
-		l.holders[i] = h
+		if id := withdrawableBy(h.GetWaitId(), c.GetWaitId()); id != h.GetWaitId() {
+			// Copy on write: a snapshot being written may share the old record.
+			h = proto.CloneOf(h)
+			h.WaitId = id
+			l.holders[i] = h
+		}
 		a.res.Holding = h
 		return
 	}
@@ -468,8 +473,10 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 		m.grantNext(a, l)
 		return
 	}
-	// Granted from the queue after the requester gave up: nobody learned the
-	// token, so the holding is released rather than left to expire.
+	// Granted after the requester gave up: nobody learned the token, so the
+	// holding is released rather than left to expire. A holding that
+	// another request of the session learned has WaitId 0 (acquire), which
+	// no withdrawal names.
 	if i := l.holderIndex(c.GetLeaseId()); i >= 0 && l.holders[i].WaitId == c.GetWaitId() {
 		m.releaseHolder(a, l, s, i)
 	}

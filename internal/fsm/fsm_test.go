@@ -307,13 +307,17 @@ func TestCancelWait(t *testing.T) {
 				wantHolder(t, r, "x", "", 0)
 			},
 		},
+		// A re-acquire under another wait_id learns a holding another
+		// request created: neither request alone may withdraw it, since
+		// the other may have learned the token.
+		{name: "a re-acquire's wait_id never withdraws the holding", setup: append(slices.Clone(granted), acquire("x", "B", waitID(70))), cmd: cancelWait("x", "B", 70), unchanged: true},
+		{name: "the creating wait_id does nothing after a re-acquire", setup: append(slices.Clone(granted), acquire("x", "B", waitID(70))), cmd: cancelWait("x", "B", 7), unchanged: true},
 		{
-			name:  "holder's latest re-acquire owns the holding",
-			setup: append(slices.Clone(granted), acquire("x", "B", waitID(70))),
-			cmd:   cancelWait("x", "B", 70),
+			name:  "a retry under the creating wait_id keeps it withdrawable",
+			setup: append(slices.Clone(granted), acquire("x", "B", waitID(7))),
+			cmd:   cancelWait("x", "B", 7),
 			check: func(t *testing.T, r *rig, res Result) { wantHolder(t, r, "x", "C", 3) },
 		},
-		{name: "holder's earlier wait_id does nothing after a re-acquire", setup: append(slices.Clone(granted), acquire("x", "B", waitID(70))), cmd: cancelWait("x", "B", 7), unchanged: true},
 		{name: "granted, different wait_id does nothing", setup: granted, cmd: cancelWait("x", "B", 8), unchanged: true},
 		{name: "queued, different wait_id does nothing", setup: queued, cmd: cancelWait("x", "B", 8), unchanged: true},
 		{name: "wait_id 0 does nothing", setup: append(sessions("A", "B"), acquire("x", "A"), acquire("x", "B")), cmd: cancelWait("x", "B", 0), unchanged: true},

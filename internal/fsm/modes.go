@@ -96,7 +96,7 @@ func modeWord(m fsmpb.Mode) string {
 // at most one slot, so mode and value are all that can differ.
 func repeats(name string, queued bool, mode fsmpb.Mode, value []byte, c *fsmpb.Acquire) error {
 	switch {
-	case c.GetMode() != mode:
+	case !sameMode(mode, c.GetMode()):
 		return &MismatchError{Name: name, Queued: queued, Mode: mode, Asked: c.GetMode()}
 	case !bytes.Equal(c.GetValue(), value):
 		return &MismatchError{Name: name, Queued: queued, Mode: mode, Asked: c.GetMode(), Value: true}

@@ -24,6 +24,20 @@ var (
 	// retryOf returns the index of the holding an Acquire by leaseID
 	// repeats (a retry whose answer was lost), or -1.
 	retryOf = func(l *lock, leaseID string) int { return l.holderIndex(leaseID) }
+	// sameMode reports whether a request asking for mode asked repeats a
+	// standing (holding or queue entry) held in mode held.
+	sameMode = func(held, asked fsmpb.Mode) bool { return held == asked }
+	// withdrawableBy returns the wait id a holding created by the request
+	// held (0: none left) keeps after another request of its session,
+	// asked, acquired it again: held when asked is the same request (a
+	// retry), otherwise 0, so that no withdrawal releases a holding that
+	// more than one request learned.
+	withdrawableBy = func(held, asked uint64) uint64 {
+		if held == asked {
+			return held
+		}
+		return 0
+	}
 	// withdrawWait removes the queue entry of an ended session leaseID
 	// from l and returns its WaitId: only live sessions wait, so a grant
 	// to the queue's head needs no further check.

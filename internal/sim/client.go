@@ -219,22 +219,28 @@ func (cl *client) acquireOrWait(name, lease string, try bool) (token uint64, out
 func (cl *client) release(name, lease string, token uint64) string {
 	call := cl.c.now()
 	in := linz.Input{Op: linz.OpRelease, Name: name, Lease: lease, Token: token}
+	out := cl.releaseUnrecorded(name, lease, token)
+	if out != "" {
+		cl.c.record(false, cl.id, call, in, linz.Output{Out: out})
+	}
+	return out
+}
+
+// releaseUnrecorded releases as release does, without recording the
+// operation in the history; "" means it certainly changed nothing.
+func (cl *client) releaseUnrecorded(name, lease string, token uint64) string {
 	res, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_Release{Release: &fsmpb.Release{Name: name, LeaseId: lease, Token: token}}})
-	out := linz.Output{}
 	switch {
 	case errors.Is(err, errNotLeader):
 		return ""
 	case err != nil:
-		out.Out = linz.OutUnknown
+		return linz.OutUnknown
 	case res.Err == nil:
-		out.Out = linz.OutOK
+		return linz.OutOK
 	case errors.Is(res.Err, fsm.ErrNotHolder):
-		out.Out = linz.OutNoHolder
-	default:
-		return ""
+		return linz.OutNoHolder
 	}
-	cl.c.record(false, cl.id, call, in, out)
-	return out.Out
+	return ""
 }
 
 // put writes the built-in fenced KV under key with token.

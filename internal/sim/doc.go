@@ -38,7 +38,13 @@
 // own deadline, computed as the Go client does from the send time of its
 // last acknowledged renewal, while skew is within the drift bound), P8 (a
 // leader and every name granted again after healing) and P9 (synctest
-// fails a run that leaks a goroutine; -race finds races).
+// fails a run that leaks a goroutine; -race finds races). W5 (modes.go)
+// adds two rules of a session's standing on a name: P12, modes never mix
+// (a grant is in the mode asked for, a session holding a name one way is
+// refused the other, and no replica ever has a writer beside readers) and
+// P13, a withdrawal withdraws only what its request created (a cut-off
+// re-entrant acquire's withdrawal leaves the holding the session learned;
+// a retry under the request's own wait id withdraws its unlearned grant).
 //
 // Raft draws its election timeouts from a process-wide random source and
 // the Go scheduler interleaves goroutines freely, so a seed replays its

@@ -35,6 +35,8 @@ var mutants = []string{
 	"renew_unconfirmed", // internal/lessor: a keepalive answered without a leadership confirmation
 	"read_unconfirmed",  // internal/sim: a read answered by a leader without a leadership confirmation
 	"revive_expiring",   // internal/lessor: a session whose expiry was proposed is renewed
+	"reentrant_mode",    // internal/fsm: a session's request in another mode gets its holding back
+	"withdraw_moved",    // internal/fsm: a re-entrant acquire's withdrawal releases the holding
 }
 
 // TestMutants builds the simulation with each mutant and asserts that one

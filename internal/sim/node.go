@@ -97,6 +97,7 @@ func (r *replica) observe(index uint64, res *fsm.Result) {
 			if r.restored {
 				r.rebuild(m)
 			}
+			checkModes(n.c, n.id, index, m)
 			snap, err := m.Snapshot()
 			if err != nil {
 				n.c.violate("P9", "%s index %d: snapshot: %v", n.id, index, err)
@@ -126,7 +127,7 @@ func (r *replica) rebuild(m *fsm.Machine) {
 	clear(r.holders)
 	locks, _ := m.List("", 1<<30)
 	for _, l := range locks {
-		if l.Holder != nil {
+		if l.Holder != nil && !isModeName(l.Name) {
 			r.holders[l.Name] = l.Holder.GetToken()
 		}
 	}
@@ -135,19 +136,25 @@ func (r *replica) rebuild(m *fsm.Machine) {
 }
 
 // check follows the events of one entry: a grant while the name has a live
-// grant breaks P6, a token not above every earlier one breaks P2.
+// grant breaks P6 (but for W5's names), a token not above every earlier one
+// breaks P2.
 func (r *replica) check(index uint64, res *fsm.Result) {
 	c, id := r.n.c, r.n.id
 	for _, ev := range res.Events {
+		// A W5 name has several readers at once: checkModes checks it
+		// instead of P6.
+		multi := isModeName(ev.Name)
 		switch ev.Type {
 		case leaseholdv1.EventType_EVENT_TYPE_ACQUIRED:
-			if t, ok := r.holders[ev.Name]; ok {
+			if t, ok := r.holders[ev.Name]; ok && !multi {
 				c.violate("P6", "%s index %d: %q granted token %d while token %d is live", id, index, ev.Name, ev.Token, t)
 			}
 			if ev.Token <= r.lastToken {
 				c.violate("P2", "%s index %d: %q granted token %d after token %d", id, index, ev.Name, ev.Token, r.lastToken)
 			}
-			r.holders[ev.Name] = ev.Token
+			if !multi {
+				r.holders[ev.Name] = ev.Token
+			}
 			r.lastToken = max(r.lastToken, ev.Token)
 		case leaseholdv1.EventType_EVENT_TYPE_RELEASED, leaseholdv1.EventType_EVENT_TYPE_EXPIRED:
 			delete(r.holders, ev.Name)

@@ -64,6 +64,10 @@ func Run(cfg Config) Report {
 		cl := &client{c: c, id: w1Clients + w2Clients + i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(300+i))), sticky: true}
 		wg.Go(func() { cl.shortLease(stop) })
 	}
+	for i := range w5Clients {
+		cl := &client{c: c, id: w1Clients + w2Clients + w4Holders + i, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(400+i)))}
+		wg.Go(func() { cl.modeMix(stop) })
+	}
 	c.faults(rand.New(rand.NewPCG(cfg.Seed, 2)))
 	close(stop)
 	wg.Wait()
