@@ -26,6 +26,15 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
+// nodeSecret proves the node secret on every request (the node role).
+type nodeSecret string
+
+func (n nodeSecret) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Leasehold-Node-Secret", string(n))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
 // authed is a server with auth enabled, the admin ops and a principal
 // reader with the policy ui-read (read and kv-read on job:), and a lock
 // client as ops.
@@ -37,21 +46,28 @@ type authed struct {
 
 func startAuthed(t *testing.T) authed {
 	t.Helper()
-	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Admins = []string{"ops"} }})
-	anon := leaseholdv1connect.NewAuthServiceClient(c.HTTP, c.URL, connect.WithProtoJSON())
+	const secret = "dashboard-test-node-secret-0123456789"
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) {
+		cfg.Admins = []string{"ops"}
+		cfg.NodeSecret = secret
+	}})
+	// While auth is off only the node role (or a --admin certificate) may
+	// mint tokens and policies and enable auth.
+	nodeHTTP := &http.Client{Transport: nodeSecret(secret)}
+	t.Cleanup(nodeHTTP.CloseIdleConnections)
+	node := leaseholdv1connect.NewAuthServiceClient(nodeHTTP, c.URL, connect.WithProtoJSON())
 	token := func(who string) string {
-		res, err := anon.CreateToken(ctxT(t), connect.NewRequest(&pb.CreateTokenRequest{Principal: who}))
+		res, err := node.CreateToken(ctxT(t), connect.NewRequest(&pb.CreateTokenRequest{Principal: who}))
 		mustOK(t, "create token "+who, err)
 		return res.Msg.GetToken()
 	}
 	a := authed{c: c, opsTok: token("ops"), readerTok: token("reader")}
 	opsHTTP := &http.Client{Transport: bearer(a.opsTok)}
 	t.Cleanup(opsHTTP.CloseIdleConnections)
-	ops := leaseholdv1connect.NewAuthServiceClient(opsHTTP, c.URL, connect.WithProtoJSON())
-	_, err := ops.SetPolicy(ctxT(t), connect.NewRequest(&pb.SetPolicyRequest{Policy: &pb.Policy{
+	_, err := node.SetPolicy(ctxT(t), connect.NewRequest(&pb.SetPolicyRequest{Policy: &pb.Policy{
 		Name: "ui-read", Principals: []string{"reader"}, Permissions: []string{"read", "kv-read"}, Prefixes: []string{"job:"}}}))
 	mustOK(t, "set policy", err)
-	_, err = ops.SetEnabled(ctxT(t), connect.NewRequest(&pb.SetEnabledRequest{Enabled: true}))
+	_, err = node.SetEnabled(ctxT(t), connect.NewRequest(&pb.SetEnabledRequest{Enabled: true}))
 	mustOK(t, "enable auth", err)
 	a.locks = leaseholdv1connect.NewLeaseholdServiceClient(opsHTTP, c.URL, connect.WithProtoJSON())
 	return a
