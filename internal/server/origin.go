@@ -20,9 +20,12 @@ import (
 //     change anything has one) whose host is not the request's Host: the
 //     dashboard (/ui, same origin) passes, a page of another site does not;
 //     CLI and program clients send no Origin;
-//   - on a connection to a loopback address, a Host that is not an IP
-//     address, "localhost" (or a name under .localhost) or the host of
-//     Config.APIAddr: a rebinding page's requests carry its own name.
+//   - from a browser (a request with an Origin or a Sec-Fetch-Site
+//     header, which browsers add and programs do not) on a connection to a
+//     loopback address, a Host that is not an IP address, "localhost" (or a
+//     name under .localhost) or the host of Config.APIAddr: a rebinding
+//     page's requests carry its own name. Programs may use any name (a
+//     node joining through a Service name, a CLI through an alias).
 //
 // Both are permission-denied (403). With auth on, requests need
 // credentials a page cannot present, and these checks are off.
@@ -45,10 +48,16 @@ func (s *Server) checkBrowser(r *http.Request) error {
 			return api.Errorf(api.CodePermissionDenied, "a request from the web page of %q to %q: with auth off this API answers only its own pages (/ui) and clients that send no Origin", o, r.Host)
 		}
 	}
-	if !s.loopbackHost(r.Host) && onLoopback(r) {
+	if fromBrowser(r) && !s.loopbackHost(r.Host) && onLoopback(r) {
 		return api.Errorf(api.CodePermissionDenied, "Host %q: with auth off this loopback API answers only an IP address, localhost or the host of its API address (%s, serve --advertise)", r.Host, s.cfg.APIAddr)
 	}
 	return nil
+}
+
+// fromBrowser reports whether r carries the headers a browser adds to
+// every request it sends for a page (Fetch Metadata, or an Origin).
+func fromBrowser(r *http.Request) bool {
+	return r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Site") != ""
 }
 
 // onLoopback reports whether r came on a connection to a loopback address.

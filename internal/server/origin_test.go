@@ -20,7 +20,7 @@ func TestAuthOffRefusesOtherOrigins(t *testing.T) {
 	port := hostPort[strings.LastIndexByte(hostPort, ':'):]
 	hc := &http.Client{}
 	t.Cleanup(hc.CloseIdleConnections)
-	do := func(method, path, host, origin string) (int, string) {
+	do := func(method, path, host, origin, fetchSite string) (int, string) {
 		t.Helper()
 		r, err := http.NewRequest(method, c.URL+path, strings.NewReader(`{"ttlMs":10000}`))
 		mustOK(t, "request", err)
@@ -31,6 +31,9 @@ func TestAuthOffRefusesOtherOrigins(t *testing.T) {
 		if origin != "" {
 			r.Header.Set("Origin", origin)
 		}
+		if fetchSite != "" {
+			r.Header.Set("Sec-Fetch-Site", fetchSite)
+		}
 		res, err := hc.Do(r)
 		mustOK(t, method+" "+path, err)
 		defer res.Body.Close()
@@ -38,20 +41,21 @@ func TestAuthOffRefusesOtherOrigins(t *testing.T) {
 	}
 	const create = "/leasehold.v1.LeaseholdService/CreateSession"
 	for _, tc := range []struct {
-		what, method, path, host, origin string
-		want                             int
+		what, method, path, host, origin, fetchSite string
+		want                                        int
 	}{
-		{"a client without Origin", "POST", create, "", "", 200},
-		{"the API's own origin", "POST", create, "", c.URL, 200},
-		{"localhost", "POST", create, "localhost" + port, "", 200},
-		{"the dashboard, same origin", "GET", "/ui/", "", c.URL, 200},
-		{"a page of another site", "POST", create, "", "http://evil.example", 403},
-		{"another port on loopback", "POST", create, "", "http://127.0.0.1:1", 403},
-		{"an opaque origin", "POST", create, "", "null", 403},
-		{"DNS rebinding: the page's own name", "POST", create, "evil.example" + port, "http://evil.example" + port, 403},
-		{"DNS rebinding, no Origin", "GET", "/ui/", "evil.example" + port, "", 403},
+		{"a client without Origin", "POST", create, "", "", "", 200},
+		{"the API's own origin", "POST", create, "", c.URL, "", 200},
+		{"localhost", "POST", create, "localhost" + port, "", "", 200},
+		{"the dashboard, same origin", "GET", "/ui/", "", c.URL, "", 200},
+		{"a page of another site", "POST", create, "", "http://evil.example", "", 403},
+		{"another port on loopback", "POST", create, "", "http://127.0.0.1:1", "", 403},
+		{"an opaque origin", "POST", create, "", "null", "", 403},
+		{"DNS rebinding: the page's own name", "POST", create, "evil.example" + port, "http://evil.example" + port, "", 403},
+		{"DNS rebinding, no Origin", "GET", "/ui/", "evil.example" + port, "", "same-origin", 403},
+		{"a program through another name (a Service)", "POST", create, "leasehold-api" + port, "", "", 200},
 	} {
-		code, lcode := do(tc.method, tc.path, tc.host, tc.origin)
+		code, lcode := do(tc.method, tc.path, tc.host, tc.origin, tc.fetchSite)
 		if code != tc.want || (tc.want == 403 && lcode != "permission-denied") {
 			t.Errorf("%s: %d %q, want %d", tc.what, code, lcode, tc.want)
 		}
