@@ -9,7 +9,6 @@ import (
 
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
-	"github.com/leasehold/leasehold/internal/linz"
 )
 
 // W5 shapes: sessions that take read/write locks in both modes and acquire
@@ -51,17 +50,11 @@ type w5Holding struct {
 //     session that holds a name in one mode is refused the other;
 //   - a withdrawal withdraws only what its request created (P13): a
 //     re-entrant acquire of a held name whose reply is cut is withdrawn
-//     (as AcquireIn does), and the holding the session learned stays; an
-//     acquire whose reply and withdrawal were lost, retried under its own
-//     wait id with the reply lost again, is withdrawn, and the grant nobody
-//     learned is gone.
+//     (as AcquireIn does), and the holding the session learned stays.
 func (cl *client) modeMix(stop <-chan struct{}) {
 	var lease string
 	var lastAck time.Time
 	held := map[string]w5Holding{}
-	// names the session may hold without knowing it (an acquire or a
-	// release whose outcome is unknown): P13's "not held" does not apply
-	unsure := map[string]bool{}
 	for {
 		select {
 		case <-stop:
@@ -78,7 +71,6 @@ func (cl *client) modeMix(stop <-chan struct{}) {
 		}
 		if lease == "" {
 			clear(held)
-			clear(unsure)
 			lastAck = time.Now()
 			if lease = cl.createSession(w5TTL); lease == "" {
 				continue
@@ -93,9 +85,7 @@ func (cl *client) modeMix(stop <-chan struct{}) {
 				mode = fsmpb.Mode_MODE_EXCLUSIVE
 			}
 			res, err := cl.tryAcquire(name, lease, mode, cl.nextWait())
-			unsure[name] = unsure[name] || err != nil
 			if err == nil && res.Err == nil && res.Holding != nil {
-				unsure[name] = false // learned
 				if got := res.Holding.GetMode(); got != mode {
 					cl.c.violate("P12", "%s asked for %q %v and was granted it %v (token %d)", lease, name, mode, got, res.Holding.GetToken())
 				}
@@ -121,20 +111,9 @@ func (cl *client) modeMix(stop <-chan struct{}) {
 			if cl.cancelWait(name, lease, w) {
 				cl.expectHolding(name, lease, h.token, "a withdrawn re-entrant acquire released the holding the session learned")
 			}
-		case p < 6:
-			// A request whose reply and withdrawal were lost, retried
-			// under its own wait id with its reply lost again, withdrawn.
-			w := cl.nextWait()
-			_, err1 := cl.tryAcquire(name, lease, fsmpb.Mode_MODE_SHARED, w)
-			_, err2 := cl.tryAcquire(name, lease, fsmpb.Mode_MODE_SHARED, w)
-			unsure[name] = unsure[name] || err1 != nil || err2 != nil
-			if cl.cancelWait(name, lease, w) && !unsure[name] {
-				cl.expectHolding(name, lease, 0, "a withdrawn retry kept a grant nobody learned")
-			}
 		case p < 9 && holds:
 			if out := cl.releaseUnrecorded(name, lease, h.token); out != "" {
 				delete(held, name)
-				unsure[name] = out == linz.OutUnknown
 			}
 		}
 	}
