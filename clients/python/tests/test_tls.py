@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import ssl
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -51,13 +52,25 @@ def test_mutual_tls(certs, unique):
         srv.close()
 
 
-def test_bearer_token_over_tls(certs, unique):
-    srv = Server("--cert", str(certs / "node.crt"), "--key", str(certs / "node.key"), "--admin", "alice", probe_tls=_probe(certs, False)).start()
+def _as_node(addr: str, certs, secret: str, method: str, body: dict) -> dict:
+    """Calls an AuthService method over Connect JSON with the node secret:
+    while auth is off only the node role (or a --admin client certificate)
+    may mint tokens and enable auth."""
+    req = urllib.request.Request(
+        f"https://{addr}/leasehold.v1.AuthService/{method}", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Leasehold-Node-Secret": secret}, method="POST")
+    with urllib.request.urlopen(req, context=_probe(certs, False), timeout=10) as res:
+        return json.loads(res.read() or b"{}")
+
+
+def test_bearer_token_over_tls(certs, unique, tmp_path):
+    secret = "python-test-node-secret-0123456789abcdef"
+    (tmp_path / "secret").write_text(secret)
+    srv = Server("--cert", str(certs / "node.crt"), "--key", str(certs / "node.key"), "--admin", "alice",
+                 "--node-secret-file", str(tmp_path / "secret"), probe_tls=_probe(certs, False)).start()
     try:
-        cli = [binary(), "--endpoints", "https://" + srv.addr, "--cacert", str(certs / "ca.crt")]
-        out = subprocess.run([*cli, "auth", "token", "create", "alice", "-o", "json"], check=True, capture_output=True, text=True).stdout
-        token = json.loads(out)["token"]
-        subprocess.run([*cli, "auth", "enable"], check=True, capture_output=True, env={"LEASEHOLD_AUTH_TOKEN": token, "PATH": "/usr/bin:/bin"})
+        token = _as_node(srv.addr, certs, secret, "CreateToken", {"principal": "alice"})["token"]
+        _as_node(srv.addr, certs, secret, "SetEnabled", {"enabled": True})
         tls = leasehold.TLS(ca=str(certs / "ca.crt"))
         with leasehold.Client("https://" + srv.addr, tls=tls, token=token) as c:
             with c.lock(unique, timeout=10) as lock:
