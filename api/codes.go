@@ -221,7 +221,8 @@ func detailOf(ce *connect.Error) *leaseholdv1.ErrorDetail {
 // endpoint that answers plain HTTP, an untrusted server certificate, or
 // the server's TLS alert refusing the client certificate, which under TLS
 // 1.3 arrives after the client sent its request but before the server
-// read it), and an answer in HTTP/1.1 where leasehold speaks HTTP/2 (a
+// read it, or a handshake that timed out: a port bound by a process that
+// does not serve it yet, or is paused), and an answer in HTTP/1.1 where leasehold speaks HTTP/2 (a
 // port that is not leasehold's API).
 func NotSent(err error) bool {
 	var op *net.OpError
@@ -234,7 +235,8 @@ func NotSent(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "remote error: tls: ") || strings.Contains(msg, "frame header looked like an HTTP/1.1 header")
+	return strings.Contains(msg, "remote error: tls: ") || strings.Contains(msg, "net/http: TLS handshake timeout") ||
+		strings.Contains(msg, "frame header looked like an HTTP/1.1 header")
 }
 
 // Refused reports whether err is a refused connection: nothing listens at

@@ -79,8 +79,11 @@ func join(cfg Config) (string, error) {
 			cfg.Logger.Info("joined the cluster as a non-voter", "via", cfg.Join, "cluster_id", res.Msg.GetClusterId())
 			return res.Msg.GetClusterId(), nil
 		}
+		// Adding a fresh member is idempotent, so an attempt that timed out
+		// (a forward to a leader that just died) is tried again.
 		code := api.CodeOf(err)
-		retry := api.NotSent(err) || code == api.CodeUnavailable || code == api.CodeNotLeader || code == api.CodeOutcomeUnknown
+		retry := api.NotSent(err) || code == api.CodeUnavailable || code == api.CodeNotLeader ||
+			code == api.CodeOutcomeUnknown || code == api.CodeDeadlineExceeded
 		if !retry || time.Now().After(deadline) {
 			return "", fmt.Errorf("server: join through %s: %w", cfg.Join, err)
 		}

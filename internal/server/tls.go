@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 )
 
 // TLS on the API port.
@@ -43,8 +44,15 @@ func peerClient(cfg *tls.Config) *http.Client {
 	}
 	var p http.Protocols
 	p.SetHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: &p, TLSClientConfig: cfg.Clone(), MaxIdleConnsPerHost: 8}}
+	return &http.Client{Transport: &http.Transport{Protocols: &p, TLSClientConfig: cfg.Clone(), MaxIdleConnsPerHost: 8, TLSHandshakeTimeout: peerHandshakeTimeout}}
 }
+
+// peerHandshakeTimeout bounds a TLS handshake with another node. A node
+// whose port is bound but not served yet (it is joining) or whose process
+// is paused accepts the TCP connection in the kernel and never answers;
+// the call then fails as not sent (api.NotSent) and is retried, instead of
+// waiting out its caller's deadline.
+const peerHandshakeTimeout = 3 * time.Second
 
 // peerURL returns the base URL of another node's API at addr (host:port).
 func (s *Server) peerURL(addr string) string { return peerBaseURL(s.cfg.PeerClientTLS, addr) }

@@ -1,13 +1,18 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/api"
 )
 
 // TestNodeSecretNeverInClear: a node that speaks TLS to other nodes
@@ -44,5 +49,35 @@ func TestNodeSecretNeverInClear(t *testing.T) {
 	resp.Body.Close()
 	if v, _ := seen.Load().(string); v != secret {
 		t.Fatalf("the TLS server got secret %q, want it", v)
+	}
+}
+
+// TestPeerHandshakeTimesOut: a node whose API port is bound but not yet
+// served (it is still joining) or whose process is paused completes the
+// TCP handshake in the kernel and then never answers TLS. A call to it
+// fails within peerHandshakeTimeout as not sent, so a forward is retried
+// elsewhere instead of waiting out its caller's deadline.
+func TestPeerHandshakeTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close() // bound, never accepted: the kernel completes the handshake
+	hc := peerClient(&tls.Config{RootCAs: x509.NewCertPool()})
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*peerHandshakeTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+ln.Addr().String()+"/", nil)
+	start := time.Now()
+	resp, err := hc.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a request to a port that never answers TLS succeeded")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the request waited out its caller's deadline (%v): %v", time.Since(start), err)
+	}
+	if !api.NotSent(err) {
+		t.Fatalf("api.NotSent(%v) = false: a request that never got past the TLS handshake was not sent", err)
 	}
 }
