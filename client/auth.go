@@ -1,6 +1,7 @@
 package client
 
 import (
+	"net"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -17,30 +18,64 @@ func WithBearerToken(tok string) DialOption {
 	return func(o *dialOptions) { o.bearer = tok }
 }
 
-// withBearer adds the Authorization header to every request when a token
-// is configured.
-func (o dialOptions) withBearer(rt http.RoundTripper) http.RoundTripper {
-	if o.bearer == "" {
+// WithNodeSecret sends the cluster's node secret (the file given to
+// `serve --node-secret-file`) on every call, in the Leasehold-Node-Secret
+// header: the caller has the node role, which may do anything, and while
+// auth is off it is one of the two credentials (with an --admin client
+// certificate) that may mint tokens and policies and run `auth enable`.
+// Use it to bootstrap a cluster without client certificates, not for
+// everyday calls. The secret is sent only over TLS or to a loopback
+// address: Dial refuses a cleartext endpoint elsewhere with
+// invalid-argument.
+func WithNodeSecret(secret string) DialOption {
+	return func(o *dialOptions) { o.nodeSecret = secret }
+}
+
+// nodeSecretHeader carries the node secret (WithNodeSecret).
+const nodeSecretHeader = "Leasehold-Node-Secret"
+
+// withCredentials adds the Authorization and node secret headers to every
+// request when they are configured.
+func (o dialOptions) withCredentials(rt http.RoundTripper) http.RoundTripper {
+	if o.bearer == "" && o.nodeSecret == "" {
 		return rt
 	}
-	return bearerTransport{rt: rt, value: "Bearer " + o.bearer}
+	t := credentialTransport{rt: rt, nodeSecret: o.nodeSecret}
+	if o.bearer != "" {
+		t.authorization = "Bearer " + o.bearer
+	}
+	return t
 }
 
-type bearerTransport struct {
-	rt    http.RoundTripper
-	value string
+type credentialTransport struct {
+	rt                        http.RoundTripper
+	authorization, nodeSecret string
 }
 
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+func (c credentialTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", b.value)
-	return b.rt.RoundTrip(r)
+	if c.authorization != "" {
+		r.Header.Set("Authorization", c.authorization)
+	}
+	if c.nodeSecret != "" {
+		r.Header.Set(nodeSecretHeader, c.nodeSecret)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// loopbackHost reports whether host (a URL's host name) is this machine.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // CloseIdleConnections passes through, so that Client.Close closes them.
-func (b bearerTransport) CloseIdleConnections() {
-	if c, ok := b.rt.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
+func (c credentialTransport) CloseIdleConnections() {
+	if rt, ok := c.rt.(interface{ CloseIdleConnections() }); ok {
+		rt.CloseIdleConnections()
 	}
 }
 

@@ -68,6 +68,7 @@ type dialOptions struct {
 	retryTimeout time.Duration
 	tls          *tls.Config   // WithTLS (tls.go); nil: cleartext unless an endpoint says https://
 	bearer       string        // WithBearerToken (auth.go)
+	nodeSecret   string        // WithNodeSecret (auth.go)
 	unaryLocks   bool          // WithUnaryLocks
 	checkIdle    time.Duration // WithConnectionCheck
 	checkTimeout time.Duration

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -35,7 +36,7 @@ func newHTTPClient(o dialOptions) *http.Client {
 	if o.tls != nil {
 		t.TLSClientConfig = o.tls.Clone()
 	}
-	return &http.Client{Transport: o.withBearer(t)}
+	return &http.Client{Transport: o.withCredentials(t)}
 }
 
 // baseURL returns the URL of endpoint ep: ep itself when it has a scheme, else https://ep
@@ -48,13 +49,20 @@ func (o dialOptions) baseURL(ep string) (string, error) {
 	if o.tls != nil && strings.HasPrefix(ep, "http://") {
 		return "", &api.Error{Code: api.CodeInvalidArgument, Message: "client: endpoint " + ep + " is http:// but TLS is configured; use https://"}
 	}
-	if strings.Contains(ep, "://") {
-		return ep, nil
+	base := ep
+	switch {
+	case strings.Contains(ep, "://"):
+	case o.tls != nil:
+		base = "https://" + ep
+	default:
+		base = "http://" + ep
 	}
-	if o.tls != nil {
-		return "https://" + ep, nil
+	if o.nodeSecret != "" && !strings.HasPrefix(base, "https://") {
+		if u, err := url.Parse(base); err != nil || !loopbackHost(u.Hostname()) {
+			return "", &api.Error{Code: api.CodeInvalidArgument, Message: "client: refusing to send the node secret to " + ep + " in clear: use TLS (https:// or WithTLS), or a loopback address"}
+		}
 	}
-	return "http://" + ep, nil
+	return base, nil
 }
 
 // checkClientCert refuses a client certificate that has expired or is not valid yet: a

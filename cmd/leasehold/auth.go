@@ -18,14 +18,18 @@ import (
 
 // authFlags are the client commands' credential flags (global).
 type authFlags struct {
-	tokenFile string
+	tokenFile      string
+	nodeSecretFile string
 }
 
 func (f *authFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tokenFile, "auth-token-file", os.Getenv("LEASEHOLD_AUTH_TOKEN_FILE"), "file holding a bearer token (leasehold auth token create); env LEASEHOLD_AUTH_TOKEN_FILE, or the token itself in LEASEHOLD_AUTH_TOKEN")
+	// serve has a flag of this name of its own: the secret it checks.
+	fs.StringVar(&f.nodeSecretFile, "node-secret-file", os.Getenv("LEASEHOLD_NODE_SECRET_FILE"), "file holding the cluster's node secret (serve --node-secret-file): call as a node, to bootstrap auth without client certificates; sent only over TLS or to a loopback address; env LEASEHOLD_NODE_SECRET_FILE")
 }
 
-// dialOptions adds client.WithBearerToken when a token is configured.
+// dialOptions adds client.WithBearerToken and client.WithNodeSecret when
+// they are configured.
 func (f *authFlags) dialOptions(opts []client.DialOption) ([]client.DialOption, error) {
 	tok := os.Getenv("LEASEHOLD_AUTH_TOKEN")
 	if f.tokenFile != "" {
@@ -35,10 +39,17 @@ func (f *authFlags) dialOptions(opts []client.DialOption) ([]client.DialOption, 
 		}
 		tok = strings.TrimSpace(string(b))
 	}
-	if tok == "" {
-		return opts, nil
+	if tok != "" {
+		opts = append(opts, client.WithBearerToken(tok))
 	}
-	return append(opts, client.WithBearerToken(tok)), nil
+	secret, err := readNodeSecret(f.nodeSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	if secret != "" {
+		opts = append(opts, client.WithNodeSecret(secret))
+	}
+	return opts, nil
 }
 
 // authCall runs f with the auth service of the first endpoint.
@@ -211,7 +222,7 @@ func policyJSON(p *pb.Policy) map[string]any {
 	return map[string]any{"name": p.GetName(), "principals": p.GetPrincipals(), "allow": p.GetPermissions(), "prefixes": p.GetPrefixes()}
 }
 
-// readNodeSecret reads serve's --node-secret-file ("" without it).
+// readNodeSecret reads a --node-secret-file ("" without it).
 func readNodeSecret(file string) (string, error) {
 	return readSecretFile("--node-secret-file", file)
 }

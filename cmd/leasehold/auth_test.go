@@ -79,3 +79,35 @@ func TestAuthCLI(t *testing.T) {
 		return strings.Contains(p.log.String(), "component=audit action=BumpToken principal=ci result=denied")
 	})
 }
+
+// TestAuthCLINodeSecret: a cluster without client certificates is
+// bootstrapped through the CLI with --node-secret-file (or its env
+// variable): only the node secret mints the first token and turns auth on.
+func TestAuthCLINodeSecret(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "node.secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("5e", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServeAt(t, t.TempDir(), "", "--node-secret-file", secret, "--admin", "ops")
+	fails(t, p.cli(t, "auth", "token", "create", "ops", "-o", "json"), "permission-denied", 10)
+	tok := ok[struct{ Token string }](t, p.cli(t, "--node-secret-file", secret, "auth", "token", "create", "ops", "-o", "json"))
+	tokFile := filepath.Join(dir, "ops.token")
+	if err := os.WriteFile(tokFile, []byte(tok.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, p.cli(t, "--auth-token-file", tokFile, "auth", "enable", "-o", "json"), "permission-denied", 10)
+	ok[map[string]any](t, cliEnv(t, []string{"LEASEHOLD_NODE_SECRET_FILE=" + secret}, "auth", "enable", "--endpoints", p.Addr, "-o", "json"))
+	st := ok[struct {
+		Enabled   bool
+		Principal string
+	}](t, p.cli(t, "--auth-token-file", tokFile, "auth", "status", "-o", "json"))
+	if !st.Enabled || st.Principal != "ops" {
+		t.Fatalf("auth status with the minted token: %+v", st)
+	}
+	short := filepath.Join(dir, "short.secret")
+	if err := os.WriteFile(short, []byte("too short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, p.cli(t, "--node-secret-file", short, "auth", "status", "-o", "json"), "invalid-argument", 2)
+}
