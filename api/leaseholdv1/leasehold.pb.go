@@ -453,7 +453,7 @@ func (x *ListSessionsResponse) GetTruncated() bool {
 // ErrorDetail is attached to every error status leasehold returns.
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// code is one of the codes in the README (not-holder, stale-token, ...).
+	// code is one of the error codes (docs/operating/limits-and-errors.md).
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	// last_token is the last accepted token, for stale-token.
 	LastToken uint64 `protobuf:"varint,2,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
@@ -1477,7 +1477,7 @@ type AcquireRequest struct {
 	// it never learned, with CancelWait(name, lease_id, wait_id). 0: the
 	// server picks one.
 	WaitId uint64 `protobuf:"varint,5,opt,name=wait_id,json=waitId,proto3" json:"wait_id,omitempty"`
-	// mode, permits and value: see LockMode (the recipes in the README).
+	// mode, permits and value: see LockMode (docs/using/recipes.md).
 	Mode LockMode `protobuf:"varint,20,opt,name=mode,proto3,enum=leasehold.v1.LockMode" json:"mode,omitempty"`
 	// permits makes the name a semaphore of that many holders (0 and 1: one;
 	// at most 1000); every request for a name must carry its current permits.

@@ -103,7 +103,7 @@ CMD is killed if leasehold run itself is killed. When CMD exits, processes it le
 get SIGTERM, then SIGKILL after --kill-after, and the lock is released only once the whole
 group is gone. The exit status is CMD's (128+N if signal N killed it), or 5 (lease-expired)
 when the lease was lost while CMD ran, whatever CMD answered; before CMD starts, failures
-exit with the error code's status (see the README). With --if-free a held NAME is not waited
+exit with the error code's status (docs/operating/limits-and-errors.md). With --if-free a held NAME is not waited
 for: run exits 0 without starting CMD. A run that waits in the queue says so on stderr (with
 -v, or when stderr is a terminal). SIGINT, SIGTERM and SIGHUP sent
 to leasehold run are passed on to CMD's group.`,

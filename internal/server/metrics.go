@@ -19,7 +19,7 @@ import (
 )
 
 // metrics are the server's Prometheus metrics, registered on the
-// Registerer from Config (never globally). README "What to monitor" and
+// Registerer from Config (never globally). docs/operating/monitoring.md and
 // deploy/grafana/leasehold.json use these names.
 type metrics struct {
 	rpcs             *prometheus.CounterVec

@@ -17,7 +17,8 @@ import (
 	"github.com/leasehold/leasehold/internal/raftnode"
 )
 
-// The limits enforced at the API edge. The README lists each one.
+// The limits enforced at the API edge. docs/operating/limits-and-errors.md
+// lists each one.
 const (
 	MaxNameLen     = 256              // lock names, KV keys, prefixes (bytes)
 	MaxOwnerLen    = 128              // owner labels (bytes)

@@ -11,7 +11,7 @@ If the lease may be lost (no renewal confirmed before the local safe
 deadline, or the server expired the session), CMD's process group gets
 SIGTERM at once and SIGKILL --kill-after seconds later. The exit status is
 CMD's (128+N if signal N ended it); failures before CMD starts exit with
-the error code's status (the README's error table: locked 7, unavailable
+the error code's status (docs/operating/limits-and-errors.md: locked 7, unavailable
 12, ...).
 """
 

@@ -1,7 +1,7 @@
 """The errors of leasehold, one class per error code of the server.
 
 Every failed call raises a :class:`LeaseholdError` whose ``code`` is one of
-the codes of the server's table (api/codes.go, the README's *Error codes*):
+the codes of the server's table (api/codes.go; docs/operating/limits-and-errors.md):
 the same codes the Go client matches with ``errors.Is`` and the CLI exits
 with. Each code has its own subclass (``except StaleToken as e:
 e.last_token``). The code is read from the server's ``ErrorDetail`` (the

@@ -4,7 +4,7 @@
 import { Code as RpcCode, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema } from "./gen/leasehold/v1/leasehold_pb.js";
 
-/** The leasehold error codes (the README's "Error codes" table). */
+/** The leasehold error codes (docs/operating/limits-and-errors.md, "Error codes"). */
 export const Code = {
   Internal: "internal",
   InvalidArgument: "invalid-argument",
@@ -34,7 +34,7 @@ export const codeHeader = "leasehold-code";
 
 /**
  * LeaseholdError is every error a leasehold call fails with: `code` tells
- * what happened and what to do (see the README), `lastToken` is the last
+ * what happened and what to do (docs/operating/limits-and-errors.md), `lastToken` is the last
  * accepted token of a stale-token refusal, `leaderAddr` the leader's API
  * address of a not-leader refusal when known.
  */

@@ -170,7 +170,7 @@ export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@_
  */
 export type ErrorDetail = Message<"leasehold.v1.ErrorDetail"> & {
   /**
-   * code is one of the codes in the README (not-holder, stale-token, ...).
+   * code is one of the error codes (docs/operating/limits-and-errors.md).
    *
    * @generated from field: string code = 1;
    */
@@ -688,7 +688,7 @@ export type AcquireRequest = Message<"leasehold.v1.AcquireRequest"> & {
   waitId: bigint;
 
   /**
-   * mode, permits and value: see LockMode (the recipes in the README).
+   * mode, permits and value: see LockMode (docs/using/recipes.md).
    *
    * @generated from field: leasehold.v1.LockMode mode = 20;
    */
