@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/linz"
 )
 
 // W5 shapes: sessions that take read/write locks in both modes and acquire
@@ -50,11 +51,20 @@ type w5Holding struct {
 //     session that holds a name in one mode is refused the other;
 //   - a withdrawal withdraws only what its request created (P13): a
 //     re-entrant acquire of a held name whose reply is cut is withdrawn
-//     (as AcquireIn does), and the holding the session learned stays.
+//     (as AcquireIn does), and the holding the session learned stays; an
+//     acquire retried under its own wait id, both replies lost, is
+//     withdrawn, and the grant nobody learned is gone.
 func (cl *client) modeMix(stop <-chan struct{}) {
 	var lease string
 	var lastAck time.Time
 	held := map[string]w5Holding{}
+	// late names a name once a request of the session on it had an
+	// unknown outcome: an acquire may still apply, at any later time
+	// (queued in a paused node's socket), after a withdrawal or a release,
+	// and a withdrawal or a release may not have applied; either leaves a
+	// grant nobody learned. The session may then hold the name without
+	// knowing it until it ends, so P13's "not held" is not checked on it.
+	late := map[string]bool{}
 	for {
 		select {
 		case <-stop:
@@ -71,6 +81,7 @@ func (cl *client) modeMix(stop <-chan struct{}) {
 		}
 		if lease == "" {
 			clear(held)
+			clear(late)
 			lastAck = time.Now()
 			if lease = cl.createSession(w5TTL); lease == "" {
 				continue
@@ -85,6 +96,7 @@ func (cl *client) modeMix(stop <-chan struct{}) {
 				mode = fsmpb.Mode_MODE_EXCLUSIVE
 			}
 			res, err := cl.tryAcquire(name, lease, mode, cl.nextWait())
+			late[name] = late[name] || err != nil
 			if err == nil && res.Err == nil && res.Holding != nil {
 				if got := res.Holding.GetMode(); got != mode {
 					cl.c.violate("P12", "%s asked for %q %v and was granted it %v (token %d)", lease, name, mode, got, res.Holding.GetToken())
@@ -97,6 +109,7 @@ func (cl *client) modeMix(stop <-chan struct{}) {
 				other = fsmpb.Mode_MODE_EXCLUSIVE
 			}
 			res, err := cl.tryAcquire(name, lease, other, cl.nextWait())
+			late[name] = late[name] || err != nil
 			switch {
 			case err != nil || res.Err != nil:
 			case res.Holding.GetToken() == h.token:
@@ -107,13 +120,30 @@ func (cl *client) modeMix(stop <-chan struct{}) {
 		case p < 6 && holds:
 			// A re-entrant acquire whose reply is cut, withdrawn.
 			w := cl.nextWait()
-			_, _ = cl.tryAcquire(name, lease, h.mode, w)
+			_, err := cl.tryAcquire(name, lease, h.mode, w)
+			late[name] = late[name] || err != nil
 			if cl.cancelWait(name, lease, w) {
 				cl.expectHolding(name, lease, h.token, "a withdrawn re-entrant acquire released the holding the session learned")
+			}
+		case p < 6:
+			// A request whose reply and withdrawal were lost, retried
+			// under its own wait id with its reply lost again, withdrawn.
+			w := cl.nextWait()
+			_, err1 := cl.tryAcquire(name, lease, fsmpb.Mode_MODE_SHARED, w)
+			_, err2 := cl.tryAcquire(name, lease, fsmpb.Mode_MODE_SHARED, w)
+			late[name] = late[name] || err1 != nil || err2 != nil
+			switch {
+			case !cl.cancelWait(name, lease, w):
+				// The grant may stay: the next acquire of the name, under
+				// another wait id, takes it over (a real client reuses w).
+				late[name] = true
+			case !late[name]:
+				cl.expectHolding(name, lease, 0, "a withdrawn retry kept a grant nobody learned")
 			}
 		case p < 9 && holds:
 			if out := cl.releaseUnrecorded(name, lease, h.token); out != "" {
 				delete(held, name)
+				late[name] = late[name] || out == linz.OutUnknown
 			}
 		}
 	}
