@@ -85,7 +85,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.000001, 4, 12),
 		}),
 		acquiresQueued: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "leasehold_acquires_queued", Help: "Blocking Acquires waiting on this node: queued for a lock, or being proposed to a queue (serve --limit queued-per-session, queued-per-principal).",
+			Name: "leasehold_acquires_queued", Help: "Blocking Acquires parked on this node: queued for a lock, or proposed and not yet applied (serve --limit queued-per-session, queued-per-principal).",
 		}, func() float64 {
 			if s.lim == nil { // before Open set it up
 				return 0
