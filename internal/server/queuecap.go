@@ -25,7 +25,10 @@ import (
 // proposal is answered; one queued keeps it until it returns. Only the
 // node that proposes counts: a follower forwards an Acquire to the leader
 // (onLeader) and takes no place for it, and a leader that lost the lead
-// while proposing gives its place back before forwarding.
+// while proposing gives its place back before forwarding. An Acquire that
+// waits on a leader that loses the lead stays parked, and counted, there
+// until it returns: for a while after a leader change a session may have
+// up to its cap parked on the old leader and again on the new one.
 
 // parkedAcquires counts the blocking Acquires parked on this node, in
 // total, per session and per principal. Admission and return are O(1).
