@@ -56,9 +56,7 @@ type Limits struct {
 	KeepAliveStreams, KeepAliveStreamsPerPrincipal int
 	// SessionsPerPrincipal bounds the live sessions one principal created.
 	SessionsPerPrincipal int
-	// QueuedPerSession and QueuedPerPrincipal bound the blocking Acquires
-	// waiting on this node (queuecap.go), of one session and of one
-	// principal.
+	// QueuedPerSession and QueuedPerPrincipal bound the Acquires parked here (queuecap.go).
 	QueuedPerSession, QueuedPerPrincipal int
 	// Rate is the requests per second one principal may send on average,
 	// with bursts of up to Burst; renewals (KeepAlive, KeepAliveStream)

@@ -154,16 +154,11 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	if r.waitID == 0 {
 		r.waitID = api.NewWaitID()
 	}
-	unpark := func() {}
-	if !r.try {
-		// A blocking Acquire may wait: it takes its place among the
-		// parked Acquires before it is proposed (queuecap.go).
-		var err error
-		if unpark, err = s.lim.parkAcquire(ctx, r.leaseID); err != nil {
-			return nil, err
-		}
-		defer unpark()
+	place, err := s.lim.parkAcquire(ctx, r) // before it is proposed (queuecap.go)
+	if err != nil {
+		return nil, err
 	}
+	defer place.release()
 	var heldBefore, queued bool
 	s.node.Read(func(m *fsm.Machine) {
 		h, _, waiters := m.Standing(r.name, r.leaseID, r.waitID)
@@ -194,9 +189,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	}
 	owner := res.Session.GetOwner()
 	holding := res.Holding
-	if !res.Queued {
-		unpark() // granted at once: it does not wait
-	}
+	place.waits(res.Queued)
 	if res.Queued {
 		// Only a queued request waits for events. Its grant may have been
 		// applied before w was registered, so it looks at the state once

@@ -83,15 +83,37 @@ func (q *parkedAcquires) parked() int {
 	return q.total
 }
 
-// parkAcquire admits a blocking Acquire of session leaseID by the caller
-// in ctx to wait on this node, or refuses it with resource-exhausted
-// (counted in leasehold_limit_refused_total). Call the returned func once
-// the Acquire no longer waits.
-func (l *limiter) parkAcquire(ctx context.Context, leaseID string) (func(), error) {
-	release, name, err := l.queued.enter(leaseID, principal(ctx))
+// place is the place a blocking Acquire holds among the parked ones; nil
+// for a TryAcquire, which never waits.
+type place struct{ give func() }
+
+// parkAcquire admits the blocking Acquire r of the caller in ctx to wait
+// on this node, or refuses it with resource-exhausted (counted in
+// leasehold_limit_refused_total). Release the place once r no longer
+// waits; a TryAcquire needs none.
+func (l *limiter) parkAcquire(ctx context.Context, r acquireReq) (*place, error) {
+	if r.try {
+		return nil, nil
+	}
+	release, name, err := l.queued.enter(r.leaseID, principal(ctx))
 	if err != nil {
 		l.refuse(name)
 		return nil, err
 	}
-	return release, nil
+	return &place{give: release}, nil
+}
+
+// release gives the place back; calling it again does nothing.
+func (p *place) release() {
+	if p != nil {
+		p.give()
+	}
+}
+
+// waits is told whether the proposal queued the Acquire: one granted at
+// once does not wait, and gives its place back now.
+func (p *place) waits(queued bool) {
+	if !queued {
+		p.release()
+	}
 }

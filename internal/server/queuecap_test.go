@@ -283,3 +283,45 @@ func TestLimitQueuedLockStream(t *testing.T) {
 		waitQueued(t, c.Client, fmt.Sprint("ql:", i))
 	}
 }
+
+// TestLimitQueuedRetryFlood: many concurrent retries of one queue entry
+// (the same name and wait id) each park a handler; no more than the cap
+// are admitted however they race, the rest are refused at once, and the
+// queue holds the one entry.
+func TestLimitQueuedRetryFlood(t *testing.T) {
+	const cap, flood = 5, 40
+	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = cap, 0 }))
+	h := newSession(t, c.Client, 60_000, "H").GetLeaseId()
+	s := newSession(t, c.Client, 60_000, "S").GetLeaseId()
+	acquire(t, c.Client, "qf", h)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	answers := make(chan error, flood)
+	for range flood {
+		go func() {
+			_, err := c.Client.Acquire(ctx, req(&pb.AcquireRequest{Name: "qf", LeaseId: s, WaitId: 42}))
+			answers <- err
+		}()
+	}
+	for range flood - cap {
+		select {
+		case err := <-answers:
+			wantLimit(t, "a retry beyond the cap", err, "queued-per-session")
+		case <-time.After(10 * time.Second):
+			t.Fatal("fewer retries refused than sent beyond the cap")
+		}
+	}
+	waitParked(t, c, cap)
+	waitQueued(t, c.Client, "qf", s)
+	if got := refusedBy(t, c, "queued-per-session"); got != fmt.Sprint(flood-cap) {
+		t.Fatalf("queued-per-session refusals counted %q, want %d", got, flood-cap)
+	}
+	cancel()
+	for range cap {
+		if err := <-answers; api.CodeOf(err) == api.CodeResourceExhausted {
+			t.Fatalf("a parked retry answered %v", err)
+		}
+	}
+	waitParked(t, c, 0)
+	waitQueued(t, c.Client, "qf")
+}
