@@ -213,8 +213,7 @@ func TestLimitQueuedReturns(t *testing.T) {
 		}
 		waitParked(t, c, 0)
 	}
-	// The last session holds qr now; the lock is taken again for the
-	// wait_ms case.
+	// An Acquire whose wait_ms runs out, on another held lock, twice.
 	h2 := newSession(t, c.Client, 60_000, "H2").GetLeaseId()
 	acquire(t, c.Client, "qw", h2)
 	s := newSession(t, c.Client, 60_000, "W").GetLeaseId()
