@@ -56,6 +56,8 @@ type Limits struct {
 	KeepAliveStreams, KeepAliveStreamsPerPrincipal int
 	// SessionsPerPrincipal bounds the live sessions one principal created.
 	SessionsPerPrincipal int
+	// QueuedPerSession and QueuedPerPrincipal bound the Acquires parked here (queuecap.go).
+	QueuedPerSession, QueuedPerPrincipal int
 	// Rate is the requests per second one principal may send on average,
 	// with bursts of up to Burst; renewals (KeepAlive, KeepAliveStream)
 	// are not counted.
@@ -76,6 +78,8 @@ func DefaultLimits() Limits {
 		KeepAliveStreams:             4096,
 		KeepAliveStreamsPerPrincipal: 512,
 		SessionsPerPrincipal:         10000,
+		QueuedPerSession:             1000,
+		QueuedPerPrincipal:           10000,
 		Rate:                         50000,
 		Burst:                        100000,
 	}
@@ -94,6 +98,8 @@ func (l *Limits) fields() map[string]any {
 		"keepalive-streams":               &l.KeepAliveStreams,
 		"keepalive-streams-per-principal": &l.KeepAliveStreamsPerPrincipal,
 		"sessions-per-principal":          &l.SessionsPerPrincipal,
+		"queued-per-session":              &l.QueuedPerSession,
+		"queued-per-principal":            &l.QueuedPerPrincipal,
 		"rate":                            &l.Rate,
 		"burst":                           &l.Burst,
 	}
@@ -254,6 +260,7 @@ type limiter struct {
 	conns   atomic.Int64 // open connections
 
 	watches, keepalives *gate
+	queued              *parkedAcquires
 
 	mu      sync.Mutex          // protects following
 	buckets map[string]*bucket  // per principal
@@ -279,6 +286,7 @@ func newLimiter(cfg Limits, clk clock.Clock, reg prometheus.Registerer) (*limite
 	}
 	l.watches = newGate("watches", cfg.Watches, cfg.WatchesPerPrincipal, "watch streams")
 	l.keepalives = newGate("keepalive-streams", cfg.KeepAliveStreams, cfg.KeepAliveStreamsPerPrincipal, "keepalive streams")
+	l.queued = newParkedAcquires(cfg.QueuedPerSession, cfg.QueuedPerPrincipal)
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_connections", Help: "Open client connections (serve --limit conns)."},
 		func() float64 { return float64(l.conns.Load()) })
 	for _, c := range []prometheus.Collector{l.refused, open} {

@@ -154,6 +154,11 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	if r.waitID == 0 {
 		r.waitID = api.NewWaitID()
 	}
+	place, err := s.lim.parkAcquire(ctx, r) // before it is proposed (queuecap.go)
+	if err != nil {
+		return nil, err
+	}
+	defer place.release()
 	var heldBefore, queued bool
 	s.node.Read(func(m *fsm.Machine) {
 		h, _, waiters := m.Standing(r.name, r.leaseID, r.waitID)
@@ -184,6 +189,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	}
 	owner := res.Session.GetOwner()
 	holding := res.Holding
+	place.waits(res.Queued)
 	if res.Queued {
 		// Only a queued request waits for events. Its grant may have been
 		// applied before w was registered, so it looks at the state once

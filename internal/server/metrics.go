@@ -35,6 +35,7 @@ type metrics struct {
 	logAppendSeconds prometheus.Histogram
 	logAppendEntries prometheus.Histogram
 	fsmApplySeconds  prometheus.Histogram
+	acquiresQueued   prometheus.GaugeFunc
 }
 
 // latencyBuckets span 0.1 ms to about 3.3 s.
@@ -83,6 +84,14 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "leasehold_fsm_apply_seconds", Help: "Time the state machine took to apply one committed entry.",
 			Buckets: prometheus.ExponentialBuckets(0.000001, 4, 12),
 		}),
+		acquiresQueued: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasehold_acquires_queued", Help: "Blocking Acquires parked on this node: queued for a lock, or proposed and not yet applied (serve --limit queued-per-session, queued-per-principal).",
+		}, func() float64 {
+			if s.lim == nil { // before Open set it up
+				return 0
+			}
+			return float64(s.lim.queued.parked())
+		}),
 	}
 	info := buildinfo.Get()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -92,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	build.Set(1)
 	for _, c := range []prometheus.Collector{
 		m.rpcs, m.rpcSeconds, m.events, m.kvWrites, m.applySeconds, m.forwarded, m.leader, m.keepaliveStreams, m.keepaliveMsgs,
-		m.logAppendSeconds, m.logAppendEntries, m.fsmApplySeconds, build, stateCollector{s},
+		m.logAppendSeconds, m.logAppendEntries, m.fsmApplySeconds, m.acquiresQueued, build, stateCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		if err := reg.Register(c); err != nil {
