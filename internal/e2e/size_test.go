@@ -21,7 +21,6 @@ var oversize = map[string]int{
 	"internal/server/auth.go":            897,
 	"internal/server/limits.go":          811,
 	"internal/fsm/fsm.go":                768,
-	"internal/server/locks.go":           615,
 	"internal/server/server.go":          606,
 	"clients/python/leasehold/client.py": 636,
 }
