@@ -200,7 +200,7 @@ func TestLimitHandshakeFlood(t *testing.T) {
 
 // get sends GET /healthz over HTTP/1.1 on a new TLS connection with
 // conf, and returns the status line and body; the connection stays open
-// until the test ends.
+// until the test ends unless it was refused.
 func get(t *testing.T, addr string, conf *tls.Config) string {
 	t.Helper()
 	conf = conf.Clone()
@@ -216,6 +216,13 @@ func get(t *testing.T, addr string, conf *tls.Config) string {
 		return err.Error()
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		// A refused connection is closed once answered.
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			return fmt.Sprintf("still open after %s %s (read %d bytes, %v)", resp.Status, b, n, err)
+		}
+	}
 	_ = conn.SetDeadline(time.Time{})
 	return resp.Status + " " + string(b)
 }
