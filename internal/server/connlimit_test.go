@@ -262,3 +262,66 @@ func TestLimitConnsPerPrincipal(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitConnFloodOneAddress: one address holding idle connections, far
+// more than conns, takes only its own share: a well-behaved client keeps
+// its lock and new clients from another address get in while it floods.
+func TestLimitConnFloodOneAddress(t *testing.T) {
+	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.Conns, l.ConnsPerAddress = 300, 100 }))
+	k := startCanary(t, c)
+	idle := k.p99(100)
+	var mu sync.Mutex
+	held, refused, joined := 0, 0, 0
+	var failures []string
+	k.during("2000 idle connections from one address", idle, func(ctx context.Context, ready func()) {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		d := dialerFrom("127.0.0.2")
+		for range 2000 {
+			conn, err := d.Dial("tcp", c.Addr)
+			if err != nil {
+				mu.Lock()
+				failures = append(failures, "flood dial: "+err.Error())
+				mu.Unlock()
+				break
+			}
+			context.AfterFunc(ctx, func() { _ = conn.Close() })
+			wg.Go(func() {
+				b, _ := io.ReadAll(conn)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case strings.HasPrefix(string(b), "HTTP/1.1 429") && strings.Contains(string(b), "serve --limit conns-per-address=N"):
+					refused++
+				case ctx.Err() != nil:
+					held++
+				default:
+					failures = append(failures, fmt.Sprintf("flood connection read %q", b))
+				}
+			})
+		}
+		_ = servertest.Eventually(45*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return refused >= 1900 })
+		// New clients, each on a connection of its own, from another address.
+		for i := range 10 {
+			tr := h2c()
+			tr.DialContext = dialerFrom("127.0.0.3").DialContext
+			cl := leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: tr}, c.URL, connect.WithGRPC())
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := cl.CreateSession(sctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 10000, Owner: fmt.Sprintf("new client %d", i)}))
+			cancel()
+			tr.CloseIdleConnections()
+			mu.Lock()
+			if err == nil {
+				joined++
+			} else {
+				failures = append(failures, fmt.Sprintf("new client %d: %v", i, err))
+			}
+			mu.Unlock()
+		}
+		ready()
+		<-ctx.Done()
+	})
+	if len(failures) > 0 || held != 100 || refused != 1900 || joined != 10 {
+		t.Fatalf("%d flood connections held, %d refused (want 100 and 1900), %d of 10 new clients got in; failures: %v", held, refused, joined, failures)
+	}
+}
