@@ -111,7 +111,7 @@ type gatedConnState struct {
 // says why. With handshake it waits for its TLS handshake; without it
 // counts toward conns at once.
 func (g *connGate) admit(key netip.Prefix, handshake bool) (st *gatedConnState, name, msg string) {
-	c := g.l.cfg
+	c := &g.l.cfg
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	a := g.addrs[key]

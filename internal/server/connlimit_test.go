@@ -325,3 +325,34 @@ func TestLimitConnFloodOneAddress(t *testing.T) {
 		t.Fatalf("%d flood connections held, %d refused (want 100 and 1900), %d of 10 new clients got in; failures: %v", held, refused, joined, failures)
 	}
 }
+
+// TestLimitHandshakesNodeWide: the connections in their TLS handshake are
+// bounded on the node too, so that many addresses cannot take its
+// descriptors with handshakes; once one ends, another address gets in.
+func TestLimitHandshakesNodeWide(t *testing.T) {
+	dir := pkiDir(t, "alice")
+	reg := prometheus.NewRegistry()
+	addr := startTLS(t, dir, reg, func(l *server.Limits) { l.Handshakes, l.HandshakeTimeout = 10, time.Minute })
+	silent := hold(t, addr, "127.0.0.2", 10)
+	conn, err := dialerFrom("127.0.0.3").Dial("tcp", addr)
+	mustOK(t, "dial", err)
+	got, _ := answer(conn)
+	_ = conn.Close()
+	if !strings.HasPrefix(got, "HTTP/1.1 429") || !strings.Contains(got, "10 connections are in their TLS handshake on this node") || !strings.Contains(got, "serve --limit handshakes=N") {
+		t.Fatalf("the 11th handshake answered %q; want a 429 naming handshakes", got)
+	}
+	if n := refusedCount(t, reg, "handshakes"); n != 1 {
+		t.Fatalf("refused handshakes = %g, want 1", n)
+	}
+	_ = silent[0].Close()
+	alice := tlsClient(t, addr, "127.0.0.3", clientTLS(t, dir, certs.ClientCert("alice"), certs.ClientKey("alice")))
+	var last error
+	if err := servertest.Eventually(10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, last = alice.CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 10000, Owner: "alice"}))
+		return last == nil
+	}); err != nil {
+		t.Fatalf("alice, once a handshake place was free: %v", last)
+	}
+}
