@@ -39,8 +39,21 @@ type Limits struct {
 	// compressed message is bounded after decompression.
 	RequestBytes int64
 	// Conns bounds the open client connections; one more is answered with
-	// an HTTP 429 and closed.
+	// an HTTP 429 and closed. With TLS a connection counts once its
+	// handshake is done (connlimit.go).
 	Conns int
+	// ConnsPerAddress bounds the open connections from one remote address
+	// (an IPv4 address, or an IPv6 /64), in their TLS handshake or not.
+	ConnsPerAddress int
+	// ConnsPerPrincipal bounds the open connections of one verified client
+	// certificate's principal (node certificates are not counted).
+	ConnsPerPrincipal int
+	// HandshakesPerAddress and Handshakes bound the connections in their
+	// TLS handshake, from one address and on the node.
+	HandshakesPerAddress, Handshakes int
+	// HandshakeTimeout closes a connection whose TLS handshake is not done
+	// in time.
+	HandshakeTimeout time.Duration
 	// IdleTimeout closes a connection with no request in flight.
 	IdleTimeout time.Duration
 	// ReadHeaderTimeout bounds reading a request's headers (and a new
@@ -70,6 +83,11 @@ func DefaultLimits() Limits {
 	return Limits{
 		RequestBytes:                 MaxRequestSize,
 		Conns:                        4096,
+		ConnsPerAddress:              1024,
+		ConnsPerPrincipal:            1024,
+		HandshakesPerAddress:         64,
+		Handshakes:                   1024,
+		HandshakeTimeout:             10 * time.Second,
 		IdleTimeout:                  2 * time.Minute,
 		ReadHeaderTimeout:            10 * time.Second,
 		ReadTimeout:                  10 * time.Second,
@@ -90,6 +108,11 @@ func (l *Limits) fields() map[string]any {
 	return map[string]any{
 		"request-bytes":                   &l.RequestBytes,
 		"conns":                           &l.Conns,
+		"conns-per-address":               &l.ConnsPerAddress,
+		"conns-per-principal":             &l.ConnsPerPrincipal,
+		"handshakes-per-address":          &l.HandshakesPerAddress,
+		"handshakes":                      &l.Handshakes,
+		"handshake-timeout":               &l.HandshakeTimeout,
 		"idle-timeout":                    &l.IdleTimeout,
 		"read-header-timeout":             &l.ReadHeaderTimeout,
 		"read-timeout":                    &l.ReadTimeout,
@@ -637,20 +660,6 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// limited applies the connection limits to hs and ln.
-func (s *Server) limited(hs *http.Server, ln net.Listener) (*http.Server, net.Listener) {
-	c := s.lim.cfg
-	hs.ReadHeaderTimeout = c.ReadHeaderTimeout
-	hs.IdleTimeout = c.IdleTimeout
-	if c.Conns > 0 {
-		ln = &connLimiter{Listener: ln, l: s.lim}
-	}
-	if s.cfg.TLS == nil {
-		ln = readBufferedListener{ln}
-	}
-	return hs, ln
-}
-
 // connReadBuffer is the read buffer of a cleartext connection.
 const connReadBuffer = 1024
 
@@ -678,45 +687,6 @@ type readBufferedConn struct {
 }
 
 func (c *readBufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// connLimiter refuses a connection beyond Limits.Conns: it answers an
-// HTTP/1.1 429 that names the limit, and closes it. (An HTTP/2 client
-// sees the connection fail; its error carries the text.)
-type connLimiter struct {
-	net.Listener
-	l *limiter
-}
-
-func (cl *connLimiter) Accept() (net.Conn, error) {
-	for {
-		c, err := cl.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		max := int64(cl.l.cfg.Conns)
-		if cl.l.conns.Add(1) <= max {
-			return &countedConn{Conn: c, n: &cl.l.conns}, nil
-		}
-		cl.l.conns.Add(-1)
-		cl.l.refuse("conns")
-		msg := exhausted("conns", "%d connections are open on this node, the limit", max).Message
-		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(msg)+len("resource-exhausted: \n"), "resource-exhausted: "+msg+"\n")
-		_ = c.Close()
-	}
-}
-
-// countedConn gives its place back when closed.
-type countedConn struct {
-	net.Conn
-	n    *atomic.Int64
-	once sync.Once
-}
-
-func (c *countedConn) Close() error {
-	c.once.Do(func() { c.n.Add(-1) })
-	return c.Conn.Close()
-}
 
 // envelopeCap bounds each message of a request stream (gRPC, gRPC-Web and
 // Connect streams frame a message with a 5-byte prefix: a flag byte and a

@@ -550,6 +550,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	var hd http.Handler = s.limitHandler(s.browserCheck(mux)) // origin.go
 	hd = s.authenticate(hd)                                   // before the limits: they count the authenticated principal
+	hd = s.connRefusal(hd)                                    // a connection refused after its TLS handshake (connlimit.go)
 	if s.cfg.AccessLog != nil {
 		hd = accessLog(s.cfg.AccessLog, hd)
 	}

@@ -27,13 +27,15 @@ func (s *Server) serveOn(hs *http.Server, ln net.Listener) error {
 	if s.cfg.TLS == nil {
 		return hs.Serve(ln)
 	}
-	hs.TLSConfig = s.cfg.TLS.Clone()
-	hs.ErrorLog = slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn) // refused handshakes
+	// ln hands over connections whose handshake is done (limited,
+	// connlimit.go); TLSConfig offering "h2" makes Serve set up HTTP/2.
+	hs.TLSConfig = s.apiTLSConfig()
+	hs.ErrorLog = slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetHTTP2(true)
 	hs.Protocols = &p
-	return hs.ServeTLS(ln, "", "") // certificates come from TLSConfig; ServeTLS adds "h2" to ALPN
+	return hs.Serve(ln)
 }
 
 // peerClient returns the HTTP client for calls to other nodes: HTTP/2 over TLS with cfg, or
