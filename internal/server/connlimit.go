@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -501,3 +502,31 @@ func looksLikeHTTP(hdr [5]byte) bool {
 	}
 	return false
 }
+
+// connReadBuffer is the read buffer of a cleartext connection.
+const connReadBuffer = 1024
+
+// readBufferedListener gives every cleartext connection a small read
+// buffer. The HTTP/2 server reads each frame from its connection with two
+// reads, the 9-byte header and then the payload, and without a buffer each
+// is a system call of its own: at 64 concurrent lock operations on a lock
+// stream those reads were an eighth of the server's CPU. With the buffer
+// the header's read brings in the payload and the frames behind it. (A TLS
+// connection reads whole records into a buffer of its own already.) An
+// idle connection holds connReadBuffer bytes more.
+type readBufferedListener struct{ net.Listener }
+
+func (l readBufferedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &readBufferedConn{Conn: c, r: bufio.NewReaderSize(c, connReadBuffer)}, nil
+}
+
+type readBufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *readBufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
