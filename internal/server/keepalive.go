@@ -38,6 +38,11 @@ func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.Kee
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
+		// Metered where the ids are walked: on the leader, as the
+		// principal the follower forwarded for (meter.go).
+		if err := h.s.lim.renew(ctx, max(len(m.GetLeaseIds()), 1)); err != nil {
+			return nil, err
+		}
 		if id := m.GetLeaseId(); id != "" {
 			ctx, cancel := context.WithTimeout(ctx, renewTimeout)
 			defer cancel()

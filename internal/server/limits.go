@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +61,21 @@ type Limits struct {
 	// are not counted.
 	Rate  float64
 	Burst int
+	// ListRate is the listed entries per second one principal may read on
+	// average, with bursts of up to ListBurst: a List is charged the locks
+	// it returns, a Watch ended with compacted the locks of the state it
+	// sends, a ListSessions the sessions it returns (meter.go).
+	ListRate  float64
+	ListBurst int
+	// WatchOpenRate is the Watch streams per second one principal may
+	// open on average, with bursts of up to WatchOpenBurst.
+	WatchOpenRate  float64
+	WatchOpenBurst int
+	// RenewRate is the lease ids per second one principal may renew on
+	// average (KeepAlive, each KeepAliveStream message), with bursts of up
+	// to RenewBurst.
+	RenewRate  float64
+	RenewBurst int
 }
 
 // DefaultLimits returns the limits `leasehold serve` starts with.
@@ -82,6 +95,19 @@ func DefaultLimits() Limits {
 		QueuedPerPrincipal:           10000,
 		Rate:                         50000,
 		Burst:                        100000,
+		// A dashboard or CLI listing 1 000 locks a few times a second
+		// stays well inside; a principal listing in a loop does not.
+		ListRate:  10000,
+		ListBurst: 20000,
+		// Enough to open watches-per-principal streams at once.
+		WatchOpenRate:  100,
+		WatchOpenBurst: 512,
+		// sessions-per-principal sessions at the shortest TTL (1 s),
+		// renewed every TTL/3 as the clients do, are 30 000 ids/s; twice
+		// that covers the twice-the-limit a principal may hold after a
+		// leader change. At a 10 s TTL 10 000 sessions need 3 000 ids/s.
+		RenewRate:  60000,
+		RenewBurst: 60000,
 	}
 }
 
@@ -102,6 +128,12 @@ func (l *Limits) fields() map[string]any {
 		"queued-per-principal":            &l.QueuedPerPrincipal,
 		"rate":                            &l.Rate,
 		"burst":                           &l.Burst,
+		"list-rate":                       &l.ListRate,
+		"list-burst":                      &l.ListBurst,
+		"watch-open-rate":                 &l.WatchOpenRate,
+		"watch-open-burst":                &l.WatchOpenBurst,
+		"renew-rate":                      &l.RenewRate,
+		"renew-burst":                     &l.RenewBurst,
 	}
 }
 
@@ -202,6 +234,15 @@ func (l Limits) Validate() error {
 	if l.Rate > 0 && l.Burst < 1 {
 		return errors.New("server: limit rate is set but burst is 0; a burst of at least 1 is needed")
 	}
+	for _, m := range []struct {
+		rate        float64
+		burst       int
+		name, bname string
+	}{{l.ListRate, l.ListBurst, "list-rate", "list-burst"}, {l.WatchOpenRate, l.WatchOpenBurst, "watch-open-rate", "watch-open-burst"}, {l.RenewRate, l.RenewBurst, "renew-rate", "renew-burst"}} {
+		if m.rate > 0 && m.burst < 1 {
+			return fmt.Errorf("server: limit %s is set but %s is 0; a burst of at least 1 is needed", m.name, m.bname)
+		}
+	}
 	return nil
 }
 
@@ -213,13 +254,14 @@ func exhausted(name string, format string, args ...any) *api.Error {
 
 // principalOf names who sent r, for the per-principal limits: an
 // authenticated principal's name (a verified client certificate, a valid
-// bearer token, or the caller a node forwarded for; see auth.go), else the
-// hash of its Authorization header when it has one, else its remote IP. A
-// request a follower forwarded carries the principal the follower saw.
+// bearer token, or the caller a node forwarded for; see auth.go), else its
+// remote IP. A request a follower forwarded carries the principal the
+// follower saw.
 //
-// With auth disabled a client can still choose its principal (any bearer
-// token will do), so the per-principal limits only bound clients that do
-// not lie; the per-node totals bound everyone.
+// An Authorization header that did not authenticate (with auth off any
+// bearer token is let through) does not name a principal: a client that
+// sent a new header with every request would otherwise be a new principal
+// each time, and escape every per-principal limit.
 func principalOf(r *http.Request) string {
 	if p := limitsPrincipal(r); p != "" {
 		return p // authenticated (auth.go)
@@ -228,10 +270,6 @@ func principalOf(r *http.Request) string {
 		if p := r.Header.Get(principalHeader); p != "" {
 			return p
 		}
-	}
-	if a := r.Header.Get("Authorization"); a != "" {
-		sum := sha256.Sum256([]byte(a))
-		return "token:" + hex.EncodeToString(sum[:8])
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -261,6 +299,7 @@ type limiter struct {
 
 	watches, keepalives *gate
 	queued              *parkedAcquires
+	meters              meters // the per-principal cost meters (meter.go)
 
 	mu      sync.Mutex          // protects following
 	buckets map[string]*bucket  // per principal
@@ -287,6 +326,7 @@ func newLimiter(cfg Limits, clk clock.Clock, reg prometheus.Registerer) (*limite
 	l.watches = newGate("watches", cfg.Watches, cfg.WatchesPerPrincipal, "watch streams")
 	l.keepalives = newGate("keepalive-streams", cfg.KeepAliveStreams, cfg.KeepAliveStreamsPerPrincipal, "keepalive streams")
 	l.queued = newParkedAcquires(cfg.QueuedPerSession, cfg.QueuedPerPrincipal)
+	l.meters = newMeters(cfg, clk, l.refuse)
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_connections", Help: "Open client connections (serve --limit conns)."},
 		func() float64 { return float64(l.conns.Load()) })
 	for _, c := range []prometheus.Collector{l.refused, open} {
@@ -527,7 +567,8 @@ func (s *Server) endedSessions(ids []string) []string {
 
 // unmetered are the paths the request rate does not count: renewals
 // touch only the leader's memory and must never be the reason a
-// well-behaved session expires, and a probe or scrape must not fail
+// well-behaved session expires (renew-rate meters their ids instead, with
+// room for every session a principal may have; meter.go), and a probe or scrape must not fail
 // because another client on the same host floods.
 var unmetered = map[string]bool{
 	"/healthz":                     true,

@@ -480,11 +480,16 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 		if limit == 0 || limit > MaxListLimit {
 			limit = MaxListLimit
 		}
+		used, err := h.s.lim.listCharge(ctx, limit) // meter.go
+		if err != nil {
+			return nil, err
+		}
 		var out *pb.ListResponse
 		h.s.node.Read(func(fm *fsm.Machine) {
 			locks, truncated := h.s.listLocked(fm, m.GetPrefix(), limit)
 			out = &pb.ListResponse{Locks: locks, Truncated: truncated}
 		})
+		used(len(out.Locks))
 		return out, nil
 	}, client.List)
 }
@@ -496,7 +501,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
 	}
-	release, err := h.s.lim.stream(ctx, h.s.lim.watches)
+	release, err := h.s.lim.watchOpen(ctx) // meter.go
 	if err != nil {
 		return err
 	}
@@ -505,7 +510,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	defer stop()
 	w, covered, err := h.s.hub.Watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
 	if err != nil {
-		return h.s.endWatch(stream, req.Msg.GetPrefix(), err)
+		return h.s.endWatch(ctx, stream, req.Msg.GetPrefix(), err)
 	}
 	defer h.s.hub.Unwatch(w)
 	progress := req.Msg.GetProgressNotify()
@@ -546,7 +551,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-w.Ended():
-			return h.s.endWatch(stream, req.Msg.GetPrefix(), w.Err())
+			return h.s.endWatch(ctx, stream, req.Msg.GetPrefix(), w.Err())
 		case <-w.Wake():
 		case <-tick:
 			if idle {

@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/internal/clock"
+)
+
+// A meter bounds what one principal's requests cost a node, where the
+// request rate alone does not: a List of 1 000 locks costs a thousand
+// times what a Status does, and one KeepAlive may renew 10 000 sessions.
+// Each principal has a token bucket of cost units (listed entries, watch
+// opens, renewed lease ids) that refills at rate units per second up to
+// burst.
+//
+//	request ──► take(p, n): bucket of p ≥ 1? ──no──► resource-exhausted (nothing walked, nothing charged)
+//	                               │yes
+//	                               ▼
+//	              charge n (the bucket may go below 0), do the work
+//	                               │
+//	                               ▼
+//	              refund(p, n−used) when the work cost less than asked
+//
+// A request is refused only when its principal's bucket is empty, before
+// any of its work is done; an admitted one is charged in full even when
+// that leaves the bucket in debt, which the rate repays before the next
+// request of that principal is admitted. So the cost of one principal
+// over any interval t is at most burst + rate·t + one request's largest
+// cost (MaxListLimit entries, MaxKeepAliveBatch ids), and a request larger
+// than burst is still admitted on a full bucket.
+type meter struct {
+	name  string // the rate's name in Limits.fields(), named in every refusal
+	unit  string // what one token pays for ("listed entries/s")
+	rate  float64
+	burst int
+	clock clock.Clock
+	count func(name string) // counts a refusal (limiter.refuse)
+
+	mu      sync.Mutex         // protects following
+	buckets map[string]*bucket // per principal; a full bucket may be dropped
+}
+
+func newMeter(name, unit string, rate float64, burst int, clk clock.Clock, count func(string)) *meter {
+	return &meter{name: name, unit: unit, rate: rate, burst: burst, clock: clk, count: count, buckets: map[string]*bucket{}}
+}
+
+// take admits a request of principal p that costs n units, or refuses it
+// (counted under m.name) when p's bucket holds less than one unit.
+func (m *meter) take(p string, n int) *api.Error {
+	if m == nil || m.rate <= 0 {
+		return nil
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.bucketLocked(p, now)
+	if b.tokens < 1 {
+		m.count(m.name)
+		return exhausted(m.name, "%s limit of %g %s (burst %d) for principal %s exceeded", m.name, m.rate, m.unit, m.burst, p)
+	}
+	b.tokens -= float64(n)
+	return nil
+}
+
+// refund gives back n units of p's bucket that an admitted request did
+// not use (a List that returned fewer locks than it asked for).
+func (m *meter) refund(p string, n int) {
+	if m == nil || m.rate <= 0 || n <= 0 {
+		return
+	}
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.bucketLocked(p, now)
+	b.tokens = min(float64(m.burst), b.tokens+float64(n))
+}
+
+// bucketLocked returns p's bucket refilled up to now. Past maxBuckets
+// principals the newest share one bucket, as the request rate's do.
+func (m *meter) bucketLocked(p string, now time.Time) *bucket {
+	b, ok := m.buckets[p]
+	if !ok {
+		if len(m.buckets) >= maxBuckets {
+			for q, b := range m.buckets { // a full bucket is the same as none
+				if b.tokens+now.Sub(b.at).Seconds()*m.rate >= float64(m.burst) {
+					delete(m.buckets, q)
+				}
+			}
+		}
+		if len(m.buckets) >= maxBuckets {
+			p = sharedBucket
+			b = m.buckets[p]
+		}
+		if b == nil {
+			b = &bucket{tokens: float64(m.burst), at: now}
+			m.buckets[p] = b
+		}
+	}
+	if d := now.Sub(b.at); d > 0 {
+		b.tokens = min(float64(m.burst), b.tokens+d.Seconds()*m.rate)
+		b.at = now
+	}
+	return b
+}
+
+// meters are the cost meters of one node (Limits.ListRate, WatchOpenRate,
+// RenewRate).
+type meters struct {
+	lists, watchOpens, renewals *meter
+}
+
+func newMeters(cfg Limits, clk clock.Clock, count func(string)) meters {
+	return meters{
+		lists:      newMeter("list-rate", "listed entries/s", cfg.ListRate, cfg.ListBurst, clk, count),
+		watchOpens: newMeter("watch-open-rate", "watch opens/s", cfg.WatchOpenRate, cfg.WatchOpenBurst, clk, count),
+		renewals:   newMeter("renew-rate", "renewed lease ids/s", cfg.RenewRate, cfg.RenewBurst, clk, count),
+	}
+}
+
+// listCharge admits a read of the caller in ctx that walks up to n
+// entries (locks of a List or of a watch's compacted state, sessions of a
+// ListSessions). Call the returned func with the entries it returned: at
+// least one is kept as the read's cost, the rest given back.
+func (l *limiter) listCharge(ctx context.Context, n int) (func(used int), error) {
+	p := principal(ctx)
+	if err := l.meters.lists.take(p, n); err != nil {
+		return nil, err
+	}
+	return func(used int) { l.meters.lists.refund(p, n-max(used, 1)) }, nil
+}
+
+// watchOpen admits one more Watch of the caller in ctx: the open-stream
+// gate (watches, watches-per-principal) first, then the rate of opens. The
+// returned func closes the stream's place.
+func (l *limiter) watchOpen(ctx context.Context) (func(), error) {
+	release, err := l.stream(ctx, l.watches)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.meters.watchOpens.take(principal(ctx), 1); err != nil {
+		release()
+		return nil, api.ToConnect(err)
+	}
+	return release, nil
+}
+
+// renew admits a renewal of n lease ids by the caller in ctx.
+func (l *limiter) renew(ctx context.Context, n int) error {
+	if err := l.meters.renewals.take(principal(ctx), n); err != nil {
+		return err
+	}
+	return nil
+}
