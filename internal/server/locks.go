@@ -480,7 +480,7 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 		if limit == 0 || limit > MaxListLimit {
 			limit = MaxListLimit
 		}
-		used, err := h.s.lim.listCharge(ctx, limit) // meter.go
+		used, err := h.s.lim.listCharge(ctx) // meter.go
 		if err != nil {
 			return nil, err
 		}

@@ -16,21 +16,21 @@ import (
 // opens, renewed lease ids) that refills at rate units per second up to
 // burst.
 //
-//	request ──► take(p, n): bucket of p ≥ 1? ──no──► resource-exhausted (nothing walked, nothing charged)
-//	                               │yes
-//	                               ▼
-//	              charge n (the bucket may go below 0), do the work
-//	                               │
-//	                               ▼
-//	              refund(p, n−used) when the work cost less than asked
+//	request ──► bucket of p ≥ 1? ──no──► resource-exhausted (nothing walked, nothing charged)
+//	                  │yes
+//	                  ▼
+//	   charge its cost (the bucket may go below 0): up front when known
+//	   (renewed ids, an open), else once the work is done (listed entries)
 //
 // A request is refused only when its principal's bucket is empty, before
 // any of its work is done; an admitted one is charged in full even when
 // that leaves the bucket in debt, which the rate repays before the next
 // request of that principal is admitted. So the cost of one principal
-// over any interval t is at most burst + rate·t + one request's largest
-// cost (MaxListLimit entries, MaxKeepAliveBatch ids), and a request larger
-// than burst is still admitted on a full bucket.
+// over any interval t is at most burst + rate·t + the cost of the
+// requests admitted while it still had a unit (one, unless a List was in
+// flight: a List is charged what it returned, not what it might have, so
+// that small Lists are never refused for what large ones would cost),
+// and a request larger than burst is still admitted on a full bucket.
 type meter struct {
 	name  string // the rate's name in Limits.fields(), named in every refusal
 	unit  string // what one token pays for ("listed entries/s")
@@ -65,17 +65,16 @@ func (m *meter) take(p string, n int) *api.Error {
 	return nil
 }
 
-// refund gives back n units of p's bucket that an admitted request did
-// not use (a List that returned fewer locks than it asked for).
-func (m *meter) refund(p string, n int) {
-	if m == nil || m.rate <= 0 || n <= 0 {
+// charge takes n units of p's bucket for work already admitted (take
+// with n 0), even below 0.
+func (m *meter) charge(p string, n int) {
+	if m == nil || m.rate <= 0 {
 		return
 	}
 	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b := m.bucketLocked(p, now)
-	b.tokens = min(float64(m.burst), b.tokens+float64(n))
+	m.bucketLocked(p, now).tokens -= float64(n)
 }
 
 // bucketLocked returns p's bucket refilled up to now. Past maxBuckets
@@ -120,16 +119,17 @@ func newMeters(cfg Limits, clk clock.Clock, count func(string)) meters {
 	}
 }
 
-// listCharge admits a read of the caller in ctx that walks up to n
-// entries (locks of a List or of a watch's compacted state, sessions of a
-// ListSessions). Call the returned func with the entries it returned: at
-// least one is kept as the read's cost, the rest given back.
-func (l *limiter) listCharge(ctx context.Context, n int) (func(used int), error) {
+// listCharge admits a read of the caller in ctx that walks many entries
+// (locks of a List or of a watch's compacted state, sessions of a
+// ListSessions): refused when the caller's list-rate is spent. Call the
+// returned func once with the entries it returned, at least one of which
+// is charged.
+func (l *limiter) listCharge(ctx context.Context) (func(used int), error) {
 	p := principal(ctx)
-	if err := l.meters.lists.take(p, n); err != nil {
+	if err := l.meters.lists.take(p, 0); err != nil {
 		return nil, err
 	}
-	return func(used int) { l.meters.lists.refund(p, n-max(used, 1)) }, nil
+	return func(used int) { l.meters.lists.charge(p, max(used, 1)) }, nil
 }
 
 // watchOpen admits one more Watch of the caller in ctx: the open-stream

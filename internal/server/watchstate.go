@@ -32,7 +32,7 @@ func (s *Server) listLocked(fm *fsm.Machine, prefix string, limit int) ([]*pb.Lo
 // fails with unavailable while the node has restored a snapshot and applied
 // no entry since (the index of that state is not known yet).
 func (s *Server) watchState(ctx context.Context, prefix string) (*pb.WatchCompacted, error) {
-	used, err := s.lim.listCharge(ctx, MaxListLimit) // meter.go
+	used, err := s.lim.listCharge(ctx) // meter.go
 	if err != nil {
 		return nil, err
 	}
