@@ -256,17 +256,19 @@ func exhausted(name string, format string, args ...any) *api.Error {
 // authenticated principal's name (a verified client certificate, a valid
 // bearer token, or the caller a node forwarded for; see auth.go), else its
 // remote IP. A request a follower forwarded carries the principal the
-// follower saw.
+// follower saw; fromNode says whether r's sender may speak for another
+// caller (Server.mayForward).
 //
 // An Authorization header that did not authenticate (with auth off any
 // bearer token is let through) does not name a principal: a client that
 // sent a new header with every request would otherwise be a new principal
-// each time, and escape every per-principal limit.
-func principalOf(r *http.Request) string {
+// each time, and escape every per-principal limit. For the same reason a
+// Leasehold-Principal header is believed only from a node.
+func principalOf(r *http.Request, fromNode func(*http.Request) bool) string {
 	if p := limitsPrincipal(r); p != "" {
 		return p // authenticated (auth.go)
 	}
-	if r.Header.Get(forwardedHeader) != "" {
+	if r.Header.Get(forwardedHeader) != "" && fromNode(r) {
 		if p := r.Header.Get(principalHeader); p != "" {
 			return p
 		}
@@ -276,6 +278,20 @@ func principalOf(r *http.Request) string {
 		host = r.RemoteAddr
 	}
 	return "ip:" + host
+}
+
+// mayForward reports whether r may name the principal it acts for
+// (principalHeader): it comes from a node of this cluster (a node
+// certificate or the node secret, and this cluster's id), or this node
+// has no way to tell a node from a client (no node secret and no client
+// certificates), so that any caller is believed, as in a cluster run
+// without them. With auth on, authenticate refuses the header from
+// anyone else before the limits see it.
+func (s *Server) mayForward(r *http.Request) bool {
+	if s.cfg.NodeSecret == "" && (s.cfg.TLS == nil || s.cfg.TLS.ClientCAs == nil) {
+		return true
+	}
+	return s.nodeCredential(r.TLS, r.Header) && r.Header.Get(clusterIDHeader) == s.node.ClusterID()
 }
 
 // principalHeader carries the caller's principal on a forwarded request.
@@ -616,7 +632,7 @@ func (s *Server) limitHandler(h http.Handler) http.Handler {
 		bodyCap += 5 // the envelope prefix of gRPC, gRPC-Web and Connect streams
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := principalOf(r)
+		p := principalOf(r, s.mayForward)
 		if !unmetered[r.URL.Path] {
 			if err := l.allowOp(p); err != nil {
 				write(w, r, err)

@@ -279,3 +279,42 @@ func TestMeterRenewals(t *testing.T) {
 	clk.Advance(time.Second)
 	mustOK(t, "renew after 1 s more", keepAlive(a, ids))
 }
+
+// headers sets h on every request it sends through rt.
+type headers struct {
+	rt http.RoundTripper
+	h  map[string]string
+}
+
+func (x headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range x.h {
+		r.Header.Set(k, v)
+	}
+	return x.rt.RoundTrip(r)
+}
+
+// TestMeterForgedForwardedPrincipal: on a node that can tell nodes from
+// clients (here by the node secret), a client that claims to forward for
+// another principal (Leasehold-Forwarded-By, Leasehold-Principal) with
+// auth off is still the principal of its address.
+func TestMeterForgedForwardedPrincipal(t *testing.T) {
+	c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) {
+		cfg.NodeSecret = "s3cret-of-the-nodes"
+		cfg.Limits.WatchesPerPrincipal = 3
+	}})
+	rt := h2c()
+	t.Cleanup(rt.CloseIdleConnections)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	for i := range 5 {
+		h := headers{rt, map[string]string{"Leasehold-Forwarded-By": "n9", "Leasehold-Principal": fmt.Sprint("ip:10.9.9.", i)}}
+		cl := leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: h}, c.URL, connect.WithGRPC())
+		err := openWatch(ctx, cl)
+		if i < 3 {
+			mustOK(t, fmt.Sprint("watch ", i), err)
+			continue
+		}
+		wantLimit(t, fmt.Sprint("watch ", i, " claiming to be forwarded for another principal"), err, "watches-per-principal")
+	}
+}
