@@ -37,55 +37,6 @@ func as(c *servertest.Cluster, rt http.RoundTripper, who string) client {
 	return leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: bearer{fromAddr{rt, sourceAddr(who)}, who}}, c.URL, connect.WithGRPC())
 }
 
-// sourceAddrs gives each principal name of the tests a loopback address of
-// its own, 127.1.x.y (Linux routes all of 127.0.0.0/8 to the loopback).
-var sourceAddrs = struct {
-	sync.Mutex
-	by map[string]string
-}{by: map[string]string{}}
-
-func sourceAddr(who string) string {
-	sourceAddrs.Lock()
-	defer sourceAddrs.Unlock()
-	a, ok := sourceAddrs.by[who]
-	if !ok {
-		n := len(sourceAddrs.by) + 1
-		a = fmt.Sprintf("127.1.%d.%d", n/250, n%250+1)
-		sourceAddrs.by[who] = a
-	}
-	return a
-}
-
-// fromAddr sends requests to a host name that names the local address
-// to dial from ("127-1-0-7.from.test"), so that its transport keeps their
-// connections apart from other addresses' and h2c's dialer binds the
-// address (dialFrom). The Host header stays the server's.
-type fromAddr struct {
-	rt   http.RoundTripper
-	addr string
-}
-
-const fromSuffix = ".from.test"
-
-func (f fromAddr) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Host = r.URL.Host
-	r.URL.Host = strings.ReplaceAll(f.addr, ".", "-") + fromSuffix + ":" + r.URL.Port()
-	return f.rt.RoundTrip(r)
-}
-
-// dialFrom dials addr; a host name made by fromAddr is dialled at
-// 127.0.0.1 (where test servers listen) from the address it names.
-func dialFrom(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(addr)
-	var d net.Dialer
-	if src, ok := strings.CutSuffix(host, fromSuffix); ok && err == nil {
-		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(strings.ReplaceAll(src, "-", "."))}
-		addr = net.JoinHostPort("127.0.0.1", port)
-	}
-	return d.DialContext(ctx, network, addr)
-}
-
 func wantLimit(t *testing.T, what string, err error, limit string) {
 	t.Helper()
 	wantCode(t, what, err, api.CodeResourceExhausted)

@@ -480,17 +480,11 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 		if limit == 0 || limit > MaxListLimit {
 			limit = MaxListLimit
 		}
-		used, err := h.s.lim.listCharge(ctx) // meter.go
+		locks, truncated, err := h.s.list(ctx, m.GetPrefix(), limit) // watchstate.go
 		if err != nil {
 			return nil, err
 		}
-		var out *pb.ListResponse
-		h.s.node.Read(func(fm *fsm.Machine) {
-			locks, truncated := h.s.listLocked(fm, m.GetPrefix(), limit)
-			out = &pb.ListResponse{Locks: locks, Truncated: truncated}
-		})
-		used(len(out.Locks))
-		return out, nil
+		return &pb.ListResponse{Locks: locks, Truncated: truncated}, nil
 	}, client.List)
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -150,7 +151,21 @@ func (l *limiter) watchOpen(ctx context.Context) (func(), error) {
 // renew admits a renewal of n lease ids by the caller in ctx.
 func (l *limiter) renew(ctx context.Context, n int) error {
 	if err := l.meters.renewals.take(principal(ctx), n); err != nil {
-		return err
+		return err // not a nil *api.Error in an error
+	}
+	return nil
+}
+
+// validateMeters reports a meter with a rate but no burst.
+func (l Limits) validateMeters() error {
+	for _, m := range []struct {
+		rate        float64
+		burst       int
+		name, bname string
+	}{{l.ListRate, l.ListBurst, "list-rate", "list-burst"}, {l.WatchOpenRate, l.WatchOpenBurst, "watch-open-rate", "watch-open-burst"}, {l.RenewRate, l.RenewBurst, "renew-rate", "renew-burst"}} {
+		if m.rate > 0 && m.burst < 1 {
+			return fmt.Errorf("server: limit %s is set but %s is 0; a burst of at least 1 is needed", m.name, m.bname)
+		}
 	}
 	return nil
 }

@@ -27,6 +27,21 @@ func (s *Server) listLocked(fm *fsm.Machine, prefix string, limit int) ([]*pb.Lo
 	return out, truncated
 }
 
+// list returns up to limit locks of prefix, as the caller in ctx may
+// read them: refused with resource-exhausted when its list-rate is spent
+// (meter.go), else charged the locks returned.
+func (s *Server) list(ctx context.Context, prefix string, limit int) ([]*pb.LockInfo, bool, error) {
+	used, err := s.lim.listCharge(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	var locks []*pb.LockInfo
+	var truncated bool
+	s.node.Read(func(fm *fsm.Machine) { locks, truncated = s.listLocked(fm, prefix, limit) })
+	used(len(locks))
+	return locks, truncated, nil
+}
+
 // watchState is the state of prefix's locks at the last entry applied on
 // this node: what replaces the events a watch can no longer be sent. It
 // fails with unavailable while the node has restored a snapshot and applied
