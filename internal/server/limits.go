@@ -95,19 +95,12 @@ func DefaultLimits() Limits {
 		QueuedPerPrincipal:           10000,
 		Rate:                         50000,
 		Burst:                        100000,
-		// A dashboard or CLI listing 1 000 locks a few times a second
-		// stays well inside; a principal listing in a loop does not.
-		ListRate:  10000,
-		ListBurst: 20000,
-		// Enough to open watches-per-principal streams at once.
-		WatchOpenRate:  100,
-		WatchOpenBurst: 512,
-		// sessions-per-principal sessions at the shortest TTL (1 s),
-		// renewed every TTL/3 as the clients do, are 30 000 ids/s; twice
-		// that covers the twice-the-limit a principal may hold after a
-		// leader change. At a 10 s TTL 10 000 sessions need 3 000 ids/s.
-		RenewRate:  60000,
-		RenewBurst: 60000,
+		ListRate:                     10000, // the defaults of the meters: see newMeters
+		ListBurst:                    20000,
+		WatchOpenRate:                100,
+		WatchOpenBurst:               512,
+		RenewRate:                    60000,
+		RenewBurst:                   60000,
 	}
 }
 

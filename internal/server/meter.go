@@ -112,6 +112,18 @@ type meters struct {
 	lists, watchOpens, renewals *meter
 }
 
+// newMeters makes the meters of cfg. Their defaults (DefaultLimits):
+//
+//   - list-rate 10 000 entries/s, burst 20 000: a dashboard or CLI listing
+//     1 000 locks a few times a second stays well inside; a principal
+//     listing in a loop does not.
+//   - watch-open-rate 100/s, burst 512: enough to open
+//     watches-per-principal streams at once.
+//   - renew-rate 60 000 ids/s, burst 60 000: sessions-per-principal
+//     (10 000) sessions at the shortest TTL (1 s), renewed every TTL/3 as
+//     the clients do, are 30 000 ids/s; twice that covers the twice the
+//     limit a principal may hold for a while after a leader change. At a
+//     10 s TTL 10 000 sessions need 3 000 ids/s.
 func newMeters(cfg Limits, clk clock.Clock, count func(string)) meters {
 	return meters{
 		lists:      newMeter("list-rate", "listed entries/s", cfg.ListRate, cfg.ListBurst, clk, count),
