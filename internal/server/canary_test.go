@@ -160,7 +160,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 func h2c() *http.Transport {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
-	return &http.Transport{Protocols: &p}
+	return &http.Transport{Protocols: &p, DialContext: dialFrom} // dialFrom: see as
 }
 
 func principalName(i int) string { return fmt.Sprintf("flooder-%d", i) }

@@ -129,8 +129,8 @@ func tlsClient(t *testing.T, addr, src string, conf *tls.Config) leaseholdv1conn
 	return leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: tr}, "https://"+addr, connect.WithGRPC())
 }
 
-// refusedCount returns leasehold_limit_refused_total{limit} in reg.
-func refusedCount(t *testing.T, reg *prometheus.Registry, limit string) float64 {
+// refusedIn returns leasehold_limit_refused_total{limit} in reg.
+func refusedIn(t *testing.T, reg *prometheus.Registry, limit string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	mustOK(t, "gather", err)
@@ -193,7 +193,7 @@ func TestLimitHandshakeFlood(t *testing.T) {
 	if len(late) > 0 || closed != 60 || refused != 30 {
 		t.Fatalf("%d silent connections closed within 5 s, %d refused (want 60 and 30); others: %v", closed, refused, late)
 	}
-	if got := refusedCount(t, reg, "handshakes-per-address"); got != 30 {
+	if got := refusedIn(t, reg, "handshakes-per-address"); got != 30 {
 		t.Fatalf("refused handshakes-per-address = %g, want 30", got)
 	}
 }
@@ -248,7 +248,7 @@ func TestLimitConnsPerPrincipal(t *testing.T) {
 	defer cancel()
 	_, err := tlsClient(t, addr, "127.0.0.1", alice).CreateSession(ctx, connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 10000}))
 	wantLimit(t, "alice's 4th connection over HTTP/2", err, "conns-per-principal")
-	if got := refusedCount(t, reg, "conns-per-principal"); got < 2 {
+	if got := refusedIn(t, reg, "conns-per-principal"); got < 2 {
 		t.Fatalf("refused conns-per-principal = %g, want at least 2", got)
 	}
 	// bob, from the same address, gets in.
@@ -341,7 +341,7 @@ func TestLimitHandshakesNodeWide(t *testing.T) {
 	if !strings.HasPrefix(got, "HTTP/1.1 429") || !strings.Contains(got, "10 connections are in their TLS handshake on this node") || !strings.Contains(got, "serve --limit handshakes=N") {
 		t.Fatalf("the 11th handshake answered %q; want a 429 naming handshakes", got)
 	}
-	if n := refusedCount(t, reg, "handshakes"); n != 1 {
+	if n := refusedIn(t, reg, "handshakes"); n != 1 {
 		t.Fatalf("refused handshakes = %g, want 1", n)
 	}
 	_ = silent[0].Close()

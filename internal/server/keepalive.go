@@ -31,13 +31,21 @@ const (
 
 // KeepAlive renews one session (lease_id) or a batch (lease_ids) from the
 // leader's memory, once its leadership is confirmed for the request (see
-// lessor.RenewMany); a follower forwards it with a short deadline.
+// lessor.RenewMany); a follower forwards it with a short deadline. The
+// leader charges the caller's renew-rate one unit per lease id, and
+// refuses the whole request with resource-exhausted when it is spent
+// (meter.go).
 func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.KeepAliveRequest]) (*connect.Response[pb.KeepAliveResponse], error) {
 	m := req.Msg
 	if err := checkKeepAlive(m.GetLeaseId(), m.GetLeaseIds()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
+		// Metered where the ids are walked: on the leader, as the
+		// principal the follower forwarded for (meter.go).
+		if err := h.s.lim.renew(ctx, max(len(m.GetLeaseIds()), 1)); err != nil {
+			return nil, err
+		}
 		if id := m.GetLeaseId(); id != "" {
 			ctx, cancel := context.WithTimeout(ctx, renewTimeout)
 			defer cancel()
@@ -108,7 +116,9 @@ func (h *lockService) renewBatch(ctx context.Context, ids []string) []*pb.KeepAl
 // each message to the leader as one (batched) KeepAlive and names the
 // leader in its answer (leader_api_addr). One response per
 // request, in order: a request with lease_id gets lease_id, ttl_ms and
-// error_code; one with lease_ids gets results. It ends when the caller
+// error_code; one with lease_ids gets results. A message refused by
+// renew-rate is answered with error_code resource-exhausted for each of
+// its ids, and the stream goes on. It ends when the caller
 // closes its side, or at once when the server shuts down.
 func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiStream[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]) error {
 	release, err := h.s.lim.stream(ctx, h.s.lim.keepalives)

@@ -2,11 +2,8 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -72,6 +69,21 @@ type Limits struct {
 	// are not counted.
 	Rate  float64
 	Burst int
+	// ListRate is the listed entries per second one principal may read on
+	// average, with bursts of up to ListBurst: a List is charged the locks
+	// it returns, a Watch ended with compacted the locks of the state it
+	// sends, a ListSessions the sessions it returns (meter.go).
+	ListRate  float64
+	ListBurst int
+	// WatchOpenRate is the Watch streams per second one principal may
+	// open on average, with bursts of up to WatchOpenBurst.
+	WatchOpenRate  float64
+	WatchOpenBurst int
+	// RenewRate is the lease ids per second one principal may renew on
+	// average (KeepAlive, each KeepAliveStream message), with bursts of up
+	// to RenewBurst.
+	RenewRate  float64
+	RenewBurst int
 }
 
 // DefaultLimits returns the limits `leasehold serve` starts with.
@@ -96,6 +108,12 @@ func DefaultLimits() Limits {
 		QueuedPerPrincipal:           10000,
 		Rate:                         50000,
 		Burst:                        100000,
+		ListRate:                     10000, // the defaults of the meters: see newMeters
+		ListBurst:                    20000,
+		WatchOpenRate:                100,
+		WatchOpenBurst:               512,
+		RenewRate:                    60000,
+		RenewBurst:                   60000,
 	}
 }
 
@@ -121,6 +139,12 @@ func (l *Limits) fields() map[string]any {
 		"queued-per-principal":            &l.QueuedPerPrincipal,
 		"rate":                            &l.Rate,
 		"burst":                           &l.Burst,
+		"list-rate":                       &l.ListRate,
+		"list-burst":                      &l.ListBurst,
+		"watch-open-rate":                 &l.WatchOpenRate,
+		"watch-open-burst":                &l.WatchOpenBurst,
+		"renew-rate":                      &l.RenewRate,
+		"renew-burst":                     &l.RenewBurst,
 	}
 }
 
@@ -221,6 +245,9 @@ func (l Limits) Validate() error {
 	if l.Rate > 0 && l.Burst < 1 {
 		return errors.New("server: limit rate is set but burst is 0; a burst of at least 1 is needed")
 	}
+	if err := l.validateMeters(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -228,46 +255,6 @@ func (l Limits) Validate() error {
 // raise it.
 func exhausted(name string, format string, args ...any) *api.Error {
 	return api.Errorf(api.CodeResourceExhausted, "%s; raise it with serve --limit %s=N", fmt.Sprintf(format, args...), name)
-}
-
-// principalOf names who sent r, for the per-principal limits: an
-// authenticated principal's name (a verified client certificate, a valid
-// bearer token, or the caller a node forwarded for; see auth.go), else the
-// hash of its Authorization header when it has one, else its remote IP. A
-// request a follower forwarded carries the principal the follower saw.
-//
-// With auth disabled a client can still choose its principal (any bearer
-// token will do), so the per-principal limits only bound clients that do
-// not lie; the per-node totals bound everyone.
-func principalOf(r *http.Request) string {
-	if p := limitsPrincipal(r); p != "" {
-		return p // authenticated (auth.go)
-	}
-	if r.Header.Get(forwardedHeader) != "" {
-		if p := r.Header.Get(principalHeader); p != "" {
-			return p
-		}
-	}
-	if a := r.Header.Get("Authorization"); a != "" {
-		sum := sha256.Sum256([]byte(a))
-		return "token:" + hex.EncodeToString(sum[:8])
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "ip:" + host
-}
-
-// principalHeader carries the caller's principal on a forwarded request.
-const principalHeader = "Leasehold-Principal"
-
-type principalKey struct{}
-
-// principal returns the principal the limits handler stored in ctx.
-func principal(ctx context.Context) string {
-	p, _ := ctx.Value(principalKey{}).(string)
-	return p
 }
 
 // limiter enforces Limits on one node.
@@ -280,6 +267,7 @@ type limiter struct {
 
 	watches, keepalives *gate
 	queued              *parkedAcquires
+	meters              meters // the per-principal cost meters (meter.go)
 
 	mu      sync.Mutex          // protects following
 	buckets map[string]*bucket  // per principal
@@ -306,6 +294,7 @@ func newLimiter(cfg Limits, clk clock.Clock, reg prometheus.Registerer) (*limite
 	l.watches = newGate("watches", cfg.Watches, cfg.WatchesPerPrincipal, "watch streams")
 	l.keepalives = newGate("keepalive-streams", cfg.KeepAliveStreams, cfg.KeepAliveStreamsPerPrincipal, "keepalive streams")
 	l.queued = newParkedAcquires(cfg.QueuedPerSession, cfg.QueuedPerPrincipal)
+	l.meters = newMeters(cfg, clk, l.refuse)
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_connections", Help: "Open client connections (serve --limit conns)."},
 		func() float64 { return float64(l.conns.Load()) })
 	for _, c := range []prometheus.Collector{l.refused, open} {
@@ -546,8 +535,9 @@ func (s *Server) endedSessions(ids []string) []string {
 
 // unmetered are the paths the request rate does not count: renewals
 // touch only the leader's memory and must never be the reason a
-// well-behaved session expires, and a probe or scrape must not fail
-// because another client on the same host floods.
+// well-behaved session expires (renew-rate meters their ids instead, with
+// room for every session a principal may have; meter.go), and a probe or
+// scrape must not fail because another client on the same host floods.
 var unmetered = map[string]bool{
 	"/healthz":                     true,
 	"/readyz":                      true,
@@ -594,7 +584,7 @@ func (s *Server) limitHandler(h http.Handler) http.Handler {
 		bodyCap += 5 // the envelope prefix of gRPC, gRPC-Web and Connect streams
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := principalOf(r)
+		p := principalOf(r, s.mayForward)
 		if !unmetered[r.URL.Path] {
 			if err := l.allowOp(p); err != nil {
 				write(w, r, err)

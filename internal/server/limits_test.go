@@ -28,10 +28,13 @@ func withLimits(f func(l *server.Limits)) servertest.Options {
 	return servertest.Options{Configure: func(cfg *server.Config) { f(&cfg.Limits) }}
 }
 
-// as returns a gRPC client whose requests carry a bearer token of their
-// own, i.e. a principal of their own.
+// as returns a gRPC client that is a principal of its own: its requests
+// carry the bearer token who (the principal with auth on, for a token the
+// cluster issued) and, through a transport of h2c, come from a loopback
+// address of their own (the principal with auth off, where a bearer token
+// that did not authenticate names no one).
 func as(c *servertest.Cluster, rt http.RoundTripper, who string) client {
-	return leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: bearer{rt, who}}, c.URL, connect.WithGRPC())
+	return leaseholdv1connect.NewLeaseholdServiceClient(&http.Client{Transport: bearer{fromAddr{rt, sourceAddr(who)}, who}}, c.URL, connect.WithGRPC())
 }
 
 func wantLimit(t *testing.T, what string, err error, limit string) {
@@ -367,7 +370,7 @@ func TestLimitRate(t *testing.T) {
 	}
 	err := status(a)
 	wantLimit(t, "request 101", err, "rate")
-	if !strings.Contains(err.Error(), "rate limit of 50 req/s (burst 100) for principal token:") {
+	if !strings.Contains(err.Error(), "rate limit of 50 req/s (burst 100) for principal ip:127.1.") {
 		t.Fatalf("message %q does not state the rate and principal", err)
 	}
 	_, err = a.KeepAlive(ctxT(t), req(&pb.KeepAliveRequest{LeaseId: servertest.UnknownLeaseID()}))

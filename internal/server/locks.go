@@ -440,12 +440,11 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 		if limit == 0 || limit > MaxListLimit {
 			limit = MaxListLimit
 		}
-		var out *pb.ListResponse
-		h.s.node.Read(func(fm *fsm.Machine) {
-			locks, truncated := h.s.listLocked(fm, m.GetPrefix(), limit)
-			out = &pb.ListResponse{Locks: locks, Truncated: truncated}
-		})
-		return out, nil
+		locks, truncated, err := h.s.list(ctx, m.GetPrefix(), limit) // watchstate.go
+		if err != nil {
+			return nil, err
+		}
+		return &pb.ListResponse{Locks: locks, Truncated: truncated}, nil
 	}, client.List)
 }
 
@@ -456,7 +455,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
 	}
-	release, err := h.s.lim.stream(ctx, h.s.lim.watches)
+	release, err := h.s.lim.watchOpen(ctx) // meter.go
 	if err != nil {
 		return err
 	}
@@ -465,7 +464,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	defer stop()
 	w, covered, err := h.s.hub.Watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
 	if err != nil {
-		return h.s.endWatch(stream, req.Msg.GetPrefix(), err)
+		return h.s.endWatch(ctx, stream, req.Msg.GetPrefix(), err)
 	}
 	defer h.s.hub.Unwatch(w)
 	progress := req.Msg.GetProgressNotify()
@@ -506,7 +505,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-w.Ended():
-			return h.s.endWatch(stream, req.Msg.GetPrefix(), w.Err())
+			return h.s.endWatch(ctx, stream, req.Msg.GetPrefix(), w.Err())
 		case <-w.Wake():
 		case <-tick:
 			if idle {

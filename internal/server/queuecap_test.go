@@ -3,8 +3,6 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -153,9 +151,8 @@ func TestLimitQueuedPerPrincipal(t *testing.T) {
 		r.Header().Set("Leasehold-Principal", p)
 		return r
 	}
-	sum := sha256.Sum256([]byte("Bearer a"))
 	before := c.State()
-	_, err := c.Client.Acquire(ctxT(t), forwarded("token:"+hex.EncodeToString(sum[:8])))
+	_, err := c.Client.Acquire(ctxT(t), forwarded("ip:"+sourceAddr("a"))) // a's principal (as)
 	wantLimit(t, "Acquire forwarded for a", err, "queued-per-principal")
 	if !bytes.Equal(before, c.State()) {
 		t.Fatal("the refused forwarded Acquire changed the state")

@@ -72,6 +72,10 @@ func (h *lockService) ListSessions(ctx context.Context, req *connect.Request[pb.
 		if limit == 0 || limit > MaxListSessions {
 			limit = MaxListSessions
 		}
+		used, err := h.s.lim.listCharge(ctx) // meter.go
+		if err != nil {
+			return nil, err
+		}
 		out := &pb.ListSessionsResponse{}
 		h.s.node.Read(func(fm *fsm.Machine) {
 			var page []*fsmpb.Session
@@ -86,6 +90,7 @@ func (h *lockService) ListSessions(ctx context.Context, req *connect.Request[pb.
 				s.RemainingMs = d.Milliseconds()
 			}
 		}
+		used(len(out.Sessions))
 		return out, nil
 	}, client.ListSessions)
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+
 	"connectrpc.com/connect"
 
 	"github.com/leasehold/leasehold/api"
@@ -25,11 +27,30 @@ func (s *Server) listLocked(fm *fsm.Machine, prefix string, limit int) ([]*pb.Lo
 	return out, truncated
 }
 
+// list returns up to limit locks of prefix, as the caller in ctx may
+// read them: refused with resource-exhausted when its list-rate is spent
+// (meter.go), else charged the locks returned.
+func (s *Server) list(ctx context.Context, prefix string, limit int) ([]*pb.LockInfo, bool, error) {
+	used, err := s.lim.listCharge(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	var locks []*pb.LockInfo
+	var truncated bool
+	s.node.Read(func(fm *fsm.Machine) { locks, truncated = s.listLocked(fm, prefix, limit) })
+	used(len(locks))
+	return locks, truncated, nil
+}
+
 // watchState is the state of prefix's locks at the last entry applied on
 // this node: what replaces the events a watch can no longer be sent. It
 // fails with unavailable while the node has restored a snapshot and applied
 // no entry since (the index of that state is not known yet).
-func (s *Server) watchState(prefix string) (*pb.WatchCompacted, error) {
+func (s *Server) watchState(ctx context.Context, prefix string) (*pb.WatchCompacted, error) {
+	used, err := s.lim.listCharge(ctx) // meter.go
+	if err != nil {
+		return nil, err
+	}
 	var out *pb.WatchCompacted
 	s.node.ReadAt(func(fm *fsm.Machine, applied uint64) {
 		if applied == 0 {
@@ -39,19 +60,23 @@ func (s *Server) watchState(prefix string) (*pb.WatchCompacted, error) {
 		out = &pb.WatchCompacted{Index: applied, Locks: locks, Truncated: truncated}
 	})
 	if out == nil {
+		used(0)
 		return nil, api.Errorf(api.CodeUnavailable, "this node installed a snapshot and applied no entry since; watch again")
 	}
+	used(len(out.Locks))
 	return out, nil
 }
 
 // endWatch ends a watch stream with err. When err is compacted, the last
 // response carries the prefix's current state first, so that the caller
-// can resync and watch again from the index after it.
-func (s *Server) endWatch(stream *connect.ServerStream[pb.WatchResponse], prefix string, err error) error {
+// can resync and watch again from the index after it; or, when the
+// caller's list-rate is spent, the stream ends with resource-exhausted
+// instead (the caller watches again later and gets the state then).
+func (s *Server) endWatch(ctx context.Context, stream *connect.ServerStream[pb.WatchResponse], prefix string, err error) error {
 	if api.CodeOf(err) != api.CodeCompacted {
 		return api.ToConnect(err)
 	}
-	state, serr := s.watchState(prefix)
+	state, serr := s.watchState(ctx, prefix)
 	if serr != nil {
 		return api.ToConnect(serr)
 	}

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/http"
+)
+
+// Principals of the per-principal limits (limits.go, meter.go).
+
+// principalOf names who sent r, for the per-principal limits: an
+// authenticated principal's name (a verified client certificate, a valid
+// bearer token, or the caller a node forwarded for; see auth.go), else its
+// remote IP. A request a follower forwarded carries the principal the
+// follower saw; fromNode says whether r's sender may speak for another
+// caller (Server.mayForward).
+//
+// An Authorization header that did not authenticate (with auth off any
+// bearer token is let through) does not name a principal: a client that
+// sent a new header with every request would otherwise be a new principal
+// each time, and escape every per-principal limit. For the same reason a
+// Leasehold-Principal header is believed only from a node.
+func principalOf(r *http.Request, fromNode func(*http.Request) bool) string {
+	if p := limitsPrincipal(r); p != "" {
+		return p // authenticated (auth.go)
+	}
+	if r.Header.Get(forwardedHeader) != "" && fromNode(r) {
+		if p := r.Header.Get(principalHeader); p != "" {
+			return p
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "ip:" + host
+}
+
+// mayForward reports whether r may name the principal it acts for
+// (principalHeader): it comes from a node of this cluster (a node
+// certificate or the node secret, and this cluster's id), or this node
+// has no way to tell a node from a client (no node secret and no client
+// certificates), so that any caller is believed, as in a cluster run
+// without them. With auth on, authenticate refuses the header from
+// anyone else before the limits see it.
+func (s *Server) mayForward(r *http.Request) bool {
+	if s.cfg.NodeSecret == "" && (s.cfg.TLS == nil || s.cfg.TLS.ClientCAs == nil) {
+		return true
+	}
+	return s.nodeCredential(r.TLS, r.Header) && r.Header.Get(clusterIDHeader) == s.node.ClusterID()
+}
+
+// principalHeader carries the caller's principal on a forwarded request.
+const principalHeader = "Leasehold-Principal"
+
+type principalKey struct{}
+
+// principal returns the principal the limits handler stored in ctx.
+func principal(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(string)
+	return p
+}
