@@ -44,6 +44,7 @@ stop() {
 	rm -rf "$tmp"
 }
 trap stop EXIT
+trap 'exit 143' INT TERM
 
 go build -o "$tmp/leasehold" ./cmd/leasehold
 go build -o "$tmp/abuse" ./scripts/abuse
