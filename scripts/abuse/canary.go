@@ -192,24 +192,30 @@ func (k *canary) close() {
 
 // freshClients tries a new client from 127.0.0.1 (its own connection)
 // creating a session every interval until ctx ends, and counts those that
-// got one within opTimeout.
-func freshClients(ctx context.Context, addr string, interval time.Duration) (ok, tried int64) {
+// got one within opTimeout; first is the first failure's error.
+func freshClients(ctx context.Context, addr string, interval time.Duration) (ok, tried int64, first error) {
 	var wg sync.WaitGroup
 	var nOK, nTried atomic.Int64
+	var firstErr atomic.Pointer[error]
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
-			return nOK.Load(), nTried.Load()
+			if p := firstErr.Load(); p != nil {
+				first = *p
+			}
+			return nOK.Load(), nTried.Load(), first
 		case <-t.C:
 		}
 		nTried.Add(1)
 		wg.Go(func() {
-			if freshClient(addr) == nil {
-				nOK.Add(1)
+			if err := freshClient(addr); err != nil {
+				firstErr.CompareAndSwap(nil, &err)
+				return
 			}
+			nOK.Add(1)
 		})
 	}
 }

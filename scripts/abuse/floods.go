@@ -418,21 +418,29 @@ func floodList(ctx context.Context, e *env, c *counters, start func() context.Co
 
 // (e) Watch opens with rotating Authorization headers (with auth off,
 // each header is a principal of its own): 5 000 streams over 25
-// connection pools, each re-opened under a new header when it ends.
+// connection pools, opened before the window (each asks for progress, so
+// that its answer's headers come once it is registered or refused), held
+// through it, and each re-opened under a new header when it ends.
 func floodWatch(ctx context.Context, e *env, c *counters, start func() context.Context) error {
-	w := start()
+	const n = 5000
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	pools := make([]*rawClient, 25)
 	for i := range pools {
 		pools[i] = newRaw(e)
 		defer pools[i].close()
 	}
-	msg := envelope(0, []byte(`{"prefix":""}`))
+	msg := envelope(0, []byte(`{"prefix":"","progressNotify":true}`))
+	var opened sync.WaitGroup
+	opened.Add(n)
 	var wg sync.WaitGroup
-	for i := range 5000 {
+	for i := range n {
 		r := pools[i%len(pools)]
 		wg.Go(func() {
-			for w.Err() == nil {
-				hr, err := http.NewRequestWithContext(w, http.MethodPost, r.base+service+"Watch", bytes.NewReader(msg))
+			once := sync.OnceFunc(opened.Done)
+			defer once()
+			for fctx.Err() == nil {
+				hr, err := http.NewRequestWithContext(fctx, http.MethodPost, r.base+service+"Watch", bytes.NewReader(msg))
 				if err != nil {
 					return
 				}
@@ -440,24 +448,34 @@ func floodWatch(ctx context.Context, e *env, c *counters, start func() context.C
 				hr.Header.Set("Authorization", "Bearer "+randHex(16))
 				c.sent.Add(1)
 				res, err := r.hc.Do(hr)
-				if w.Err() != nil {
+				once()
+				if fctx.Err() != nil {
 					return // held until the end
 				}
 				if err != nil {
-					c.answer("error")
-					sleepCtx(w, 100*time.Millisecond)
+					c.answerErr("error", err)
+					sleepCtx(fctx, 100*time.Millisecond)
 					continue
 				}
 				code, _, err := readStream(res.Body)
 				_ = res.Body.Close()
-				if w.Err() != nil {
+				if fctx.Err() != nil {
 					return
 				}
 				c.answerErr(codeOf(code, err), err)
-				sleepCtx(w, 100*time.Millisecond)
+				sleepCtx(fctx, 100*time.Millisecond)
 			}
 		})
 	}
+	ready := make(chan struct{})
+	go func() { opened.Wait(); close(ready) }()
+	select { // every stream answered once (bounded: 20 s)
+	case <-ready:
+	case <-time.After(20 * time.Second):
+	}
+	w := start()
+	<-w.Done()
+	cancel()
 	wg.Wait()
 	return nil
 }

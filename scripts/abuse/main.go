@@ -175,6 +175,7 @@ func runFlood(ctx context.Context, e *env, k *canary, f flood, idle, dur time.Du
 	sleepCtx(ctx, idle)
 	k.setPhase("")
 	var freshDone chan struct{}
+	var freshErr error
 	started := false
 	start := func() {
 		started = true
@@ -185,7 +186,7 @@ func runFlood(ctx context.Context, e *env, k *canary, f flood, idle, dur time.Du
 		freshDone = make(chan struct{})
 		go func() {
 			defer close(freshDone)
-			r.freshOK, r.freshTried = freshClients(w, e.addr, 200*time.Millisecond)
+			r.freshOK, r.freshTried, freshErr = freshClients(w, e.addr, 200*time.Millisecond)
 		}()
 	}
 	logf("%s: setting up", f.name)
@@ -207,6 +208,9 @@ func runFlood(ctx context.Context, e *env, k *canary, f flood, idle, dur time.Du
 	r.lost = k.holding(ctx)
 	if first != nil {
 		logf("%s: a canary round failed under the flood: %v", f.name, first)
+	}
+	if freshErr != nil {
+		logf("%s: a fresh client failed: %v", f.name, freshErr)
 	}
 	logf("%s: done: %d sent, %d refused; answers: %s", f.name, r.sent, r.refused, rep.Answers)
 	return r
