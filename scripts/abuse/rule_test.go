@@ -67,3 +67,20 @@ func TestConnCode(t *testing.T) {
 		}
 	}
 }
+
+func TestKeptWrite(t *testing.T) {
+	maybe := []string{"write-9-token-5"}
+	for _, tc := range []struct {
+		got  string
+		want bool
+	}{
+		{"write-7-token-4", true},  // the last acknowledged write
+		{"write-9-token-5", true},  // a later write whose answer was lost
+		{"write-3-token-2", false}, // an older write: the acknowledged one is lost
+		{"", false},
+	} {
+		if got := keptWrite(tc.got, "write-7-token-4", maybe); got != tc.want {
+			t.Errorf("keptWrite(%q) = %v, want %v", tc.got, got, tc.want)
+		}
+	}
+}
