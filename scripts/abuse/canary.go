@@ -36,6 +36,7 @@ type sample struct {
 // that was acknowledged, to read them all back at the end.
 type canary struct {
 	addr string
+	// c, s and held are replaced (restart) only while run is stopped.
 	c    *lh.Client
 	s    *lh.Session
 	held *lh.Lock
@@ -53,23 +54,42 @@ type canary struct {
 }
 
 func startCanary(ctx context.Context, addr string) (*canary, error) {
-	c, err := lh.Dial(ctx, addr)
-	if err != nil {
+	k := &canary{addr: addr, acked: map[string]string{}, maybe: map[string][]string{}}
+	k.setPhase("")
+	if err := k.start(ctx); err != nil {
 		return nil, err
+	}
+	return k, nil
+}
+
+// start gives the canary a new client, session and held lock.
+func (k *canary) start(ctx context.Context) error {
+	c, err := lh.Dial(ctx, k.addr)
+	if err != nil {
+		return err
 	}
 	s, err := c.NewSession(ctx, lh.WithTTL(10*time.Second), lh.WithOwner("abuse-canary"))
 	if err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("canary session: %w", err)
+		return fmt.Errorf("canary session: %w", err)
 	}
-	held, err := s.TryAcquire(ctx, canaryHeld)
+	held, err := s.Acquire(ctx, canaryHeld) // queues behind a lost session of its own until that expires
 	if err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("canary acquire %s: %w", canaryHeld, err)
+		return fmt.Errorf("canary acquire %s: %w", canaryHeld, err)
 	}
-	k := &canary{addr: addr, c: c, s: s, held: held, acked: map[string]string{}, maybe: map[string][]string{}}
-	k.setPhase("")
-	return k, nil
+	k.c, k.s, k.held = c, s, held
+	return nil
+}
+
+// restart replaces a canary that lost its session or lock (the run is
+// stopped), so that the next floods are measured too; what it lost stays
+// reported.
+func (k *canary) restart(ctx context.Context) error {
+	k.close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return k.start(ctx)
 }
 
 func (k *canary) setPhase(p string) { k.phase.Store(&p) }
@@ -120,38 +140,45 @@ func (k *canary) round(ctx context.Context, n int) error {
 	return nil
 }
 
-// stats returns the p90 of the rounds started in phase, their count, and
-// the first error among them.
-func (k *canary) stats(phase string) (time.Duration, int, error) {
+// stats returns the p90 of the rounds started in phase, their count, how
+// many failed and the first error among them. A round that failed counts
+// as opTimeout, however soon it failed: it did not get its work done.
+func (k *canary) stats(phase string) (time.Duration, int, int, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var lats []time.Duration
 	var first error
+	failed := 0
 	for _, s := range k.samples {
 		if s.phase != phase {
 			continue
 		}
-		lats = append(lats, s.took)
-		if first == nil && s.err != nil {
-			first = s.err
+		if s.err != nil {
+			failed++
+			if first == nil {
+				first = s.err
+			}
+			lats = append(lats, opTimeout)
+			continue
 		}
+		lats = append(lats, s.took)
 	}
-	return p90(lats), len(lats), first
+	return p90(lats), len(lats), failed, first
 }
 
 // holding says what the canary lost of its held lock: "" when its session
 // and lock are alive and the grantor still names it the holder, with the
 // same token.
 func (k *canary) holding(ctx context.Context) string {
-	select {
-	case <-k.held.Done():
-		return fmt.Sprintf("its lock %s (%v)", canaryHeld, context.Cause(k.held.Context()))
-	case <-k.s.Done():
-		return fmt.Sprintf("its session (%v)", k.s.Err())
-	default:
-	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	select {
+	case <-k.held.Done():
+		return fmt.Sprintf("its lock %s (%v; %s)", canaryHeld, context.Cause(k.held.Context()), k.grantorSays(ctx))
+	case <-k.s.Done():
+		return fmt.Sprintf("its session (%v; %s)", k.s.Err(), k.grantorSays(ctx))
+	default:
+	}
 	info, err := k.c.Status(ctx, canaryHeld)
 	if err != nil {
 		return fmt.Sprintf("sight of its lock %s: status: %v", canaryHeld, err)
@@ -162,6 +189,22 @@ func (k *canary) holding(ctx context.Context) string {
 			canaryHeld, h.GetLeaseId(), h.GetToken(), k.held.Token())
 	}
 	return ""
+}
+
+// grantorSays tells whether the grantor still names the canary the holder
+// of its lock, once the client gave it up.
+func (k *canary) grantorSays(ctx context.Context) string {
+	info, err := k.c.Status(ctx, canaryHeld)
+	switch h := info.GetHolder(); {
+	case err != nil:
+		return "status: " + err.Error()
+	case h.GetLeaseId() == k.s.ID() && h.GetToken() == k.held.Token():
+		return "the grantor still names it the holder"
+	case h == nil:
+		return "the grantor freed it"
+	default:
+		return fmt.Sprintf("the grantor names lease %s token %d the holder", h.GetLeaseId(), h.GetToken())
+	}
 }
 
 // verify reads back every acknowledged write and checks the held lock; it

@@ -123,6 +123,7 @@ func abuse(ctx context.Context, out io.Writer, e *env, run []flood, idle, dur ti
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); k.run(cctx) }()
+	var lostEarlier []string
 
 	fmt.Fprintf(out, "%-12s %9s %9s %10s %10s %8s %9s  %s\n", "flood", "sent", "refused", "idle p90", "flood p90", "factor", "fresh", "verdict")
 	code := 0
@@ -139,10 +140,25 @@ func abuse(ctx context.Context, out io.Writer, e *env, run []flood, idle, dur ti
 		if ctx.Err() != nil {
 			break
 		}
+		if r.lost != "" {
+			// A new canary measures the next floods; this loss stays reported.
+			lostEarlier = append(lostEarlier, r.lost+" (under the "+r.flood+" flood)")
+			cancel()
+			<-done
+			if err := k.restart(ctx); err != nil {
+				fmt.Fprintln(out, "LOST", strings.Join(lostEarlier, "; "))
+				fatal(fmt.Errorf("a new canary: %w", err))
+			}
+			logf("a new canary holds %s with token %d", canaryHeld, k.held.Token())
+			cctx, cancel = context.WithCancel(ctx)
+			done = make(chan struct{})
+			go func() { defer close(done); k.run(cctx) }()
+		}
 	}
 	cancel()
 	<-done
 	writes, lost := k.verify(context.WithoutCancel(ctx))
+	lost = append(lostEarlier, lost...)
 	for _, w := range why {
 		fmt.Fprintln(out, "FAILED", w)
 	}
@@ -196,9 +212,10 @@ func runFlood(ctx context.Context, e *env, k *canary, f flood, idle, dur time.Du
 		<-freshDone
 	}
 	r.sent, r.refused = rep.Sent, rep.Refused
+	var failed int
 	var first error
-	r.idle, _, _ = k.stats("idle:" + f.name)
-	r.busy, r.busyRounds, first = k.stats("flood:" + f.name)
+	r.idle, _, _, _ = k.stats("idle:" + f.name)
+	r.busy, r.busyRounds, failed, first = k.stats("flood:" + f.name)
 	switch {
 	case err != nil:
 		r.broken = err.Error()
@@ -207,7 +224,7 @@ func runFlood(ctx context.Context, e *env, k *canary, f flood, idle, dur time.Du
 	}
 	r.lost = k.holding(ctx)
 	if first != nil {
-		logf("%s: a canary round failed under the flood: %v", f.name, first)
+		logf("%s: %d of %d canary rounds failed under the flood (each counted as %v), the first: %v", f.name, failed, r.busyRounds, opTimeout, first)
 	}
 	if freshErr != nil {
 		logf("%s: a fresh client failed: %v", f.name, freshErr)
