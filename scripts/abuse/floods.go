@@ -44,7 +44,7 @@ func (c *counters) answer(code string) { c.answerErr(code, nil) }
 
 // answerErr records an answer and, for the first of its code, err.
 func (c *counters) answerErr(code string, err error) {
-	if code == codeExhausted {
+	if strings.HasSuffix(code, codeExhausted) { // "grpc resource_exhausted" too
 		c.refused.Add(1)
 	}
 	if code == "" {
@@ -293,6 +293,7 @@ func sendBomb(ctx context.Context, r *rawClient, b []byte, grpc bool) (string, e
 		hr.Header.Set("Content-Encoding", "gzip")
 		hr.Header.Set("Connect-Protocol-Version", "1")
 	}
+	began := time.Now()
 	res, err := r.hc.Do(hr)
 	if err != nil {
 		return "", err
@@ -300,22 +301,24 @@ func sendBomb(ctx context.Context, r *rawClient, b []byte, grpc bool) (string, e
 	defer func() { _ = res.Body.Close() }()
 	data, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	if grpc {
-		st := res.Trailer.Get("Grpc-Status")
+		st, msg := res.Trailer.Get("Grpc-Status"), res.Trailer.Get("Grpc-Message")
 		if st == "" {
-			st = res.Header.Get("Grpc-Status")
+			st, msg = res.Header.Get("Grpc-Status"), res.Header.Get("Grpc-Message")
 		}
+		info := fmt.Errorf("gRPC: grpc-status %s %s (%v)", st, msg, time.Since(began).Round(time.Millisecond))
 		if st == "8" {
-			return codeExhausted, nil
+			return codeExhausted, info
 		}
-		return "grpc-status " + st, nil
+		return "grpc-status " + st, info
 	}
-	if res.StatusCode == http.StatusOK {
+	info := fmt.Errorf("connect: http %d %.200s (%v)", res.StatusCode, data, time.Since(began).Round(time.Millisecond))
+	switch {
+	case res.StatusCode == http.StatusOK:
 		return "", nil
+	case bytes.Contains(data, []byte(`"code":"`+codeExhausted+`"`)):
+		return codeExhausted, info
 	}
-	if bytes.Contains(data, []byte(`"code":"`+codeExhausted+`"`)) {
-		return codeExhausted, nil
-	}
-	return "http " + strconv.Itoa(res.StatusCode), nil
+	return "http " + strconv.Itoa(res.StatusCode), info
 }
 
 // (c) gzip bombs.
@@ -329,9 +332,13 @@ func floodGzip(ctx context.Context, e *env, c *counters, start func() context.Co
 		wg.Go(func() {
 			for n := 0; w.Err() == nil; n++ {
 				c.sent.Add(1)
-				code, err := sendBomb(w, r, b, (i+n)%2 == 1)
+				grpc := (i+n)%2 == 1
+				code, err := sendBomb(w, r, b, grpc)
 				if w.Err() != nil {
 					return
+				}
+				if grpc { // the first answer of each protocol is logged
+					code = pick(code == "", "", "grpc "+code)
 				}
 				c.answerErr(codeOf(code, err), err)
 			}
