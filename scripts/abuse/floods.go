@@ -427,7 +427,8 @@ func floodList(ctx context.Context, e *env, c *counters, start func() context.Co
 // each header is a principal of its own): 5 000 streams over 25
 // connection pools, opened before the window (each asks for progress, so
 // that its answer's headers come once it is registered or refused), held
-// through it, and each re-opened under a new header when it ends.
+// through it, and each re-opened under a new header a second after it
+// ended (refused).
 func floodWatch(ctx context.Context, e *env, c *counters, start func() context.Context) error {
 	const n = 5000
 	fctx, cancel := context.WithCancel(ctx)
@@ -461,7 +462,7 @@ func floodWatch(ctx context.Context, e *env, c *counters, start func() context.C
 				}
 				if err != nil {
 					c.answerErr("error", err)
-					sleepCtx(fctx, 100*time.Millisecond)
+					sleepCtx(fctx, time.Second)
 					continue
 				}
 				code, _, err := readStream(res.Body)
@@ -470,7 +471,7 @@ func floodWatch(ctx context.Context, e *env, c *counters, start func() context.C
 					return
 				}
 				c.answerErr(codeOf(code, err), err)
-				sleepCtx(fctx, 100*time.Millisecond)
+				sleepCtx(fctx, time.Second)
 			}
 		})
 	}
