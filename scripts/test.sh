@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every test of the project, in one command (the README's second command and
-# .ci/run call it): vet, the Go tests with the race detector, the deploy/
-# and bench/ modules (each its own Go module), and the TypeScript and
-# Python clients against a real server. Run it after scripts/ci-services.sh has started
-# PostgreSQL and Redis and printed their LEASEHOLD_TEST_* variables.
+# .ci/run call it): vet, the Go tests with the race detector, the
+# internal/web/browsertest, deploy/ and bench/ modules (each its own Go
+# module), and the TypeScript and Python clients against a real server. Run
+# it after scripts/ci-services.sh has started PostgreSQL and Redis and
+# printed their LEASEHOLD_TEST_* variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # step names the next step and the seconds taken so far, so that a CI log
@@ -37,6 +38,10 @@ sim() {
 }
 sim -race -tags leasehold_sim,leasehold_invariants -timeout 10m ./internal/sim -run 'TestSim$' -seeds 20 -first 5000 -duration 20s
 sim -tags leasehold_sim -timeout 20m ./internal/sim -run 'TestSim$|TestSimSkewBeyondBound|TestMutants' -seeds 280 -first 1000 -duration 20s
+step dashboard browser module
+# internal/web/browsertest is a module of its own (chromedp stays out of leasehold's go.mod): the
+# dashboard driven in a headless Chromium, and its JSON API by role, against real servers.
+(cd internal/web/browsertest && go vet ./... && go test -race -count=1 -timeout 10m ./...)
 step deploy module
 # deploy/ is a module of its own (the Kubernetes API types stay out of leasehold's).
 (cd deploy && go vet ./... && go test -count=1 ./...)

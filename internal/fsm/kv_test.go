@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"errors"
+	"math"
+	"slices"
 	"testing"
 )
 
@@ -77,4 +79,70 @@ func TestKVDeleteKeepsTheFence(t *testing.T) {
 		rr.must(kvPut("k", "v2", 2))
 		wantKV(t, rr, "k", "v2", 2)
 	}
+}
+
+func TestKVPut(t *testing.T) {
+	// A holds x with token 1, B holds y with token 2; k was written with 2.
+	written := append(sessions("A", "B"), acquire("x", "A"), acquire("y", "B"), kvPut("k", "v2", 2))
+	stale := func(token, last uint64, strict bool) func(t *testing.T, r *rig, res Result) {
+		return func(t *testing.T, r *rig, res Result) {
+			var se *StaleTokenError
+			if !errors.As(res.Err, &se) || se.Key != "k" || se.Token != token || se.LastToken != last || se.Strict != strict {
+				t.Fatalf("Err = %#v, want *StaleTokenError{k, %d, %d, %v}", res.Err, token, last, strict)
+			}
+			wantKV(t, r, "k", "v2", 2)
+		}
+	}
+	runCases(t, []applyCase{
+		{
+			name:  "first write with an issued token",
+			setup: append(sessions("A"), acquire("x", "A")),
+			cmd:   kvPut("k", "v1", 1),
+			check: func(t *testing.T, r *rig, res Result) {
+				wantKV(t, r, "k", "v1", 1)
+				if string(res.KV.GetValue()) != "v1" || res.KV.GetToken() != 1 {
+					t.Fatalf("Result.KV %v", res.KV)
+				}
+			},
+		},
+		{
+			name:  "equal token accepted by default",
+			setup: written,
+			cmd:   kvPut("k", "again", 2),
+			check: func(t *testing.T, r *rig, res Result) { wantKV(t, r, "k", "again", 2) },
+		},
+		{
+			name:  "higher token accepted in strict mode",
+			setup: append(slices.Clone(written), acquire("z", "A")),
+			cmd:   kvPutStrict("k", "v3", 3),
+			check: func(t *testing.T, r *rig, res Result) { wantKV(t, r, "k", "v3", 3) },
+		},
+		{
+			name:  "keys are fenced independently",
+			setup: written,
+			cmd:   kvPut("other", "v1", 1),
+			check: func(t *testing.T, r *rig, res Result) {
+				wantKV(t, r, "other", "v1", 1)
+				wantKV(t, r, "k", "v2", 2)
+			},
+		},
+		{name: "equal token rejected in strict mode", setup: written, cmd: kvPutStrict("k", "v", 2), wantErr: ErrStaleToken, check: stale(2, 2, true)},
+		{name: "lower token rejected", setup: written, cmd: kvPut("k", "v1", 1), wantErr: ErrStaleToken, check: stale(1, 2, false)},
+		{name: "lower token rejected in strict mode", setup: written, cmd: kvPutStrict("k", "v1", 1), wantErr: ErrStaleToken, check: stale(1, 2, true)},
+		{name: "token 0", setup: written, cmd: kvPut("k", "v", 0), wantErr: ErrInvalidToken},
+		{name: "token 0 on a new key", setup: written, cmd: kvPut("new", "v", 0), wantErr: ErrInvalidToken},
+		{name: "token never issued", setup: written, cmd: kvPut("k", "v", 3), wantErr: ErrInvalidToken},
+		{name: "token never issued on a new key", setup: written, cmd: kvPut("new", "v", 3), wantErr: ErrInvalidToken},
+		{name: "no token issued yet", setup: nil, cmd: kvPut("k", "v", 1), wantErr: ErrInvalidToken},
+		{name: "max token", setup: written, cmd: kvPut("k", "v", math.MaxUint64), wantErr: ErrInvalidToken},
+	})
+}
+
+func TestKVPutCopiesValue(t *testing.T) {
+	r := newRig(t, DefaultLimits())
+	r.must(append(sessions("A"), acquire("x", "A"))...)
+	cmd := kvPut("k", "v1", 1)
+	r.must(cmd)
+	cmd.GetKvPut().Value[0] = 'X'
+	wantKV(t, r, "k", "v1", 1)
 }

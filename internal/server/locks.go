@@ -188,9 +188,9 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 		// Only a queued request waits for events. Its grant may have been
 		// applied before w was registered, so it looks at the state once
 		// before it waits for the first event.
-		w := s.hub.wait(r.name, r.leaseID)
-		defer s.hub.unwait(w)
-		w.signal()
+		w := s.hub.Wait(r.name, r.leaseID)
+		defer s.hub.Unwait(w)
+		w.Signal()
 		var timeout <-chan time.Time
 		if r.wait > 0 {
 			timeout = s.clock.After(r.wait)
@@ -204,7 +204,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 				// allowed to wait leaves the queue before it is granted.
 				authChanged = s.authChanged()
 				why = s.recheck(ctx, leaseholdv1connect.LeaseholdServiceAcquireProcedure, &pb.AcquireRequest{Name: r.name, LeaseId: r.leaseID})
-			case <-w.wake:
+			case <-w.Wake():
 				h, done, err := s.waitOutcome(r)
 				if !done {
 					continue
@@ -484,7 +484,7 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 }
 
 // Watch streams the events this node applies, from the history when
-// from_index is set (hub.go); every node applies every entry, so any node
+// from_index is set (internal/hub); every node applies every entry, so any node
 // can serve it.
 func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRequest], stream *connect.ServerStream[pb.WatchResponse]) error {
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
@@ -497,11 +497,11 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	defer release()
 	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceWatchProcedure, req.Msg)
 	defer stop()
-	w, covered, err := h.s.hub.watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
+	w, covered, err := h.s.hub.Watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
 	if err != nil {
 		return h.s.endWatch(stream, req.Msg.GetPrefix(), err)
 	}
-	defer h.s.hub.unwatch(w)
+	defer h.s.hub.Unwatch(w)
 	progress := req.Msg.GetProgressNotify()
 	// Tell the caller the watch is registered: the first progress
 	// response, or the headers alone.
@@ -521,7 +521,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	}
 	idle := true // nothing sent since the last tick
 	for {
-		evs, now := h.s.hub.next(w, 64)
+		evs, now := h.s.hub.Next(w, 64)
 		for _, ev := range evs {
 			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs, Value: []byte(ev.Value)}}); err != nil {
 				return err
@@ -539,9 +539,9 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 			return revokedErr(ctx)
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
-		case <-w.ended:
-			return h.s.endWatch(stream, req.Msg.GetPrefix(), w.err)
-		case <-w.wake:
+		case <-w.Ended():
+			return h.s.endWatch(stream, req.Msg.GetPrefix(), w.Err())
+		case <-w.Wake():
 		case <-tick:
 			if idle {
 				if err := stream.Send(&pb.WatchResponse{AppliedIndex: covered}); err != nil {

@@ -240,7 +240,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descHeld, float64(census.Held))
 	gauge(descWaiters, float64(census.Waiters))
 	gauge(descDelayed, float64(census.Delayed))
-	gauge(descWatchers, float64(s.hub.watcherCount()+s.feed.Subscribers()))
+	gauge(descWatchers, float64(s.hub.Watchers()+s.feed.Subscribers()))
 	gauge(descTokenCounter, float64(token))
 	r := s.node.Raft()
 	term, _ := strconv.ParseUint(r.Stats()["term"], 10, 64)
@@ -261,11 +261,4 @@ func lastContactSeconds(s *Server) float64 {
 		return -1
 	}
 	return time.Since(lc).Seconds()
-}
-
-// watcherCount is the number of open watchers.
-func (h *hub) watcherCount() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.watchers)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/hub"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/web"
@@ -109,7 +110,7 @@ type Server struct {
 	clock  clock.Clock
 	node   *raftnode.Node
 	lessor *lessor.Lessor
-	hub    *hub
+	hub    *hub.Hub
 	feed   *web.Feed // the dashboard's event feed
 	work   *workers  // run the messages of every LockStream
 	met    *metrics
@@ -172,7 +173,7 @@ func Open(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		clock:   cfg.Lessor.Clock,
-		hub:     newHub(cfg.WatchHistory),
+		hub:     hub.New(cfg.WatchHistory),
 		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
 		http:    withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret),
@@ -214,16 +215,14 @@ func Open(cfg Config) (*Server, error) {
 		}
 	}
 	cfg.Raft.Observer = s.observe
-	cfg.Raft.OnRestore = func(at uint64) { s.hub.restored(at); s.lim.restored(); s.observeAuth(nil) }
+	cfg.Raft.OnRestore = func(at uint64) { s.hub.Restored(at); s.lim.restored(); s.observeAuth(nil) }
 	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
 		s.lessor.Close()
 		return nil, err
 	}
-	s.hub.mu.Lock()
-	s.hub.raftApplied = s.node.Raft().AppliedIndex
-	s.hub.mu.Unlock()
+	s.hub.SetRaftApplied(s.node.Raft().AppliedIndex)
 	if err := s.registerStateGauges(reg); err != nil {
 		s.lessor.Close()
 		_ = s.node.Close()
@@ -286,7 +285,7 @@ func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
 	s.lim.sessionsEnded(res.EndedSessions)
 	s.observeAuth(res)
-	s.hub.publish(index, res.Events)
+	s.hub.Publish(index, res.Events)
 	s.met.observe(res)
 	s.publishWeb(index, res)
 }

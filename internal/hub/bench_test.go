@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"fmt"
@@ -33,27 +33,27 @@ func BenchmarkHubPublish(b *testing.B) {
 		}
 		watchers := bc.watchers
 		b.Run(name, func(b *testing.B) {
-			h := newHub(10_000)
+			h := New(10_000)
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			var wakeups atomic.Int64
 			for i := range watchers {
-				w, _, err := h.watch(fmt.Sprintf("other/%d/", i), 0)
+				w, _, err := h.Watch(fmt.Sprintf("other/%d/", i), 0)
 				if err != nil {
 					b.Fatal(err)
 				}
 				wg.Go(func() {
-					defer h.unwatch(w)
+					defer h.Unwatch(w)
 					for {
-						for evs, _ := h.next(w, 64); len(evs) != 0; evs, _ = h.next(w, 64) {
+						for evs, _ := h.Next(w, 64); len(evs) != 0; evs, _ = h.Next(w, 64) {
 						}
 						select {
 						case <-stop:
 							return
-						case <-w.ended:
-							b.Errorf("watcher ended: %v", w.err)
+						case <-w.Ended():
+							b.Errorf("watcher ended: %v", w.Err())
 							return
-						case <-w.wake:
+						case <-w.Wake():
 							wakeups.Add(1)
 						}
 					}
@@ -66,7 +66,7 @@ func BenchmarkHubPublish(b *testing.B) {
 			for b.Loop() {
 				index++
 				ev[0].Index = index
-				h.publish(index, ev)
+				h.Publish(index, ev)
 				for bc.paced && !caughtUp(h) {
 					runtime.Gosched()
 				}
@@ -82,7 +82,7 @@ func BenchmarkHubPublish(b *testing.B) {
 
 // caughtUp reports whether every watcher has taken every event published
 // and has no wake-up pending.
-func caughtUp(h *hub) bool {
+func caughtUp(h *Hub) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.watchers {

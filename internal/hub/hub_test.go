@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"testing"
@@ -15,9 +15,9 @@ func hubEvents(from, to uint64) []fsm.Event {
 	return evs
 }
 
-func publishAll(h *hub, evs []fsm.Event) {
+func publishAll(h *Hub, evs []fsm.Event) {
 	for _, ev := range evs {
-		h.publish(ev.Index, []fsm.Event{ev})
+		h.Publish(ev.Index, []fsm.Event{ev})
 	}
 }
 
@@ -26,39 +26,39 @@ func publishAll(h *hub, evs []fsm.Event) {
 // the last one it took: it resumes from there with no gap. Once the history
 // has moved on, the same resume is compacted.
 func TestHubSlowWatcherEndsAndResumes(t *testing.T) {
-	h := newHub(8) // a watcher may lag 4 events
-	w, _, err := h.watch("s:", 0)
+	h := New(8) // a watcher may lag 4 events
+	w, _, err := h.Watch("s:", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	publishAll(h, hubEvents(1, 2))
-	got, _ := h.next(w, 100)
+	got, _ := h.Next(w, 100)
 	if len(got) != 2 {
 		t.Fatalf("took %d events, want 2", len(got))
 	}
 	publishAll(h, hubEvents(3, 7)) // 5 behind
 	select {
-	case <-w.ended:
+	case <-w.Ended():
 	default:
 		t.Fatal("a watcher 5 events behind (limit 4) is still registered")
 	}
-	if api.CodeOf(w.err) != api.CodeResourceExhausted {
-		t.Fatalf("the slow watcher ended with %v, want resource-exhausted", w.err)
+	if api.CodeOf(w.Err()) != api.CodeResourceExhausted {
+		t.Fatalf("the slow watcher ended with %v, want resource-exhausted", w.Err())
 	}
 	last := got[len(got)-1].Index
-	r, start, err := h.watch("s:", last+1)
+	r, start, err := h.Watch("s:", last+1)
 	if err != nil {
 		t.Fatalf("resume from %d: %v", last+1, err)
 	}
 	if start != last {
 		t.Fatalf("resumed watch starts after %d, want %d", start, last)
 	}
-	evs, covered := h.next(r, 100)
+	evs, covered := h.Next(r, 100)
 	if len(evs) != 5 || evs[0].Index != 3 || evs[4].Index != 7 || covered != 7 {
 		t.Fatalf("resumed watch got %v (covered %d), want indexes 3..7", evs, covered)
 	}
 	publishAll(h, hubEvents(8, 20))
-	if _, _, err := h.watch("s:", last+1); api.CodeOf(err) != api.CodeCompacted {
+	if _, _, err := h.Watch("s:", last+1); api.CodeOf(err) != api.CodeCompacted {
 		t.Fatalf("resume from %d after the history moved on: %v, want compacted", last+1, err)
 	}
 }
@@ -67,34 +67,34 @@ func TestHubSlowWatcherEndsAndResumes(t *testing.T) {
 // with compacted; until an entry is applied its floor is unknown, so a
 // resume at or before the last index seen here is compacted.
 func TestHubRestoredResetsHistory(t *testing.T) {
-	h := newHub(8)
+	h := New(8)
 	publishAll(h, hubEvents(1, 3))
-	w, _, err := h.watch("", 0)
+	w, _, err := h.Watch("", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.restored(0)
+	h.Restored(0)
 	select {
-	case <-w.ended:
+	case <-w.Ended():
 	default:
 		t.Fatal("a watcher outlived the snapshot install")
 	}
-	if api.CodeOf(w.err) != api.CodeCompacted {
-		t.Fatalf("ended with %v, want compacted", w.err)
+	if api.CodeOf(w.Err()) != api.CodeCompacted {
+		t.Fatalf("ended with %v, want compacted", w.Err())
 	}
-	if _, _, err := h.watch("", 2); api.CodeOf(err) != api.CodeCompacted {
+	if _, _, err := h.Watch("", 2); api.CodeOf(err) != api.CodeCompacted {
 		t.Fatalf("watch from 2 after the install: %v, want compacted", err)
 	}
-	h.publish(50, nil) // the first entry after the snapshot
-	if _, _, err := h.watch("", 49); api.CodeOf(err) != api.CodeCompacted {
+	h.Publish(50, nil) // the first entry after the snapshot
+	if _, _, err := h.Watch("", 49); api.CodeOf(err) != api.CodeCompacted {
 		t.Fatalf("watch from 49 (in the snapshot): %v, want compacted", err)
 	}
-	r, _, err := h.watch("", 50)
+	r, _, err := h.Watch("", 50)
 	if err != nil {
 		t.Fatalf("watch from 50 (after the snapshot): %v", err)
 	}
-	h.publish(51, hubEvents(51, 51))
-	if evs, _ := h.next(r, 10); len(evs) != 1 || evs[0].Index != 51 {
+	h.Publish(51, hubEvents(51, 51))
+	if evs, _ := h.Next(r, 10); len(evs) != 1 || evs[0].Index != 51 {
 		t.Fatalf("after the snapshot got %v, want index 51", evs)
 	}
 }
@@ -103,34 +103,34 @@ func TestHubRestoredResetsHistory(t *testing.T) {
 // events it has yet to replay, only for those published after it started;
 // one whose replay the history overtakes ends with compacted.
 func TestHubReplayIsNotLag(t *testing.T) {
-	h := newHub(8) // a watcher may lag 4 events
+	h := New(8) // a watcher may lag 4 events
 	publishAll(h, hubEvents(1, 7))
-	w, _, err := h.watch("s:", 1)
+	w, _, err := h.Watch("s:", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	publishAll(h, hubEvents(8, 8)) // evicts nothing yet: 8 held
 	select {
-	case <-w.ended:
-		t.Fatalf("a replaying watcher was ended: %v", w.err)
+	case <-w.Ended():
+		t.Fatalf("a replaying watcher was ended: %v", w.Err())
 	default:
 	}
-	evs, _ := h.next(w, 100)
+	evs, _ := h.Next(w, 100)
 	if len(evs) != 8 || evs[0].Index != 1 {
 		t.Fatalf("replay got %v, want indexes 1..8", evs)
 	}
-	slow, _, err := h.watch("s:", 2)
+	slow, _, err := h.Watch("s:", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	publishAll(h, hubEvents(9, 10)) // evicts index 1 and 2
 	select {
-	case <-slow.ended:
+	case <-slow.Ended():
 	default:
 		t.Fatal("a watcher whose next event was evicted is still registered")
 	}
-	if api.CodeOf(slow.err) != api.CodeCompacted {
-		t.Fatalf("ended with %v, want compacted", slow.err)
+	if api.CodeOf(slow.Err()) != api.CodeCompacted {
+		t.Fatalf("ended with %v, want compacted", slow.Err())
 	}
 }
 
@@ -139,18 +139,18 @@ func TestHubReplayIsNotLag(t *testing.T) {
 // entry published after it is not the next index (say, a raft
 // configuration entry in between).
 func TestHubRestoredAtKnownIndex(t *testing.T) {
-	h := newHub(8)
+	h := New(8)
 	publishAll(h, hubEvents(1, 3))
-	h.restored(40)
-	if _, _, err := h.watch("", 40); api.CodeOf(err) != api.CodeCompacted {
+	h.Restored(40)
+	if _, _, err := h.Watch("", 40); api.CodeOf(err) != api.CodeCompacted {
 		t.Fatalf("watch from 40 (in the snapshot): %v, want compacted", err)
 	}
-	r, _, err := h.watch("", 41)
+	r, _, err := h.Watch("", 41)
 	if err != nil {
 		t.Fatalf("watch from 41 (after the snapshot): %v", err)
 	}
-	h.publish(43, hubEvents(43, 43))
-	if evs, _ := h.next(r, 10); len(evs) != 1 || evs[0].Index != 43 {
+	h.Publish(43, hubEvents(43, 43))
+	if evs, _ := h.Next(r, 10); len(evs) != 1 || evs[0].Index != 43 {
 		t.Fatalf("after the snapshot got %v, want index 43", evs)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"sort"
@@ -11,7 +11,7 @@ import (
 // sequence (seq) that counts every event ever added; the ring holds
 // [head-n, head). floor is the lowest log index whose events are all held:
 // it rises when the ring evicts an event and is reset when the node
-// installs a snapshot. Not safe for concurrent use: hub.mu guards it.
+// installs a snapshot. Not safe for concurrent use: Hub.mu guards it.
 type history struct {
 	ring  []fsm.Event
 	head  uint64 // seq of the next event added

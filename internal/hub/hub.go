@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"strings"
@@ -8,37 +8,9 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm"
 )
 
-// hub fans applied events out to Watch streams and wakes Acquire calls
-// waiting in a queue. publish and restored run on the raft apply goroutine
-// and never block, and nothing is dropped silently:
-//
-//   - every event goes into a bounded history (history.go); a watcher is a
-//     cursor into it, so a Watch can start at a log index (replay, then
-//     live, in one sequence: no gap, no duplicate);
-//   - a watcher that falls more than maxLag events behind the events
-//     published since it registered is ended with resource-exhausted while
-//     the events after the last one it sent are still held, so that it can
-//     resume from there; a Watch from an index the history no longer holds,
-//     or whose replay the history overtook, fails with compacted;
-//   - when the node installs a snapshot (the events in between were never
-//     applied here) the history is emptied and every watcher is ended with
-//     compacted;
-//   - a stream ended with compacted first sends the prefix's state at an
-//     index (watchstate.go), from which the caller resumes;
-//   - a watcher is woken only by an event it will be sent (its prefix, at
-//     or after its start); events of other prefixes that arrive while it
-//     has taken everything move its cursor past them in publish, without
-//     waking it, so a lock event costs the watchers of other names no
-//     goroutine wake-up and no scan. Such a watcher is still woken once
-//     the log has moved progressEvery entries past its last wake-up, so
-//     the applied index its stream reports (progress notifications) stays
-//     that close to the node's;
-//   - a waiter is not sent events: it gets a coalescing wake-up whenever
-//     an event concerns its (name, lease) — its own grant or withdrawal, or
-//     another request of the same session that replaced it in the queue —
-//     and reads the outcome of its wait id from the applied state, which is
-//     the truth however many events happened in between.
-type hub struct {
+// Hub is one node's event history, watchers and waiters (see the package
+// comment). Its methods are safe for concurrent use.
+type Hub struct {
 	maxLag uint64
 
 	mu sync.Mutex // protects following
@@ -49,18 +21,20 @@ type hub struct {
 	applied     uint64 // the highest index published (with or without events)
 	pending     bool   // a snapshot was installed and its index is not known yet
 	restoredAt  uint64 // applied when the snapshot was installed
-	watchers    map[*watcher]struct{}
-	waiters     map[waitKey]map[*waiter]struct{}
+	watchers    map[*Watcher]struct{}
+	waiters     map[waitKey]map[*Waiter]struct{}
 }
 
-type watcher struct {
+// Watcher is one Watch stream's cursor into the history. Its stream takes
+// events with Hub.Next whenever Wake fires, until Ended is closed.
+type Watcher struct {
 	prefix string
-	from   uint64        // events below this index are not sent (guarded by hub.mu)
+	from   uint64        // events below this index are not sent (guarded by Hub.mu)
 	wake   chan struct{} // buffered, one slot: "new events"
 	// ended is closed when the hub dropped the watcher; err says why.
 	ended chan struct{}
 
-	// guarded by hub.mu
+	// guarded by Hub.mu
 	next uint64 // seq of the next history event to look at
 	base uint64 // history head when it registered: a replay before it is no lag
 	told uint64 // index of the entry at whose publish it was last woken (or registered)
@@ -74,27 +48,40 @@ type waitKey struct{ name, leaseID string }
 // index it has covered.
 const progressEvery = 64
 
-// waiter is woken when the outcome of one queued Acquire may be known.
-type waiter struct {
+// Waiter is woken when the outcome of one queued Acquire may be known.
+type Waiter struct {
 	key  waitKey
 	wake chan struct{} // buffered, one slot: "re-check the state"
 }
 
-// newHub keeps the last size events; a watcher may lag size/2 of them.
-func newHub(size int) *hub {
-	return &hub{
+// New returns a hub that keeps the last size events; a watcher may lag
+// size/2 of them.
+func New(size int) *Hub {
+	return &Hub{
 		maxLag:   uint64(max(size/2, 1)),
 		hist:     newHistory(size),
-		watchers: map[*watcher]struct{}{},
-		waiters:  map[waitKey]map[*waiter]struct{}{},
+		watchers: map[*Watcher]struct{}{},
+		waiters:  map[waitKey]map[*Waiter]struct{}{},
 	}
 }
 
-// watch registers a watcher of prefix from log index from (0: from the next
+// SetRaftApplied tells the hub how to read raft's applied index, which
+// raft advances once it hands an entry to the state machine, before the
+// entry is published here. f is called under the hub's lock: it must not
+// block (an atomic load, as raft.Raft.AppliedIndex).
+func (h *Hub) SetRaftApplied(f func() uint64) {
+	h.mu.Lock()
+	h.raftApplied = f
+	h.mu.Unlock()
+}
+
+// Watch registers a watcher of prefix from log index from (0: from the next
 // event applied) and returns it with the applied index it starts after.
-// An index the history does not hold fails with compacted.
-func (h *hub) watch(prefix string, from uint64) (*watcher, uint64, error) {
-	w := &watcher{prefix: prefix, from: from, wake: make(chan struct{}, 1), ended: make(chan struct{})}
+// An index the history does not hold fails with compacted (unavailable
+// while a snapshot install's index is not known yet). The caller ends the
+// watch with Unwatch.
+func (h *Hub) Watch(prefix string, from uint64) (*Watcher, uint64, error) {
+	w := &Watcher{prefix: prefix, from: from, wake: make(chan struct{}, 1), ended: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.resolveLocked()
@@ -129,7 +116,7 @@ func (h *hub) watch(prefix string, from uint64) (*watcher, uint64, error) {
 // applied index once raft counts the snapshot: every entry after it is
 // published here. The floor it picks may be above the snapshot's index (raft
 // counts entries before they are published), which only refuses more.
-func (h *hub) resolveLocked() {
+func (h *Hub) resolveLocked() {
 	if !h.pending || h.raftApplied == nil {
 		return
 	}
@@ -140,23 +127,25 @@ func (h *hub) resolveLocked() {
 	}
 }
 
-func (h *hub) unwatch(w *watcher) {
+// Unwatch drops w; it may already have been ended.
+func (h *Hub) Unwatch(w *Watcher) {
 	h.mu.Lock()
 	delete(h.watchers, w)
 	h.mu.Unlock()
 }
 
 // endLocked drops w, telling its stream why.
-func (h *hub) endLocked(w *watcher, err error) {
+func (h *Hub) endLocked(w *Watcher, err error) {
 	delete(h.watchers, w)
 	w.err = err
 	close(w.ended)
 }
 
-// next returns up to limit events for w after those it already took, and
+// Next returns up to limit events for w after those it already took, and
 // when it has taken every event published, the applied index its stream
-// has now covered (0 otherwise).
-func (h *hub) next(w *watcher, limit int) (evs []fsm.Event, covered uint64) {
+// has now covered (0 otherwise). It returns nothing for a watcher the hub
+// ended.
+func (h *Hub) Next(w *Watcher, limit int) (evs []fsm.Event, covered uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w.next < h.hist.oldest() {
@@ -174,24 +163,30 @@ func (h *hub) next(w *watcher, limit int) (evs []fsm.Event, covered uint64) {
 	return evs, covered
 }
 
-func (h *hub) wait(name, leaseID string) *waiter {
-	w := &waiter{key: waitKey{name, leaseID}, wake: make(chan struct{}, 1)}
+// Wait registers a waiter for the queued request of session leaseID on
+// name. It is woken when an event concerns (name, leaseID), when another
+// request of the same session and name registers (it replaced this one in
+// the queue) and when the node installs a snapshot. The caller ends the
+// wait with Unwait.
+func (h *Hub) Wait(name, leaseID string) *Waiter {
+	w := &Waiter{key: waitKey{name, leaseID}, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.waiters[w.key] == nil {
-		h.waiters[w.key] = map[*waiter]struct{}{}
+		h.waiters[w.key] = map[*Waiter]struct{}{}
 	}
 	// A session has one queued request per name: a newer one (another wait
 	// id) replaced the others in the state, so they look again now and end
 	// instead of waiting out their deadlines (unbounded handlers otherwise).
 	for other := range h.waiters[w.key] {
-		other.signal()
+		other.Signal()
 	}
 	h.waiters[w.key][w] = struct{}{}
 	h.mu.Unlock()
 	return w
 }
 
-func (h *hub) unwait(w *waiter) {
+// Unwait drops w.
+func (h *Hub) Unwait(w *Waiter) {
 	h.mu.Lock()
 	delete(h.waiters[w.key], w)
 	if len(h.waiters[w.key]) == 0 {
@@ -200,7 +195,9 @@ func (h *hub) unwait(w *waiter) {
 	h.mu.Unlock()
 }
 
-func (w *waiter) signal() {
+// Signal wakes w (the caller's own first look at the state, say). A
+// wake-up already pending covers it.
+func (w *Waiter) Signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default: // a wake-up is already pending; it covers this one
@@ -214,8 +211,11 @@ func signal(c chan struct{}) {
 	}
 }
 
-// publish records the events of the entry at index (none for most entries).
-func (h *hub) publish(index uint64, events []fsm.Event) {
+// Publish records the events of the entry at index (none for most
+// entries), wakes the watchers sent any of them and the waiters they
+// concern, and ends the watchers that fell too far behind. It runs on
+// raft's apply goroutine, for every entry in log order, and never blocks.
+func (h *Hub) Publish(index uint64, events []fsm.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.pending {
@@ -231,7 +231,7 @@ func (h *hub) publish(index uint64, events []fsm.Event) {
 	for _, ev := range events {
 		h.hist.add(ev)
 		for w := range h.waiters[waitKey{ev.Name, ev.LeaseID}] {
-			w.signal()
+			w.Signal()
 		}
 	}
 	for w := range h.watchers {
@@ -251,15 +251,15 @@ func (h *hub) publish(index uint64, events []fsm.Event) {
 	}
 }
 
-// sends reports whether ev is for w's stream (guarded by hub.mu: reads
+// sends reports whether ev is for w's stream (guarded by Hub.mu: reads
 // w.from).
-func (w *watcher) sends(ev fsm.Event) bool {
+func (w *Watcher) sends(ev fsm.Event) bool {
 	return ev.Index >= w.from && strings.HasPrefix(ev.Name, w.prefix)
 }
 
 // wants reports whether w's stream is sent any of events (guarded by
-// hub.mu).
-func (w *watcher) wants(events []fsm.Event) bool {
+// Hub.mu).
+func (w *Watcher) wants(events []fsm.Event) bool {
 	for _, ev := range events {
 		if w.sends(ev) {
 			return true
@@ -268,12 +268,12 @@ func (w *watcher) wants(events []fsm.Event) bool {
 	return false
 }
 
-// restored runs after the node replaced its state with a snapshot at log
+// Restored runs after the node replaced its state with a snapshot at log
 // index at (0 when not known): the events in between were never applied
 // here. The history is emptied, every watcher is ended with compacted and
 // every waiter re-checks the state. With at known, the history starts at
 // at+1; else at the first entry published after it.
-func (h *hub) restored(at uint64) {
+func (h *Hub) Restored(at uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.watchers {
@@ -289,7 +289,37 @@ func (h *hub) restored(at uint64) {
 	}
 	for _, ws := range h.waiters {
 		for w := range ws {
-			w.signal()
+			w.Signal()
 		}
 	}
 }
+
+// Watchers is the number of open watchers.
+func (h *Hub) Watchers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.watchers)
+}
+
+// Wake receives when there may be new events for w: call Next until it
+// returns none, then wait again. Wake-ups coalesce.
+func (w *Watcher) Wake() <-chan struct{} { return w.wake }
+
+// Ended is closed when the hub dropped w (it fell behind, its replay was
+// overtaken, or the node installed a snapshot); Err then says why.
+func (w *Watcher) Ended() <-chan struct{} { return w.ended }
+
+// Err is why the hub ended w (resource-exhausted or compacted); it is set
+// once Ended is closed, nil before.
+func (w *Watcher) Err() error {
+	select {
+	case <-w.ended:
+		return w.err
+	default:
+		return nil
+	}
+}
+
+// Wake receives when the outcome of w's request may have changed: read it
+// from the applied state. Wake-ups coalesce.
+func (w *Waiter) Wake() <-chan struct{} { return w.wake }
