@@ -162,15 +162,14 @@ func abuse(ctx context.Context, out io.Writer, e *env, run []flood, idle, dur ti
 	for _, w := range why {
 		fmt.Fprintln(out, "FAILED", w)
 	}
+	for _, l := range lost {
+		fmt.Fprintln(out, "LOST", l)
+	}
 	if len(lost) > 0 {
 		code = 1
-		for _, l := range lost {
-			fmt.Fprintln(out, "LOST", l)
-		}
-	} else {
-		fmt.Fprintf(out, "canary: %d writes acknowledged, the last of each of %d keys read back; %s still held with token %d\n",
-			writes, min(writes, canaryKeys), canaryHeld, k.held.Token())
 	}
+	fmt.Fprintf(out, "canary: %d writes acknowledged, %d keys read back, %d losses (LOST above); the canary holds %s with token %d\n",
+		writes, min(writes, canaryKeys), len(lost), canaryHeld, k.held.Token())
 	return code
 }
 
