@@ -168,7 +168,7 @@ func abuse(ctx context.Context, out io.Writer, e *env, run []flood, idle, dur ti
 	if len(lost) > 0 {
 		code = 1
 	}
-	fmt.Fprintf(out, "canary: %d writes acknowledged, %d keys read back, %d losses (LOST above); the canary holds %s with token %d\n",
+	fmt.Fprintf(out, "canary: %d writes acknowledged, %d keys read back, %d lost; the canary holds %s with token %d\n",
 		writes, min(writes, canaryKeys), len(lost), canaryHeld, k.held.Token())
 	return code
 }
