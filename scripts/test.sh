@@ -71,4 +71,8 @@ go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/faults
 step fault suite tier 3, fuzzing
 # Fault suite, tier 3: every fuzz target for 8 s (docs/reliability.md; longer: bash scripts/fuzz.sh 60).
 bash scripts/fuzz.sh 8
+step abuse script, short form
+# The floods of docs/operating/security.md ("The abuse script") against the real binary, 4 s
+# each, judged by a canary client holding a lock; about 90 s, cut at 5 minutes.
+timeout 300 bash scripts/abuse.sh --short
 step done
