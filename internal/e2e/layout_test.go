@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,44 +238,124 @@ func isPackageLevel(f *ast.File, decl any) bool {
 }
 
 // TestNoMutationHooks: the production packages the simulation mutates
-// carry no hooks for it: no mutant build tags and no package-level
-// function variables. Mutants replace whole seam files instead
-// (internal/sim/testdata/mutants, applied with go build -overlay).
+// carry no hooks for it: no mutant build tags, no package-level function
+// variables (whether set by a function literal, by a function's name, or
+// declared with a function type and set elsewhere) and no init functions
+// that could set one. Mutants replace whole seam files instead
+// (internal/sim/testdata/mutants, applied with go build -overlay), each a
+// file the package has.
 func TestNoMutationHooks(t *testing.T) {
-	for _, dir := range []string{"internal/lessor"} {
+	for _, dir := range []string{"internal/fsm", "internal/lessor"} {
 		files, err := filepath.Glob(filepath.Join("../..", dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		fset := token.NewFileSet()
+		var parsed []*ast.File
+		funcs := map[string]bool{}     // package-level functions
+		funcTypes := map[string]bool{} // package-level types that are function types
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
 				continue
 			}
-			fset := token.NewFileSet()
 			af, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
 			if err != nil {
 				t.Fatal(err)
 			}
+			parsed = append(parsed, af)
+			for _, d := range af.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					if d.Recv == nil {
+						funcs[d.Name.Name] = true
+					}
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						if ts, ok := s.(*ast.TypeSpec); ok {
+							if _, ok := ts.Type.(*ast.FuncType); ok {
+								funcTypes[ts.Name.Name] = true
+							}
+						}
+					}
+				}
+			}
+		}
+		if len(parsed) == 0 {
+			t.Fatalf("%s: no Go files", dir)
+		}
+		for _, af := range parsed {
 			for _, cg := range af.Comments {
 				for _, c := range cg.List {
-					if strings.HasPrefix(c.Text, "//go:build") && strings.Contains(c.Text, "mutant_") {
+					if (strings.HasPrefix(c.Text, "//go:build") || strings.HasPrefix(c.Text, "// +build")) && strings.Contains(c.Text, "mutant_") {
 						t.Errorf("%s: a mutant build tag in a production package: %s", fset.Position(c.Pos()), c.Text)
 					}
 				}
 			}
 			for _, d := range af.Decls {
+				if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.Name == "init" {
+					t.Errorf("%s: an init function in a production package the simulation mutates, where a build could swap a decision", fset.Position(fn.Pos()))
+				}
 				g, ok := d.(*ast.GenDecl)
 				if !ok || g.Tok != token.VAR {
 					continue
 				}
 				for _, s := range g.Specs {
-					for _, v := range s.(*ast.ValueSpec).Values {
-						if _, ok := v.(*ast.FuncLit); ok {
+					vs := s.(*ast.ValueSpec)
+					if isFuncType(vs.Type, funcTypes) {
+						t.Errorf("%s: a package-level variable of function type (%s), a hook that a build can swap", fset.Position(vs.Pos()), vs.Names[0].Name)
+						continue
+					}
+					for _, v := range vs.Values {
+						switch v := ast.Unparen(v).(type) {
+						case *ast.FuncLit:
 							t.Errorf("%s: a package-level function variable, a hook that a build can swap", fset.Position(v.Pos()))
+						case *ast.Ident:
+							if funcs[v.Name] {
+								t.Errorf("%s: a package-level variable set to the function %s, a hook that a build can swap", fset.Position(v.Pos()), v.Name)
+							}
 						}
 					}
 				}
 			}
 		}
 	}
+	// Every file a mutant replaces exists, so a renamed seam cannot leave
+	// a mutant that no longer builds (TestMutants runs only with the
+	// leasehold_sim tag).
+	mutants, err := filepath.Glob("../../internal/sim/testdata/mutants/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range mutants {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(filepath.Join("../..", rel)); err != nil {
+				t.Errorf("mutant %s replaces %s, which does not exist", filepath.Base(root), rel)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// isFuncType reports whether a declared type expression is a function type:
+// a literal one or a package-level type whose definition is one.
+func isFuncType(e ast.Expr, funcTypes map[string]bool) bool {
+	switch e := e.(type) {
+	case *ast.FuncType:
+		return true
+	case *ast.ParenExpr:
+		return isFuncType(e.X, funcTypes)
+	case *ast.Ident:
+		return funcTypes[e.Name]
+	}
+	return false
 }

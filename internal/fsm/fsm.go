@@ -251,9 +251,7 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 		// WaitId); the caller reads the result after the state is released.
 		res.Holding = proto.CloneOf(res.Holding)
 	}
-	if afterApply != nil {
-		afterApply(m, index, &res)
-	}
+	afterApply(m, index, &res)
 	return res
 }
 

@@ -8,7 +8,9 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
 
-func init() { afterApply = assertInvariants }
+// afterApply checks the state after every Apply: this build asserts the
+// invariants (normal builds: invariants_off.go).
+func afterApply(m *Machine, index uint64, res *Result) { assertInvariants(m, index, res) }
 
 // assertInvariants panics when the state after Apply index breaks the
 // invariants: holders of one name that may not hold it together (two

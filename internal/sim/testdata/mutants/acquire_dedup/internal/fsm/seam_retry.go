@@ -1,8 +1,6 @@
-//go:build mutant_acquire_dedup
-
 package fsm
 
 // Mutant: no request de-duplication: an Acquire by a session that already
 // holds the name (a retry whose answer was lost) is treated as a new
 // request instead of returning the same holding.
-func init() { retryOf = func(*lock, string) int { return -1 } }
+func retryOf(*lock, string) int { return -1 }
