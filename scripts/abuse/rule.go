@@ -44,19 +44,29 @@ func (r result) factor() float64 {
 	return float64(r.busy) / float64(r.idle)
 }
 
-// verdict applies the rule, and says why a flood failed.
-func (r result) verdict() (string, string) {
+// unsafe says why the flood broke the rule's parts other than latency:
+// it could not run, the canary lost something or measured nothing, or
+// fresh clients were kept out. "" when none.
+func (r result) unsafe() string {
 	switch {
 	case r.broken != "":
-		return verdictFailed, "the flood could not run: " + r.broken
+		return "the flood could not run: " + r.broken
 	case r.lost != "":
-		return verdictFailed, "the canary lost " + r.lost
+		return "the canary lost " + r.lost
 	case r.busyRounds == 0 || r.idle <= 0:
-		return verdictFailed, "the canary finished no round under the flood"
+		return "the canary finished no round under the flood"
 	case r.freshTried == 0:
-		return verdictFailed, "no fresh client was tried"
+		return "no fresh client was tried"
 	case float64(r.freshOK) < freshShare*float64(r.freshTried):
-		return verdictFailed, "fresh clients got in less than 90 % of the time"
+		return "fresh clients got in less than 90 % of the time"
+	}
+	return ""
+}
+
+// verdict applies the rule, and says why a flood failed.
+func (r result) verdict() (string, string) {
+	if why := r.unsafe(); why != "" {
+		return verdictFailed, why
 	}
 	f := r.factor()
 	switch {

@@ -34,24 +34,28 @@ func TestVerdict(t *testing.T) {
 	ok := result{idle: 4 * time.Millisecond, busyRounds: 100, freshOK: 18, freshTried: 20}
 	with := func(f func(*result)) result { r := ok; f(&r); return r }
 	for _, tc := range []struct {
-		name string
-		r    result
-		want string
+		name   string
+		r      result
+		want   string
+		unsafe bool // the failure is not the latency alone (-latency-open does not excuse it)
 	}{
-		{"within 5x", with(func(r *result) { r.busy = 20 * time.Millisecond }), verdictHeld},
-		{"within 5x and refused", with(func(r *result) { r.busy = 20 * time.Millisecond; r.refused = 3 }), verdictHeld},
-		{"beyond 5x, not refused", with(func(r *result) { r.busy = 21 * time.Millisecond }), verdictFailed},
-		{"beyond 5x, refused, within 20x", with(func(r *result) { r.busy = 80 * time.Millisecond; r.refused = 1 }), verdictRefused},
-		{"refused, beyond 20x", with(func(r *result) { r.busy = 81 * time.Millisecond; r.refused = 1000 }), verdictFailed},
-		{"fresh clients at 90 %", with(func(r *result) { r.busy = 4 * time.Millisecond; r.freshOK = 18 }), verdictHeld},
-		{"fresh clients under 90 %", with(func(r *result) { r.busy = 4 * time.Millisecond; r.freshOK = 17 }), verdictFailed},
-		{"no fresh client tried", with(func(r *result) { r.busy = 4 * time.Millisecond; r.freshOK, r.freshTried = 0, 0 }), verdictFailed},
-		{"canary lost its lock", with(func(r *result) { r.busy = 4 * time.Millisecond; r.lost = "its lock" }), verdictFailed},
-		{"no canary round under the flood", with(func(r *result) { r.busyRounds = 0 }), verdictFailed},
-		{"flood could not run", with(func(r *result) { r.busy = 4 * time.Millisecond; r.broken = "setup" }), verdictFailed},
+		{"within 5x", with(func(r *result) { r.busy = 20 * time.Millisecond }), verdictHeld, false},
+		{"within 5x and refused", with(func(r *result) { r.busy = 20 * time.Millisecond; r.refused = 3 }), verdictHeld, false},
+		{"beyond 5x, not refused", with(func(r *result) { r.busy = 21 * time.Millisecond }), verdictFailed, false},
+		{"beyond 5x, refused, within 20x", with(func(r *result) { r.busy = 80 * time.Millisecond; r.refused = 1 }), verdictRefused, false},
+		{"refused, beyond 20x", with(func(r *result) { r.busy = 81 * time.Millisecond; r.refused = 1000 }), verdictFailed, false},
+		{"fresh clients at 90 %", with(func(r *result) { r.busy = 4 * time.Millisecond; r.freshOK = 18 }), verdictHeld, false},
+		{"fresh clients under 90 %", with(func(r *result) { r.busy = 4 * time.Millisecond; r.freshOK = 17 }), verdictFailed, true},
+		{"no fresh client tried", with(func(r *result) { r.busy = 4 * time.Millisecond; r.freshOK, r.freshTried = 0, 0 }), verdictFailed, true},
+		{"canary lost its lock", with(func(r *result) { r.busy = 4 * time.Millisecond; r.lost = "its lock" }), verdictFailed, true},
+		{"no canary round under the flood", with(func(r *result) { r.busyRounds = 0 }), verdictFailed, true},
+		{"flood could not run", with(func(r *result) { r.busy = 4 * time.Millisecond; r.broken = "setup" }), verdictFailed, true},
 	} {
 		if got, why := tc.r.verdict(); got != tc.want {
 			t.Errorf("%s: verdict %s (%s), want %s", tc.name, got, why, tc.want)
+		}
+		if got := tc.r.unsafe() != ""; got != tc.unsafe {
+			t.Errorf("%s: unsafe %q, want unsafe %v", tc.name, tc.r.unsafe(), tc.unsafe)
 		}
 	}
 }
