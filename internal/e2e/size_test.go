@@ -18,8 +18,7 @@ const maxFileLines = 600
 // it may not grow past. A file leaves the list when it is split; the list
 // only shrinks.
 var oversize = map[string]int{
-	"internal/server/auth.go":            897,
-	"clients/python/leasehold/client.py": 636,
+	"internal/server/auth.go": 897,
 }
 
 // TestFileSizes: no hand-written source file (Go, Python, TypeScript,
