@@ -279,8 +279,10 @@ func call[Req, Res any, S any](ctx context.Context, c *Client, op string, pick f
 		// A refused connection or a misconfiguration (TLS, wrong port) on
 		// every endpoint of the first round fails at once: retrying
 		// cannot help, and nothing reached a server.
-		hint := c.opts.misconfigured(ctx, c.eps[i].addr, err)
-		if hint != "" {
+		hint := ""
+		if r := refusedAtAccept(ctx, c.eps[i].addr, err); r != nil {
+			e = r // a node at a connection limit: not a misconfiguration
+		} else if hint = c.opts.misconfigured(ctx, c.eps[i].addr, err); hint != "" {
 			e = &api.Error{Code: api.CodeUnavailable, Message: c.eps[i].addr + ": " + hint}
 		}
 		if refused == attempt-1 && (api.Refused(err) || errors.Is(err, http.ErrSchemeMismatch)) {

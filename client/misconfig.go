@@ -64,6 +64,46 @@ func (o dialOptions) misconfigured(ctx context.Context, ep string, err error) st
 	return ""
 }
 
+// refusedAtAccept is the refusal of a node that turned the connection
+// away at accept: a node at a connection limit writes an HTTP/1.1 429
+// whose body is "resource-exhausted: " and the message, whatever it is
+// sent, and closes the connection. An HTTP/2 or TLS client sees an HTTP/1.1
+// answer where it expected a frame or a TLS record, or only the closed
+// connection; a probe that sends HTTP/2's preface tells a refusal from
+// another port that speaks HTTP/1.1 (a leasehold node with room answers
+// with a frame, so the probe returns after its first read). nil when err
+// is not such a failure or the probe got no such refusal.
+func refusedAtAccept(ctx context.Context, ep string, err error) *api.Error {
+	var record tls.RecordHeaderError
+	msg := err.Error()
+	if !errors.As(err, &record) && !strings.Contains(msg, "frame header looked like an HTTP/1.1 header") && !strings.Contains(msg, "malformed HTTP response") && !lostConn(err) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, derr := d.DialContext(ctx, "tcp", hostPort(ep))
+	if derr != nil {
+		return nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
+	_, _ = conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+	const status = "HTTP/1.1 429 "
+	buf := make([]byte, 2048)
+	n, _ := io.ReadAtLeast(conn, buf, len(status))
+	if !strings.HasPrefix(string(buf[:n]), status) {
+		return nil
+	}
+	m, _ := io.ReadFull(conn, buf[n:]) // the rest, up to the close
+	_, body, _ := strings.Cut(string(buf[:n+m]), "\r\n\r\n")
+	refusal, found := strings.CutPrefix(body, string(api.CodeResourceExhausted)+": ")
+	if !found {
+		return nil
+	}
+	return &api.Error{Code: api.CodeResourceExhausted, Message: ep + " refused the connection: " + strings.TrimSpace(refusal)}
+}
+
 // notLeaseholdPort is the hint for a port that answers HTTP/1.1.
 const notLeaseholdPort = "this port does not speak leasehold's API (it answered HTTP/1.1): check the address and port (the API port, 7420 by default)"
 

@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/internal/certs"
+	"github.com/leasehold/leasehold/internal/server"
 )
 
 // TestMisconfigurationFailsFast: a connection mistake (plaintext at a TLS
@@ -102,4 +103,29 @@ func listenHTTP1(t *testing.T) string {
 	}()
 	t.Cleanup(func() { _ = ln.Close(); <-done })
 	return ln.Addr().String()
+}
+
+// TestConnectionLimitIsNotAMisconfiguration: a node at its connection
+// limit answers a new connection with an HTTP/1.1 429 that names the limit
+// and closes it. The client reports that refusal, resource-exhausted with
+// the node's message, not a port that does not speak leasehold's API.
+func TestConnectionLimitIsNotAMisconfiguration(t *testing.T) {
+	ts := startServer(t, func(cfg *server.Config) { cfg.Limits.Conns = 1 })
+	hold, err := net.Dial("tcp", ts.Addr) // takes the node's one connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	time.Sleep(100 * time.Millisecond) // the node accepts it
+	c, err := client.Dial(context.Background(), ts.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = c.Status(ctx, "x")
+	if api.CodeOf(err) != api.CodeResourceExhausted || !strings.Contains(err.Error(), "connections are open on this node") || strings.Contains(err.Error(), "does not speak") {
+		t.Fatalf("status at the connection limit: %v (code %s), want resource-exhausted naming the limit", err, api.CodeOf(err))
+	}
 }
