@@ -376,58 +376,6 @@ func (s *Server) setForwardHeaders(ctx context.Context, h http.Header) {
 	}
 }
 
-// rule is what one procedure needs.
-type rule struct {
-	perm  auth.Perm
-	scope scope
-}
-
-type scope uint8
-
-const (
-	scopeAny     scope = iota // the permission on some name
-	scopeName                 // on the request's name (GetName)
-	scopePrefix               // on the request's prefix (GetPrefix)
-	scopeKey                  // on the request's key (GetKey)
-	scopeCluster              // admin (nodes too)
-	scopeOpen                 // anyone (auth status)
-)
-
-var rules = map[string]rule{
-	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   {auth.PermLock, scopeAny},
-	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       {auth.PermLock, scopeAny},
-	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: {auth.PermLock, scopeAny},
-	leaseholdv1connect.LeaseholdServiceLockStreamProcedure:      {auth.PermLock, scopeAny}, // the stream; each request is decided as its RPC
-	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    {auth.PermLock, scopeAny},
-	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         {auth.PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      {auth.PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         {auth.PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      {auth.PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        {auth.PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceStatusProcedure:          {auth.PermRead, scopeName},
-	leaseholdv1connect.LeaseholdServiceListProcedure:            {auth.PermRead, scopePrefix},
-	leaseholdv1connect.LeaseholdServiceWatchProcedure:           {auth.PermRead, scopePrefix},
-	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           {auth.PermKVWrite, scopeKey},
-	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        {auth.PermKVWrite, scopeKey},
-	leaseholdv1connect.LeaseholdServiceKvGetProcedure:           {auth.PermKVRead, scopeKey},
-	leaseholdv1connect.AuthServiceStatusProcedure:               {0, scopeOpen},
-}
-
-// adminProcedure reports whether proc is an administrative action (a
-// cluster or auth change), logged for audit (INFO) whatever its outcome and
-// whether or not auth is enabled.
-func adminProcedure(proc string) bool {
-	return (strings.HasPrefix(proc, "/"+leaseholdv1connect.ClusterServiceName+"/") && proc != leaseholdv1connect.ClusterServiceMembersProcedure) ||
-		(strings.HasPrefix(proc, "/"+leaseholdv1connect.AuthServiceName+"/") && proc != leaseholdv1connect.AuthServiceStatusProcedure && proc != leaseholdv1connect.AuthServiceListPoliciesProcedure && proc != leaseholdv1connect.AuthServiceListTokensProcedure)
-}
-
-func action(proc string) string {
-	if i := strings.LastIndexByte(proc, '/'); i >= 0 {
-		return proc[i+1:]
-	}
-	return proc
-}
-
 // authorize decides whether the caller may send msg to proc: nil or a
 // permission-denied error, logged for audit.
 func (s *Server) authorize(ctx context.Context, pol *auth.Policies, proc string, msg any) error {
@@ -437,112 +385,37 @@ func (s *Server) authorize(ctx context.Context, pol *auth.Policies, proc string,
 	return nil
 }
 
-// decideAudited is authorize with the error as an api error.
+// decideAudited is authorize with the error as an api error: the decision
+// is auth.Decide's, against this node's sessions (sessionOwner).
 func (s *Server) decideAudited(ctx context.Context, pol *auth.Policies, proc string, msg any) error {
 	p := principalFrom(ctx)
-	err := decide(s, pol, p, proc, msg)
+	err := auth.Decide(pol, p, proc, msg, s.sessionOwner)
 	if err != nil {
-		s.auditLog().Warn("audit", "action", action(proc), "principal", p.String(), "result", "denied", "reason", api.FromError(err).Message)
+		err = deniedToAPI(err)
+		s.auditLog().Warn("audit", "action", auth.Action(proc), "principal", p.String(), "result", "denied", "reason", api.FromError(err).Message)
 	}
 	return err
 }
 
-func decide(s *Server, pol *auth.Policies, p auth.Principal, proc string, msg any) error {
-	r, ok := rules[proc]
-	if !ok {
-		r = rule{auth.PermAdmin, scopeCluster}
-	}
-	// A request this node forwards must be decided as its caller: a node
-	// is trusted only for what it does itself.
-	var allowed bool
-	switch r.scope {
-	case scopeOpen:
-		allowed = true
-	case scopeAny:
-		allowed = pol.AllowAny(p, r.perm)
-	case scopeName:
-		n, _ := msg.(interface{ GetName() string })
-		allowed = n != nil && pol.Allow(p, r.perm, n.GetName())
-	case scopePrefix:
-		n, _ := msg.(interface{ GetPrefix() string })
-		allowed = n != nil && pol.Allow(p, r.perm, n.GetPrefix())
-	case scopeKey:
-		n, _ := msg.(interface{ GetKey() string })
-		allowed = n != nil && pol.Allow(p, r.perm, n.GetKey())
-	case scopeCluster:
-		allowed = pol.IsAdmin(p)
-	}
-	if !allowed {
-		return api.Errorf(api.CodePermissionDenied, "%s may not %s (needs %s)", p, action(proc), r.perm)
-	}
-	var ids []string
-	if l, ok := msg.(interface{ GetLeaseId() string }); ok && l.GetLeaseId() != "" {
-		ids = []string{l.GetLeaseId()}
-	}
-	if l, ok := msg.(interface{ GetLeaseIds() []string }); ok {
-		ids = append(ids, l.GetLeaseIds()...) // a batched renewal
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	return s.checkOwner(pol, p, ids)
+// sessionOwner is the auth.SessionOwner of this node's state.
+func (s *Server) sessionOwner(leaseID string) (owner string, ok bool) {
+	s.node.Read(func(m *fsm.Machine) { owner, ok = m.SessionPrincipal(leaseID) })
+	return owner, ok
 }
 
-// checkOwner refuses the use of another principal's sessions: a request
-// naming several (a batched renewal) is refused whole. A session this node
-// does not know yet (replication lag) passes: the leader decides.
-func (s *Server) checkOwner(pol *auth.Policies, p auth.Principal, leaseIDs []string) error {
-	if pol.IsAdmin(p) {
-		return nil
+// deniedToAPI maps a refusal of package auth to permission-denied with
+// its reason.
+func deniedToAPI(err error) error {
+	if reason, ok := auth.Reason(err); ok {
+		return api.Errorf(api.CodePermissionDenied, "%s", reason)
 	}
-	foreign := ""
-	s.node.Read(func(m *fsm.Machine) {
-		for _, id := range leaseIDs {
-			if owner, ok := m.SessionPrincipal(id); ok && owner != p.Name {
-				foreign = id
-				return
-			}
-		}
-	})
-	if foreign != "" {
-		return api.Errorf(api.CodePermissionDenied, "session %s… belongs to another principal, not %s", foreign[:min(len(foreign), 6)], p)
-	}
-	return nil
-}
-
-// decidedAtLeader are the procedures a follower forwards to the leader:
-// the leader decides them against its policies and state (onLeader,
-// leaderCluster and leaderAuth call checkPending before running them
-// locally), so that a follower that has not applied a policy change yet
-// neither refuses nor allows in its place. The value is the rule to check:
-// a KeepAliveStream's renewals are KeepAlives.
-var decidedAtLeader = map[string]string{
-	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   leaseholdv1connect.LeaseholdServiceCreateSessionProcedure,
-	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
-	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
-	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    leaseholdv1connect.LeaseholdServiceCloseSessionProcedure,
-	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         leaseholdv1connect.LeaseholdServiceAcquireProcedure,
-	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      leaseholdv1connect.LeaseholdServiceTryAcquireProcedure,
-	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         leaseholdv1connect.LeaseholdServiceReleaseProcedure,
-	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      leaseholdv1connect.LeaseholdServiceCancelWaitProcedure,
-	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        leaseholdv1connect.LeaseholdServiceProclaimProcedure,
-	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           leaseholdv1connect.LeaseholdServiceKvPutProcedure,
-	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        leaseholdv1connect.LeaseholdServiceKvDeleteProcedure,
-	leaseholdv1connect.ClusterServiceAddMemberProcedure:         leaseholdv1connect.ClusterServiceAddMemberProcedure,
-	leaseholdv1connect.ClusterServiceRemoveMemberProcedure:      leaseholdv1connect.ClusterServiceRemoveMemberProcedure,
-	leaseholdv1connect.ClusterServiceTransferLeaderProcedure:    leaseholdv1connect.ClusterServiceTransferLeaderProcedure,
-	leaseholdv1connect.ClusterServiceBumpTokenProcedure:         leaseholdv1connect.ClusterServiceBumpTokenProcedure,
-	leaseholdv1connect.AuthServiceSetEnabledProcedure:           leaseholdv1connect.AuthServiceSetEnabledProcedure,
-	leaseholdv1connect.AuthServiceCreateTokenProcedure:          leaseholdv1connect.AuthServiceCreateTokenProcedure,
-	leaseholdv1connect.AuthServiceRevokeTokenProcedure:          leaseholdv1connect.AuthServiceRevokeTokenProcedure,
-	leaseholdv1connect.AuthServiceSetPolicyProcedure:            leaseholdv1connect.AuthServiceSetPolicyProcedure,
-	leaseholdv1connect.AuthServiceDeletePolicyProcedure:         leaseholdv1connect.AuthServiceDeletePolicyProcedure,
+	return err
 }
 
 type pendingKey struct{}
 
 // checkPending decides, on the leader just before it runs a request
-// locally, the request the interceptor left to it (decidedAtLeader).
+// locally, the request the interceptor left to it (auth.DecidedAtLeader).
 func (s *Server) checkPending(ctx context.Context, msg any) error {
 	proc, ok := ctx.Value(pendingKey{}).(string)
 	if !ok {
@@ -578,13 +451,13 @@ func (a authz) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 // authorizeOp decides one operation: a unary RPC, or one message of a
 // LockStream (lockstream.go) as the unary procedure proc. It returns the
 // context to run it in (marked for the leader's decision where
-// decidedAtLeader says so) and the policies finishOp needs.
+// auth.DecidedAtLeader says so) and the policies finishOp needs.
 func (s *Server) authorizeOp(ctx context.Context, proc string, msg any) (context.Context, *auth.Policies, error) {
 	pol := s.policies()
 	if !pol.On() { // the plain path: one atomic load
 		return ctx, pol, nil
 	}
-	if rule, ok := decidedAtLeader[proc]; ok {
+	if rule, ok := auth.DecidedAtLeader(proc); ok {
 		return context.WithValue(ctx, pendingKey{}, rule), pol, nil
 	}
 	if err := s.authorize(ctx, pol, proc, msg); err != nil {
@@ -596,7 +469,7 @@ func (s *Server) authorizeOp(ctx context.Context, proc string, msg any) (context
 // finishOp audits an administrative operation and redacts an answer
 // (res, nil when the operation failed with err) for the caller.
 func (s *Server) finishOp(ctx context.Context, pol *auth.Policies, proc string, res any, err error) {
-	if adminProcedure(proc) {
+	if auth.AdminProcedure(proc) {
 		s.auditAdmin(ctx, proc, err)
 	}
 	if err == nil && pol.On() {
@@ -614,14 +487,14 @@ func (a authz) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 		if !pol.On() {
 			return next(ctx, conn)
 		}
-		if rule, ok := decidedAtLeader[conn.Spec().Procedure]; ok {
+		if rule, ok := auth.DecidedAtLeader(conn.Spec().Procedure); ok {
 			return next(context.WithValue(ctx, pendingKey{}, rule), conn)
 		}
 		if conn.Spec().Procedure == leaseholdv1connect.LeaseholdServiceLockStreamProcedure {
 			return next(ctx, conn) // each message is authorized as its unary RPC (lockstream.go)
 		}
 		err := next(ctx, &authzConn{StreamingHandlerConn: conn, s: a.s, ctx: ctx, pol: pol})
-		if adminProcedure(conn.Spec().Procedure) {
+		if auth.AdminProcedure(conn.Spec().Procedure) {
 			a.s.auditAdmin(ctx, conn.Spec().Procedure, err)
 		}
 		return err
@@ -651,60 +524,16 @@ func (c *authzConn) Send(msg any) error {
 func (s *Server) auditAdmin(ctx context.Context, proc string, err error) {
 	p := principalFrom(ctx)
 	if err != nil {
-		s.auditLog().Info("audit", "action", action(proc), "principal", p.String(), "result", "error", "err", err.Error())
+		s.auditLog().Info("audit", "action", auth.Action(proc), "principal", p.String(), "result", "error", "err", err.Error())
 		return
 	}
-	s.auditLog().Info("audit", "action", action(proc), "principal", p.String(), "result", "ok")
+	s.auditLog().Info("audit", "action", auth.Action(proc), "principal", p.String(), "result", "ok")
 }
 
 // redact removes the lease ids of other principals' sessions from an
-// answer (status, list, watch): the holder's owner label and token stay.
+// answer for the caller of ctx (auth.Redact).
 func (s *Server) redact(ctx context.Context, pol *auth.Policies, msg any) {
-	p := principalFrom(ctx)
-	if pol.IsAdmin(p) {
-		return
-	}
-	var infos []*pb.LockInfo
-	switch m := msg.(type) {
-	case *pb.StatusResponse:
-		infos = []*pb.LockInfo{m.GetLock()}
-	case *pb.ListResponse:
-		infos = m.GetLocks()
-	case *pb.ReleaseResponse:
-		if n := m.GetNext(); n != nil && !s.owns(p, n.GetLeaseId()) {
-			n.LeaseId = ""
-		}
-		return
-	case *pb.WatchResponse:
-		if e := m.GetEvent(); e != nil && e.GetLeaseId() != "" && !s.owns(p, e.GetLeaseId()) {
-			e.LeaseId = ""
-		}
-		infos = m.GetCompacted().GetLocks()
-	default:
-		return
-	}
-	for _, li := range infos {
-		if h := li.GetHolder(); h != nil && !s.owns(p, h.GetLeaseId()) {
-			h.LeaseId = ""
-		}
-		for _, h := range li.GetHolders() { // shared holders and permits
-			if !s.owns(p, h.GetLeaseId()) {
-				h.LeaseId = ""
-			}
-		}
-		for _, w := range li.GetWaiters() {
-			if !s.owns(p, w.GetLeaseId()) {
-				w.LeaseId = ""
-			}
-		}
-	}
-}
-
-func (s *Server) owns(p auth.Principal, leaseID string) bool {
-	var owner string
-	var ok bool
-	s.node.Read(func(m *fsm.Machine) { owner, ok = m.SessionPrincipal(leaseID) })
-	return ok && owner == p.Name
+	auth.Redact(pol, principalFrom(ctx), msg, s.sessionOwner)
 }
 
 // authService implements leaseholdv1connect.AuthServiceHandler.
