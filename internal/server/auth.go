@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"log/slog"
@@ -76,7 +75,7 @@ func (t nodeSecretTransport) CloseIdleConnections() {
 // contain ':' (certificate CNs and token principals are checked with
 // auth.ValidPrincipal), so the forms do not mix. Only another node of the
 // same cluster (a node certificate or the node secret) may send it.
-const nodeValue = "node:"
+const nodeValue = auth.ForwardedNode
 
 type authPrincipalKey struct{}
 
@@ -110,6 +109,7 @@ type authState struct {
 	pol        atomic.Pointer[auth.Policies] // the compiled policies; nil: disabled
 	authReload atomic.Bool                   // set by a restore: pol must be read from the state
 	audit      *slog.Logger
+	authr      auth.Authenticator // finds the caller of a request
 
 	changeMu sync.Mutex    // protects following
 	changed  chan struct{} // closed (and replaced) when the auth state changes
@@ -204,23 +204,53 @@ func revokedErr(ctx context.Context) error {
 
 func (s *Server) auditLog() *slog.Logger { return s.audit }
 
-// authenticate is the HTTP middleware that finds the caller.
+// authenticate is the HTTP middleware that finds the caller
+// (auth.Authenticator.Authenticate).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fwd := r.Header.Get(principalHeader)
-		bearer := r.Header.Get("Authorization")
-		if fwd == "" && bearer == "" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) && r.Header.Get(nodeSecretHeader) == "" {
+		c := credentials(r.TLS, r.Header)
+		if c.None() {
 			next.ServeHTTP(w, r) // anonymous: the zero Principal
 			return
 		}
-		p, err := s.authenticateRequest(r.TLS, r.Header, fwd, bearer)
+		p, err := s.authr.Authenticate(c)
 		if err != nil {
+			err = deniedToAPI(err)
 			s.auditLog().Warn("audit", "action", "authenticate", "path", r.URL.Path, "principal", p.String(), "result", "denied", "reason", err.Error())
 			writeDenied(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authPrincipalKey{}, authn{p: p, tls: r.TLS, header: r.Header})))
 	})
+}
+
+// newAuthenticator returns the Authenticator of s: its node secret, its
+// admins, its cluster id and its policies.
+func newAuthenticator(s *Server) auth.Authenticator {
+	return auth.Authenticator{
+		NodeSecret: s.cfg.NodeSecret,
+		Admins:     s.cfg.Admins,
+		ClusterID:  func() string { return s.node.ClusterID() },
+		Policies:   s.policies,
+	}
+}
+
+// nodeCredential reports whether a request came with a node certificate
+// or this cluster's node secret (auth.Authenticator.NodeCredential).
+func (s *Server) nodeCredential(cs *tls.ConnectionState, h http.Header) bool {
+	return s.authr.NodeCredential(cs, h.Get(nodeSecretHeader))
+}
+
+// credentials are the credentials a request with connection state cs and
+// headers h presents.
+func credentials(cs *tls.ConnectionState, h http.Header) auth.Credentials {
+	return auth.Credentials{
+		TLS:        cs,
+		Forwarded:  h.Get(principalHeader),
+		Bearer:     h.Get("Authorization"),
+		NodeSecret: h.Get(nodeSecretHeader),
+		ClusterID:  h.Get(clusterIDHeader),
+	}
 }
 
 // reauthenticate authenticates the caller of a long-lived request again
@@ -232,75 +262,13 @@ func (s *Server) reauthenticate(ctx context.Context, path string) (context.Conte
 	if !ok {
 		return ctx, nil
 	}
-	p, err := s.authenticateRequest(a.tls, a.header, a.header.Get(principalHeader), a.header.Get("Authorization"))
+	p, err := s.authr.Authenticate(credentials(a.tls, a.header))
 	if err != nil {
+		err = deniedToAPI(err)
 		s.auditLog().Warn("audit", "action", "authenticate", "path", path, "principal", p.String(), "result", "denied", "reason", err.Error())
 		return ctx, err
 	}
 	return context.WithValue(ctx, authPrincipalKey{}, authn{p: p, tls: a.tls, header: a.header}), nil
-}
-
-func (s *Server) authenticateRequest(cs *tls.ConnectionState, h http.Header, fwd, bearer string) (auth.Principal, error) {
-	var p auth.Principal
-	pol := s.policies()
-	if cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
-		c := cs.VerifiedChains[0][0]
-		switch cn := c.Subject.CommonName; {
-		case auth.IsNodeCert(c):
-			p = auth.Principal{Name: auth.NodeName, Node: true}
-		case auth.ValidPrincipal(cn):
-			p = auth.Principal{Name: cn}
-		case pol.On():
-			return p, api.Errorf(api.CodePermissionDenied, "the client certificate's CN %q is not a principal name (1..64 of A-Z a-z 0-9 . _ - @, not node)", cn)
-		}
-	}
-	if sec := h.Get(nodeSecretHeader); sec != "" {
-		switch {
-		case s.nodeCredential(nil, h):
-			p = auth.Principal{Name: auth.NodeName, Node: true}
-		case pol.On():
-			return p, api.Errorf(api.CodePermissionDenied, "wrong %s: this node has another --node-secret-file", nodeSecretHeader)
-		}
-	}
-	if fwd != "" {
-		// Only a node of this cluster speaks for another caller; the
-		// cluster id header is compared by clusterCheck.
-		if !p.Node || h.Get(clusterIDHeader) != s.node.ClusterID() {
-			if !pol.On() {
-				return p, nil // nothing is decided by the principal: ignore it
-			}
-			return p, api.Errorf(api.CodePermissionDenied, "the %s header is accepted only from a node of this cluster (caller %s)", principalHeader, p)
-		}
-		switch {
-		case fwd == nodeValue:
-			return p, nil // a node's own request, forwarded by another node
-		case strings.HasPrefix(fwd, "ip:") || strings.HasPrefix(fwd, "token:"):
-			return auth.Anonymous, nil // the limits' name of an anonymous caller
-		case !auth.ValidPrincipal(fwd):
-			return p, api.Errorf(api.CodePermissionDenied, "the %s header names %q, not a principal", principalHeader, fwd)
-		}
-		return s.withAdmin(auth.Principal{Name: fwd}), nil
-	}
-	if tok, ok := strings.CutPrefix(bearer, "Bearer "); ok {
-		name, err := pol.Authenticate(tok)
-		if err != nil {
-			if !pol.On() {
-				return s.withAdmin(p), nil
-			}
-			return p, api.Errorf(api.CodePermissionDenied, "%v", err)
-		}
-		p = auth.Principal{Name: name}
-	} else if bearer != "" && pol.On() {
-		return p, api.Errorf(api.CodePermissionDenied, "the Authorization header must be \"Bearer <token>\"")
-	}
-	return s.withAdmin(p), nil
-}
-
-func (s *Server) withAdmin(p auth.Principal) auth.Principal {
-	if p.Name != "" && !p.Node && slices.Contains(s.cfg.Admins, p.Name) {
-		p.Admin = true
-	}
-	return p
 }
 
 // writeDenied answers a request refused before it reached its handler, in
@@ -581,7 +549,7 @@ func (s *Server) bootstrapCredential(ctx context.Context) bool {
 	if !ok {
 		return false
 	}
-	if s.nodeCredential(a.tls, a.header) {
+	if s.authr.NodeCredential(a.tls, a.header.Get(nodeSecretHeader)) {
 		return true
 	}
 	if a.tls == nil || len(a.tls.VerifiedChains) == 0 || len(a.tls.VerifiedChains[0]) == 0 || a.header.Get("Authorization") != "" {
@@ -589,16 +557,6 @@ func (s *Server) bootstrapCredential(ctx context.Context) bool {
 	}
 	cn := a.tls.VerifiedChains[0][0].Subject.CommonName
 	return cn == a.p.Name && slices.Contains(s.cfg.Admins, cn)
-}
-
-// nodeCredential reports whether a request came with a node certificate
-// or this cluster's node secret.
-func (s *Server) nodeCredential(cs *tls.ConnectionState, h http.Header) bool {
-	if cs != nil && len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 && auth.IsNodeCert(cs.VerifiedChains[0][0]) {
-		return true
-	}
-	sec := h.Get(nodeSecretHeader)
-	return sec != "" && s.cfg.NodeSecret != "" && subtle.ConstantTimeCompare([]byte(sec), []byte(s.cfg.NodeSecret)) == 1
 }
 
 // needBootstrapCredential refuses what (enabling auth, or minting a token
