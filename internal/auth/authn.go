@@ -126,3 +126,22 @@ func (a *Authenticator) WithAdmin(p Principal) Principal {
 	}
 	return p
 }
+
+// BootstrapCredential reports whether c, which authenticated to p, proves
+// a credential that nobody could mint while auth was off, as turning auth
+// on and changing the auth state while it is off require: the node role (a
+// node certificate or the node secret; a node forwarding a request made
+// that check where it was received), or a principal named by Admins proven
+// by its verified client certificate. A bearer token is not one: anyone
+// may create tokens, for any principal, while auth is off.
+func (a *Authenticator) BootstrapCredential(p Principal, c Credentials) bool {
+	if a.NodeCredential(c.TLS, c.NodeSecret) {
+		return true
+	}
+	cs := c.TLS
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 || c.Bearer != "" {
+		return false
+	}
+	cn := cs.VerifiedChains[0][0].Subject.CommonName
+	return cn == p.Name && slices.Contains(a.Admins, cn)
+}

@@ -80,3 +80,29 @@ func TestCredentials(t *testing.T) {
 		t.Error("NodeCredential by certificate")
 	}
 }
+
+func TestBootstrapCredential(t *testing.T) {
+	a := &Authenticator{NodeSecret: "s", Admins: []string{"root"}}
+	root := Principal{Name: "root", Admin: true}
+	cases := []struct {
+		name string
+		p    Principal
+		c    Credentials
+		want bool
+	}{
+		{"node secret", Principal{Name: NodeName, Node: true}, Credentials{NodeSecret: "s"}, true},
+		{"node certificate", Principal{Name: NodeName, Node: true}, Credentials{TLS: verified(NodeName, x509.ExtKeyUsageServerAuth)}, true},
+		{"admin by certificate", root, Credentials{TLS: verified("root", x509.ExtKeyUsageClientAuth)}, true},
+		{"admin certificate with a bearer token", root, Credentials{TLS: verified("root", x509.ExtKeyUsageClientAuth), Bearer: "Bearer x"}, false},
+		{"admin by token only", root, Credentials{Bearer: "Bearer x"}, false},
+		{"a certificate of another principal", root, Credentials{TLS: verified("alice", x509.ExtKeyUsageClientAuth)}, false},
+		{"an admin's certificate under another principal", Principal{Name: "carol"}, Credentials{TLS: verified("root", x509.ExtKeyUsageClientAuth)}, false},
+		{"a certificate of a non-admin", Principal{Name: "alice"}, Credentials{TLS: verified("alice", x509.ExtKeyUsageClientAuth)}, false},
+		{"wrong node secret", Anonymous, Credentials{NodeSecret: "t"}, false},
+	}
+	for _, c := range cases {
+		if got := a.BootstrapCredential(c.p, c.c); got != c.want {
+			t.Errorf("%s: BootstrapCredential = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

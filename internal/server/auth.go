@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -538,25 +537,12 @@ func leaderAuth[Req, Res any](ctx context.Context, s *Server, req *connect.Reque
 }
 
 // bootstrapCredential reports whether the caller of ctx proved a
-// credential that nobody could mint while auth was off, as turning auth on
-// and changing the auth state while it is off require: the node role (a
-// node certificate or the node secret; a node forwarding a request made
-// that check where it was received), or a principal named by serve --admin
-// proven by its verified client certificate. A bearer token is not one:
-// anyone may create tokens, for any principal, while auth is off.
+// credential that nobody could mint while auth was off
+// (auth.Authenticator.BootstrapCredential): the node role, or a principal
+// named by serve --admin proven by its verified client certificate.
 func (s *Server) bootstrapCredential(ctx context.Context) bool {
 	a, ok := ctx.Value(authPrincipalKey{}).(authn)
-	if !ok {
-		return false
-	}
-	if s.authr.NodeCredential(a.tls, a.header.Get(nodeSecretHeader)) {
-		return true
-	}
-	if a.tls == nil || len(a.tls.VerifiedChains) == 0 || len(a.tls.VerifiedChains[0]) == 0 || a.header.Get("Authorization") != "" {
-		return false
-	}
-	cn := a.tls.VerifiedChains[0][0].Subject.CommonName
-	return cn == a.p.Name && slices.Contains(s.cfg.Admins, cn)
+	return ok && s.authr.BootstrapCredential(a.p, credentials(a.tls, a.header))
 }
 
 // needBootstrapCredential refuses what (enabling auth, or minting a token
