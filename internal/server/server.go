@@ -183,6 +183,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.work = newWorkers(s.stop)
 	s.audit = cfg.Logger.With("component", "audit")
+	s.authr = newAuthenticator(s)
 	met, err := newMetrics(reg, s)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,195 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+)
+
+// The decision: which permission each procedure needs, on which name, and
+// whether the caller may use the sessions a request names. Everything here
+// is a pure function of the policies, the principal, the procedure and its
+// request message; the one fact it does not hold, who created a session,
+// it asks through a SessionOwner.
+
+// DeniedError is a refused request. It matches ErrDenied; Reason is the
+// message the caller and the audit log see.
+type DeniedError struct{ Reason string }
+
+func (e *DeniedError) Error() string { return e.Reason }
+
+// Is makes a DeniedError match ErrDenied.
+func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
+
+func denied(format string, args ...any) error {
+	return &DeniedError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Reason returns the reason of a refusal (a DeniedError in err's chain),
+// or "" and false for any other error.
+func Reason(err error) (string, bool) {
+	var d *DeniedError
+	if errors.As(err, &d) {
+		return d.Reason, true
+	}
+	return "", false
+}
+
+// SessionOwner reports the principal that created the session leaseID,
+// and whether the session is known at all.
+type SessionOwner func(leaseID string) (principal string, known bool)
+
+// rule is what one procedure needs.
+type rule struct {
+	perm  Perm
+	scope scope
+}
+
+type scope uint8
+
+const (
+	scopeAny     scope = iota // the permission on some name
+	scopeName                 // on the request's name (GetName)
+	scopePrefix               // on the request's prefix (GetPrefix)
+	scopeKey                  // on the request's key (GetKey)
+	scopeCluster              // admin (nodes too)
+	scopeOpen                 // anyone (auth status)
+)
+
+// rules maps a procedure to what it needs; a procedure not listed needs
+// admin.
+var rules = map[string]rule{
+	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   {PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       {PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: {PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceLockStreamProcedure:      {PermLock, scopeAny}, // the stream; each request is decided as its RPC
+	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    {PermLock, scopeAny},
+	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         {PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      {PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         {PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      {PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        {PermLock, scopeName},
+	leaseholdv1connect.LeaseholdServiceStatusProcedure:          {PermRead, scopeName},
+	leaseholdv1connect.LeaseholdServiceListProcedure:            {PermRead, scopePrefix},
+	leaseholdv1connect.LeaseholdServiceWatchProcedure:           {PermRead, scopePrefix},
+	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           {PermKVWrite, scopeKey},
+	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        {PermKVWrite, scopeKey},
+	leaseholdv1connect.LeaseholdServiceKvGetProcedure:           {PermKVRead, scopeKey},
+	leaseholdv1connect.AuthServiceStatusProcedure:               {0, scopeOpen},
+}
+
+// AdminProcedure reports whether proc is an administrative action (a
+// cluster or auth change), logged for audit (INFO) whatever its outcome and
+// whether or not auth is enabled.
+func AdminProcedure(proc string) bool {
+	return (strings.HasPrefix(proc, "/"+leaseholdv1connect.ClusterServiceName+"/") && proc != leaseholdv1connect.ClusterServiceMembersProcedure) ||
+		(strings.HasPrefix(proc, "/"+leaseholdv1connect.AuthServiceName+"/") && proc != leaseholdv1connect.AuthServiceStatusProcedure && proc != leaseholdv1connect.AuthServiceListPoliciesProcedure && proc != leaseholdv1connect.AuthServiceListTokensProcedure)
+}
+
+// Action is the method name of proc, as audit lines and refusals name it.
+func Action(proc string) string {
+	if i := strings.LastIndexByte(proc, '/'); i >= 0 {
+		return proc[i+1:]
+	}
+	return proc
+}
+
+// decidedAtLeader are the procedures a follower forwards to the leader:
+// the leader decides them against its policies and state, so that a
+// follower that has not applied a policy change yet neither refuses nor
+// allows in its place. The value is the procedure whose rule to check: a
+// KeepAliveStream's renewals are KeepAlives.
+var decidedAtLeader = map[string]string{
+	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   leaseholdv1connect.LeaseholdServiceCreateSessionProcedure,
+	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
+	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
+	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    leaseholdv1connect.LeaseholdServiceCloseSessionProcedure,
+	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         leaseholdv1connect.LeaseholdServiceAcquireProcedure,
+	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      leaseholdv1connect.LeaseholdServiceTryAcquireProcedure,
+	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         leaseholdv1connect.LeaseholdServiceReleaseProcedure,
+	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      leaseholdv1connect.LeaseholdServiceCancelWaitProcedure,
+	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        leaseholdv1connect.LeaseholdServiceProclaimProcedure,
+	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           leaseholdv1connect.LeaseholdServiceKvPutProcedure,
+	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        leaseholdv1connect.LeaseholdServiceKvDeleteProcedure,
+	leaseholdv1connect.ClusterServiceAddMemberProcedure:         leaseholdv1connect.ClusterServiceAddMemberProcedure,
+	leaseholdv1connect.ClusterServiceRemoveMemberProcedure:      leaseholdv1connect.ClusterServiceRemoveMemberProcedure,
+	leaseholdv1connect.ClusterServiceTransferLeaderProcedure:    leaseholdv1connect.ClusterServiceTransferLeaderProcedure,
+	leaseholdv1connect.ClusterServiceBumpTokenProcedure:         leaseholdv1connect.ClusterServiceBumpTokenProcedure,
+	leaseholdv1connect.AuthServiceSetEnabledProcedure:           leaseholdv1connect.AuthServiceSetEnabledProcedure,
+	leaseholdv1connect.AuthServiceCreateTokenProcedure:          leaseholdv1connect.AuthServiceCreateTokenProcedure,
+	leaseholdv1connect.AuthServiceRevokeTokenProcedure:          leaseholdv1connect.AuthServiceRevokeTokenProcedure,
+	leaseholdv1connect.AuthServiceSetPolicyProcedure:            leaseholdv1connect.AuthServiceSetPolicyProcedure,
+	leaseholdv1connect.AuthServiceDeletePolicyProcedure:         leaseholdv1connect.AuthServiceDeletePolicyProcedure,
+}
+
+// DecidedAtLeader reports whether proc is decided by the leader, not by
+// the node that received it, and the procedure whose rule the leader
+// checks then (a KeepAliveStream's renewals are decided as KeepAlives).
+func DecidedAtLeader(proc string) (rule string, ok bool) {
+	rule, ok = decidedAtLeader[proc]
+	return rule, ok
+}
+
+// Decide decides whether p may send msg (a request message) to proc under
+// pol: nil, or a *DeniedError. It checks the permission the procedure
+// needs on the name, prefix or key the message carries, then that every
+// session the message names belongs to p (CheckOwner). Callers skip it
+// when auth is off (pol.On() false).
+func Decide(pol *Policies, p Principal, proc string, msg any, owner SessionOwner) error {
+	r, ok := rules[proc]
+	if !ok {
+		r = rule{PermAdmin, scopeCluster}
+	}
+	// A request a node forwards is decided as its caller: a node is
+	// trusted only for what it does itself.
+	var allowed bool
+	switch r.scope {
+	case scopeOpen:
+		allowed = true
+	case scopeAny:
+		allowed = pol.AllowAny(p, r.perm)
+	case scopeName:
+		n, _ := msg.(interface{ GetName() string })
+		allowed = n != nil && pol.Allow(p, r.perm, n.GetName())
+	case scopePrefix:
+		n, _ := msg.(interface{ GetPrefix() string })
+		allowed = n != nil && pol.Allow(p, r.perm, n.GetPrefix())
+	case scopeKey:
+		n, _ := msg.(interface{ GetKey() string })
+		allowed = n != nil && pol.Allow(p, r.perm, n.GetKey())
+	case scopeCluster:
+		allowed = pol.IsAdmin(p)
+	}
+	if !allowed {
+		return denied("%s may not %s (needs %s)", p, Action(proc), r.perm)
+	}
+	var ids []string
+	if l, ok := msg.(interface{ GetLeaseId() string }); ok && l.GetLeaseId() != "" {
+		ids = []string{l.GetLeaseId()}
+	}
+	if l, ok := msg.(interface{ GetLeaseIds() []string }); ok {
+		ids = append(ids, l.GetLeaseIds()...) // a batched renewal
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return CheckOwner(pol, p, ids, owner)
+}
+
+// CheckOwner refuses the use of another principal's sessions: a request
+// naming several (a batched renewal) is refused whole. A session owner
+// does not know (replication lag on a follower) passes: the leader
+// decides, and the command itself refuses an unknown session.
+func CheckOwner(pol *Policies, p Principal, leaseIDs []string, owner SessionOwner) error {
+	if pol.IsAdmin(p) {
+		return nil
+	}
+	for _, id := range leaseIDs {
+		if o, ok := owner(id); ok && o != p.Name {
+			return denied("session %s… belongs to another principal, not %s", id[:min(len(id), 6)], p)
+		}
+	}
+	return nil
+}
