@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 )
 
 // The decision: which permission each procedure needs, on which name, and
@@ -58,34 +56,49 @@ const (
 	scopeOpen                 // anyone (auth status)
 )
 
+// The services and procedures, named as connect-go names them
+// ("/leasehold.v1.LeaseholdService/Acquire"). They are spelled here, not
+// taken from leaseholdv1connect, so that this package, and the state
+// machine that compiles policies with it, link no RPC or HTTP code;
+// TestProcedureNames checks them against the API's descriptors.
+const (
+	lockService    = "leasehold.v1.LeaseholdService"
+	clusterService = "leasehold.v1.ClusterService"
+	authService    = "leasehold.v1.AuthService"
+)
+
+func lockProc(method string) string    { return "/" + lockService + "/" + method }
+func clusterProc(method string) string { return "/" + clusterService + "/" + method }
+func authProc(method string) string    { return "/" + authService + "/" + method }
+
 // rules maps a procedure to what it needs; a procedure not listed needs
 // admin.
 var rules = map[string]rule{
-	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   {PermLock, scopeAny},
-	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       {PermLock, scopeAny},
-	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: {PermLock, scopeAny},
-	leaseholdv1connect.LeaseholdServiceLockStreamProcedure:      {PermLock, scopeAny}, // the stream; each request is decided as its RPC
-	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    {PermLock, scopeAny},
-	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         {PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      {PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         {PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      {PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        {PermLock, scopeName},
-	leaseholdv1connect.LeaseholdServiceStatusProcedure:          {PermRead, scopeName},
-	leaseholdv1connect.LeaseholdServiceListProcedure:            {PermRead, scopePrefix},
-	leaseholdv1connect.LeaseholdServiceWatchProcedure:           {PermRead, scopePrefix},
-	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           {PermKVWrite, scopeKey},
-	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        {PermKVWrite, scopeKey},
-	leaseholdv1connect.LeaseholdServiceKvGetProcedure:           {PermKVRead, scopeKey},
-	leaseholdv1connect.AuthServiceStatusProcedure:               {0, scopeOpen},
+	lockProc("CreateSession"):   {PermLock, scopeAny},
+	lockProc("KeepAlive"):       {PermLock, scopeAny},
+	lockProc("KeepAliveStream"): {PermLock, scopeAny},
+	lockProc("LockStream"):      {PermLock, scopeAny}, // the stream; each request is decided as its RPC
+	lockProc("CloseSession"):    {PermLock, scopeAny},
+	lockProc("Acquire"):         {PermLock, scopeName},
+	lockProc("TryAcquire"):      {PermLock, scopeName},
+	lockProc("Release"):         {PermLock, scopeName},
+	lockProc("CancelWait"):      {PermLock, scopeName},
+	lockProc("Proclaim"):        {PermLock, scopeName},
+	lockProc("Status"):          {PermRead, scopeName},
+	lockProc("List"):            {PermRead, scopePrefix},
+	lockProc("Watch"):           {PermRead, scopePrefix},
+	lockProc("KvPut"):           {PermKVWrite, scopeKey},
+	lockProc("KvDelete"):        {PermKVWrite, scopeKey},
+	lockProc("KvGet"):           {PermKVRead, scopeKey},
+	authProc("Status"):          {0, scopeOpen},
 }
 
 // AdminProcedure reports whether proc is an administrative action (a
 // cluster or auth change), logged for audit (INFO) whatever its outcome and
 // whether or not auth is enabled.
 func AdminProcedure(proc string) bool {
-	return (strings.HasPrefix(proc, "/"+leaseholdv1connect.ClusterServiceName+"/") && proc != leaseholdv1connect.ClusterServiceMembersProcedure) ||
-		(strings.HasPrefix(proc, "/"+leaseholdv1connect.AuthServiceName+"/") && proc != leaseholdv1connect.AuthServiceStatusProcedure && proc != leaseholdv1connect.AuthServiceListPoliciesProcedure && proc != leaseholdv1connect.AuthServiceListTokensProcedure)
+	return (strings.HasPrefix(proc, "/"+clusterService+"/") && proc != clusterProc("Members")) ||
+		(strings.HasPrefix(proc, "/"+authService+"/") && proc != authProc("Status") && proc != authProc("ListPolicies") && proc != authProc("ListTokens"))
 }
 
 // Action is the method name of proc, as audit lines and refusals name it.
@@ -102,26 +115,26 @@ func Action(proc string) string {
 // allows in its place. The value is the procedure whose rule to check: a
 // KeepAliveStream's renewals are KeepAlives.
 var decidedAtLeader = map[string]string{
-	leaseholdv1connect.LeaseholdServiceCreateSessionProcedure:   leaseholdv1connect.LeaseholdServiceCreateSessionProcedure,
-	leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:       leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
-	leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
-	leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:    leaseholdv1connect.LeaseholdServiceCloseSessionProcedure,
-	leaseholdv1connect.LeaseholdServiceAcquireProcedure:         leaseholdv1connect.LeaseholdServiceAcquireProcedure,
-	leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:      leaseholdv1connect.LeaseholdServiceTryAcquireProcedure,
-	leaseholdv1connect.LeaseholdServiceReleaseProcedure:         leaseholdv1connect.LeaseholdServiceReleaseProcedure,
-	leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:      leaseholdv1connect.LeaseholdServiceCancelWaitProcedure,
-	leaseholdv1connect.LeaseholdServiceProclaimProcedure:        leaseholdv1connect.LeaseholdServiceProclaimProcedure,
-	leaseholdv1connect.LeaseholdServiceKvPutProcedure:           leaseholdv1connect.LeaseholdServiceKvPutProcedure,
-	leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:        leaseholdv1connect.LeaseholdServiceKvDeleteProcedure,
-	leaseholdv1connect.ClusterServiceAddMemberProcedure:         leaseholdv1connect.ClusterServiceAddMemberProcedure,
-	leaseholdv1connect.ClusterServiceRemoveMemberProcedure:      leaseholdv1connect.ClusterServiceRemoveMemberProcedure,
-	leaseholdv1connect.ClusterServiceTransferLeaderProcedure:    leaseholdv1connect.ClusterServiceTransferLeaderProcedure,
-	leaseholdv1connect.ClusterServiceBumpTokenProcedure:         leaseholdv1connect.ClusterServiceBumpTokenProcedure,
-	leaseholdv1connect.AuthServiceSetEnabledProcedure:           leaseholdv1connect.AuthServiceSetEnabledProcedure,
-	leaseholdv1connect.AuthServiceCreateTokenProcedure:          leaseholdv1connect.AuthServiceCreateTokenProcedure,
-	leaseholdv1connect.AuthServiceRevokeTokenProcedure:          leaseholdv1connect.AuthServiceRevokeTokenProcedure,
-	leaseholdv1connect.AuthServiceSetPolicyProcedure:            leaseholdv1connect.AuthServiceSetPolicyProcedure,
-	leaseholdv1connect.AuthServiceDeletePolicyProcedure:         leaseholdv1connect.AuthServiceDeletePolicyProcedure,
+	lockProc("CreateSession"):     lockProc("CreateSession"),
+	lockProc("KeepAlive"):         lockProc("KeepAlive"),
+	lockProc("KeepAliveStream"):   lockProc("KeepAlive"),
+	lockProc("CloseSession"):      lockProc("CloseSession"),
+	lockProc("Acquire"):           lockProc("Acquire"),
+	lockProc("TryAcquire"):        lockProc("TryAcquire"),
+	lockProc("Release"):           lockProc("Release"),
+	lockProc("CancelWait"):        lockProc("CancelWait"),
+	lockProc("Proclaim"):          lockProc("Proclaim"),
+	lockProc("KvPut"):             lockProc("KvPut"),
+	lockProc("KvDelete"):          lockProc("KvDelete"),
+	clusterProc("AddMember"):      clusterProc("AddMember"),
+	clusterProc("RemoveMember"):   clusterProc("RemoveMember"),
+	clusterProc("TransferLeader"): clusterProc("TransferLeader"),
+	clusterProc("BumpToken"):      clusterProc("BumpToken"),
+	authProc("SetEnabled"):        authProc("SetEnabled"),
+	authProc("CreateToken"):       authProc("CreateToken"),
+	authProc("RevokeToken"):       authProc("RevokeToken"),
+	authProc("SetPolicy"):         authProc("SetPolicy"),
+	authProc("DeletePolicy"):      authProc("DeletePolicy"),
 }
 
 // DecidedAtLeader reports whether proc is decided by the leader, not by

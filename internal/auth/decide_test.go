@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
@@ -137,5 +140,36 @@ func TestAdminProcedure(t *testing.T) {
 	}
 	if got := Action(leaseholdv1connect.ClusterServiceBumpTokenProcedure); got != "BumpToken" || !strings.HasSuffix(leaseholdv1connect.ClusterServiceBumpTokenProcedure, "/"+got) {
 		t.Errorf("Action = %q", got)
+	}
+}
+
+// TestProcedureNames: the procedure names this package spells are those
+// connect-go serves, and every rule names an RPC of the API (a misspelt
+// one would leave its RPC to the default, admin only).
+func TestProcedureNames(t *testing.T) {
+	for got, want := range map[string]string{
+		lockProc("Acquire"):    leaseholdv1connect.LeaseholdServiceAcquireProcedure,
+		clusterProc("Members"): leaseholdv1connect.ClusterServiceMembersProcedure,
+		authProc("Status"):     leaseholdv1connect.AuthServiceStatusProcedure,
+	} {
+		if got != want {
+			t.Errorf("procedure %q, connect-go serves %q", got, want)
+		}
+	}
+	seen := map[string]bool{}
+	for _, name := range []string{lockService, clusterService, authService} {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+		if err != nil {
+			t.Fatalf("service %s: %v", name, err)
+		}
+		methods := d.(protoreflect.ServiceDescriptor).Methods()
+		for i := range methods.Len() {
+			seen["/"+name+"/"+string(methods.Get(i).Name())] = true
+		}
+	}
+	for proc := range rules {
+		if !seen[proc] {
+			t.Errorf("the rule of %s names no RPC of the API", proc)
+		}
 	}
 }

@@ -65,6 +65,7 @@ func TestForbiddenImports(t *testing.T) {
 		why       string
 	}{
 		{"./internal/fsm", false, append(noIO, "time"), "the state machine is a pure function of the log: no I/O, no clock, no consensus (time enters only inside commands)"},
+		{"./internal/fsm", true, []string{"net/http", "connectrpc.com/", "github.com/hashicorp/", module + "internal/server", module + "internal/raftnode", module + "api/leaseholdv1/leaseholdv1connect"}, "nothing the state machine links, internal/auth's policies included, serves or calls RPCs"},
 		{"./internal/hub", false, append(noIO, "time"), "the event hub only records applied events and wakes the streams and queued acquires that wait on them: no network, no streams, no raft, no server, no clock (progress wake-ups count log entries)"},
 		{"./internal/auth", false, []string{"net", "net/", "os", "os/", "github.com/hashicorp/raft", module + "internal/raftnode", module + "internal/server"}, "authentication, the decision and redaction are pure functions of the credentials, the policies and the request: the server reads the headers and the connection and keeps the handlers, so auth has no network, files or consensus"},
 		{"./internal/lessor", false, []string{"net", "net/", "connectrpc.com/", "github.com/hashicorp/raft", module + "internal/raftnode", module + "internal/server"}, "the lessor reaches raft only through its Proposer and Confirmer, and has no network of its own"},
