@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/auth"
 )
 
@@ -31,7 +32,7 @@ import (
 // committed, exactly as the unary RPC answers. Each message is one
 // operation through the same functions as a unary RPC: the caller is
 // authenticated again when the auth state changed since the last message
-// (reauthenticate), the request rate is metered (limiter.allowOp),
+// (reauthenticate), the request rate is metered (admission.Limiter.AllowOp),
 // authorization is decided (authorizeOp, finishOp), and the metrics and the
 // access log count it under its unary procedure (observeOp, logStreamOp).
 //
@@ -413,7 +414,7 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 	var res *Res
 	err := authErr
 	if err == nil {
-		if e := s.lim.allowOp(principal(ctx)); e != nil {
+		if e := s.lim.AllowOp(admission.Principal(ctx)); e != nil {
 			err = e
 		}
 	}
