@@ -5,11 +5,13 @@ package server
 // connection limits, and the live sessions the session count asks about.
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"net/http"
 	"slices"
 
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/auth"
 	"github.com/leasehold/leasehold/internal/fsm"
 )
@@ -58,6 +60,10 @@ func (s *Server) mayForward(r *http.Request) bool {
 
 // principalHeader carries the caller's principal on a forwarded request.
 const principalHeader = "Leasehold-Principal"
+
+// principal returns the principal the limits count the caller in ctx
+// under (admission.Principal).
+func principal(ctx context.Context) string { return admission.Principal(ctx) }
 
 // limited applies the connection limits to hs and ln (admission.Listen):
 // with TLS the listener completes each handshake before hs sees it.

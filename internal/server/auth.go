@@ -17,7 +17,6 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
-	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/auth"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
@@ -371,7 +370,7 @@ func (s *Server) setForwardHeaders(ctx context.Context, h http.Header) {
 	case p.Node:
 		h.Set(principalHeader, nodeValue)
 	case p.Name == "":
-		h.Set(principalHeader, admission.Principal(ctx)) // the limits' name (limits.go)
+		h.Set(principalHeader, principal(ctx)) // the limits' name (limits.go)
 	default:
 		h.Set(principalHeader, p.Name)
 	}

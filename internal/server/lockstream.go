@@ -13,7 +13,6 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
-	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/auth"
 )
 
@@ -414,7 +413,7 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 	var res *Res
 	err := authErr
 	if err == nil {
-		if e := s.lim.AllowOp(admission.Principal(ctx)); e != nil {
+		if e := s.lim.AllowOp(principal(ctx)); e != nil {
 			err = e
 		}
 	}
