@@ -50,7 +50,7 @@ import (
 // refusedConnGrace if no request comes.
 
 // connGate counts the connections of one listener, per address and per
-// principal; limiter.conns holds the node's total.
+// principal; Limiter.conns holds the node's total.
 type connGate struct {
 	l *Limiter
 

@@ -38,7 +38,7 @@ type meter struct {
 	rate  float64
 	burst int
 	clock clock.Clock
-	count func(name string) // counts a refusal (limiter.refuse)
+	count func(name string) // counts a refusal (Limiter.refuse)
 
 	mu      sync.Mutex         // protects following
 	buckets map[string]*bucket // per principal; a full bucket may be dropped

@@ -24,7 +24,7 @@ import (
 // queued. One granted at once gives the place back as soon as its
 // proposal is answered; one queued keeps it until it returns. Only the
 // node that proposes counts: a follower forwards an Acquire to the leader
-// (onLeader) and takes no place for it, and a leader that lost the lead
+// (the server's onLeader) and takes no place for it, and a leader that lost the lead
 // while proposing gives its place back before forwarding. An Acquire that
 // waits on a leader that loses the lead stays parked, and counted, there
 // until it returns: for a while after a leader change a session may have

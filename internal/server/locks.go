@@ -114,7 +114,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	if r.waitID == 0 {
 		r.waitID = api.NewWaitID()
 	}
-	place, err := s.lim.ParkAcquire(ctx, r.leaseID, r.try) // before it is proposed (queuecap.go)
+	place, err := s.lim.ParkAcquire(ctx, r.leaseID, r.try) // before it is proposed (admission/queuecap.go)
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +455,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
 	}
-	release, err := h.s.lim.WatchOpen(ctx) // meter.go
+	release, err := h.s.lim.WatchOpen(ctx) // admission/meter.go
 	if err != nil {
 		return err
 	}

@@ -412,9 +412,10 @@ func (s *Server) Handler() http.Handler {
 		mountPprof(pm)
 		mux.Handle("/debug/pprof/", s.adminOnly(pm))
 	}
-	var hd http.Handler = s.lim.Handler(s.browserCheck(mux), func(r *http.Request) string { return principalOf(r, s.mayForward) }) // origin.go
-	hd = s.authenticate(hd)                                                                                                        // before the limits: they count the authenticated principal
-	hd = admission.ConnRefusal(hd)                                                                                                 // a connection refused after its TLS handshake (connlimit.go)
+	named := func(r *http.Request) string { return principalOf(r, s.mayForward) }
+	var hd http.Handler = s.lim.Handler(s.browserCheck(mux), named) // origin.go
+	hd = s.authenticate(hd)                                         // before the limits: they count the authenticated principal
+	hd = admission.ConnRefusal(hd)                                  // a connection refused after its TLS handshake
 	if s.cfg.AccessLog != nil {
 		hd = accessLog(s.cfg.AccessLog, hd)
 	}
