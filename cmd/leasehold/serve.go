@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/buildinfo"
 	"github.com/leasehold/leasehold/internal/gcfloor"
 	"github.com/leasehold/leasehold/internal/raftnode"
@@ -100,7 +101,7 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 			if err != nil {
 				return usageErr("--quota-bytes: %v", err)
 			}
-			floor, err := server.ParseBytes(gcHeapFloor)
+			floor, err := admission.ParseBytes(gcHeapFloor)
 			if err == nil && floor > maxGCHeapFloor {
 				err = fmt.Errorf("%s is more than 64GiB", gcHeapFloor)
 			}
@@ -235,7 +236,7 @@ A request refused by a limit fails with resource-exhausted, naming the limit to 
 	f.StringSliceVar(&admins, "admin", nil, "principals (client certificate CN or token principal) that are admins whatever the policies say (repeatable; see leasehold auth)")
 	f.BoolVar(&forceNewCluster, "force-new-cluster", false, "after a permanent loss of quorum: make this node the only voter of a new cluster, keeping its data (one survivor only; remove the flag once it runs)")
 	f.BoolVar(&pprofOn, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the API address")
-	f.StringSliceVar(&limits, "limit", nil, "a limit NAME=VALUE (repeatable): "+strings.Join(server.LimitNames(), ", "))
+	f.StringSliceVar(&limits, "limit", nil, "a limit NAME=VALUE (repeatable): "+strings.Join(admission.LimitNames(), ", "))
 	return cmd
 }
 
@@ -279,9 +280,9 @@ func flagsFromEnv(cmd *cobra.Command) error {
 
 // limitDefaults lists every limit with its default, for the help text.
 func limitDefaults() string {
-	d := server.DefaultLimits()
+	d := admission.DefaultLimits()
 	var out []string
-	for _, n := range server.LimitNames() {
+	for _, n := range admission.LimitNames() {
 		out = append(out, n+"="+d.Get(n))
 	}
 	return strings.Join(out, "\n  ")

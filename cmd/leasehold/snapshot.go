@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/backup"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/raftnode"
-	"github.com/leasehold/leasehold/internal/server"
 )
 
 // openBackup opens and verifies the backup at path; every failure is the
@@ -190,7 +190,7 @@ func raftAddrFlag(addr string) string {
 // parseBytes reads a byte count > 0: an integer, optionally with KiB, MiB
 // or GiB.
 func parseBytes(s string) (int64, error) {
-	n, err := server.ParseBytes(s)
+	n, err := admission.ParseBytes(s)
 	if err == nil && n == 0 {
 		err = fmt.Errorf("%s must be > 0", s)
 	}

@@ -69,7 +69,7 @@ func (t nodeSecretTransport) CloseIdleConnections() {
 	}
 }
 
-// principalHeader (limits.go) carries the original caller when a node
+// principalHeader (admission.go) carries the original caller when a node
 // forwards a request: a principal's name, nodeValue for a node, or for an
 // anonymous caller the limits' name of it ("ip:…", "token:…"). Names never
 // contain ':' (certificate CNs and token principals are checked with
@@ -338,7 +338,7 @@ func (s *Server) setForwardHeaders(ctx context.Context, h http.Header) {
 	case p.Node:
 		h.Set(principalHeader, nodeValue)
 	case p.Name == "":
-		h.Set(principalHeader, principal(ctx)) // the limits' name (limits.go)
+		h.Set(principalHeader, principal(ctx)) // the limits' name (admission.go)
 	default:
 		h.Set(principalHeader, p.Name)
 	}

@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/certs"
 	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
@@ -58,7 +59,7 @@ func answer(c net.Conn) (string, error) {
 // another address still gets in although the flood asked for more than
 // the node's whole conns.
 func TestLimitConnsPerAddress(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.Conns, l.ConnsPerAddress = 100, 40 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.Conns, l.ConnsPerAddress = 100, 40 }))
 	hold(t, c.Addr, "127.0.0.2", 40)
 	// Beyond 40 (the kernel queues them in order; the server answers in
 	// order), every connection from 127.0.0.2 is refused, though conns has
@@ -98,7 +99,7 @@ func pkiDir(t *testing.T, names ...string) string {
 
 // startTLS serves a node with mutual TLS from the certificates in dir
 // and limits l; reg receives its metrics.
-func startTLS(t *testing.T, dir string, reg prometheus.Registerer, l func(*server.Limits)) string {
+func startTLS(t *testing.T, dir string, reg prometheus.Registerer, l func(*admission.Limits)) string {
 	t.Helper()
 	conf, err := certs.ServerConfig(filepath.Join(dir, certs.NodeCert), filepath.Join(dir, certs.NodeKey), filepath.Join(dir, certs.CACert))
 	mustOK(t, "server TLS", err)
@@ -156,7 +157,7 @@ func refusedIn(t *testing.T, reg *prometheus.Registry, limit string) float64 {
 func TestLimitHandshakeFlood(t *testing.T) {
 	dir := pkiDir(t, "alice")
 	reg := prometheus.NewRegistry()
-	addr := startTLS(t, dir, reg, func(l *server.Limits) {
+	addr := startTLS(t, dir, reg, func(l *admission.Limits) {
 		l.Conns, l.HandshakesPerAddress, l.HandshakeTimeout = 50, 20, time.Second
 		l.ReadHeaderTimeout = time.Minute // the handshake timeout closes them, not this
 	})
@@ -234,7 +235,7 @@ func get(t *testing.T, addr string, conf *tls.Config) string {
 func TestLimitConnsPerPrincipal(t *testing.T) {
 	dir := pkiDir(t, "alice", "bob")
 	reg := prometheus.NewRegistry()
-	addr := startTLS(t, dir, reg, func(l *server.Limits) { l.ConnsPerPrincipal = 3 })
+	addr := startTLS(t, dir, reg, func(l *admission.Limits) { l.ConnsPerPrincipal = 3 })
 	alice := clientTLS(t, dir, certs.ClientCert("alice"), certs.ClientKey("alice"))
 	for i := range 3 {
 		if got := get(t, addr, alice); !strings.HasPrefix(got, "200") {
@@ -267,7 +268,7 @@ func TestLimitConnsPerPrincipal(t *testing.T) {
 // more than conns, takes only its own share: a well-behaved client keeps
 // its lock and new clients from another address get in while it floods.
 func TestLimitConnFloodOneAddress(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.Conns, l.ConnsPerAddress = 300, 100 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.Conns, l.ConnsPerAddress = 300, 100 }))
 	k := startCanary(t, c)
 	idle := k.p99(100)
 	var mu sync.Mutex
@@ -332,7 +333,7 @@ func TestLimitConnFloodOneAddress(t *testing.T) {
 func TestLimitHandshakesNodeWide(t *testing.T) {
 	dir := pkiDir(t, "alice")
 	reg := prometheus.NewRegistry()
-	addr := startTLS(t, dir, reg, func(l *server.Limits) { l.Handshakes, l.HandshakeTimeout = 10, time.Minute })
+	addr := startTLS(t, dir, reg, func(l *admission.Limits) { l.Handshakes, l.HandshakeTimeout = 10, time.Minute })
 	silent := hold(t, addr, "127.0.0.2", 10)
 	conn, err := dialerFrom("127.0.0.3").Dial("tcp", addr)
 	mustOK(t, "dial", err)

@@ -34,7 +34,7 @@ const (
 // lessor.RenewMany); a follower forwards it with a short deadline. The
 // leader charges the caller's renew-rate one unit per lease id, and
 // refuses the whole request with resource-exhausted when it is spent
-// (meter.go).
+// (admission/meter.go).
 func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.KeepAliveRequest]) (*connect.Response[pb.KeepAliveResponse], error) {
 	m := req.Msg
 	if err := checkKeepAlive(m.GetLeaseId(), m.GetLeaseIds()); err != nil {
@@ -42,8 +42,8 @@ func (h *lockService) KeepAlive(ctx context.Context, req *connect.Request[pb.Kee
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
 		// Metered where the ids are walked: on the leader, as the
-		// principal the follower forwarded for (meter.go).
-		if err := h.s.lim.renew(ctx, max(len(m.GetLeaseIds()), 1)); err != nil {
+		// principal the follower forwarded for (admission/meter.go).
+		if err := h.s.lim.Renew(ctx, max(len(m.GetLeaseIds()), 1)); err != nil {
 			return nil, err
 		}
 		if id := m.GetLeaseId(); id != "" {
@@ -121,7 +121,7 @@ func (h *lockService) renewBatch(ctx context.Context, ids []string) []*pb.KeepAl
 // its ids, and the stream goes on. It ends when the caller
 // closes its side, or at once when the server shuts down.
 func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiStream[pb.KeepAliveStreamRequest, pb.KeepAliveStreamResponse]) error {
-	release, err := h.s.lim.stream(ctx, h.s.lim.keepalives)
+	release, err := h.s.lim.KeepAliveStream(ctx)
 	if err != nil {
 		return err
 	}

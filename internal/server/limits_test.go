@@ -20,11 +20,12 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
 
-func withLimits(f func(l *server.Limits)) servertest.Options {
+func withLimits(f func(l *admission.Limits)) servertest.Options {
 	return servertest.Options{Configure: func(cfg *server.Config) { f(&cfg.Limits) }}
 }
 
@@ -46,7 +47,7 @@ func wantLimit(t *testing.T, what string, err error, limit string) {
 }
 
 func TestLimitsSetAndValidate(t *testing.T) {
-	l := server.DefaultLimits()
+	l := admission.DefaultLimits()
 	mustOK(t, "default limits", l.Validate())
 	for name, value := range map[string]string{"request-bytes": "64KiB", "conns": "10", "idle-timeout": "90s", "rate": "12.5", "watches-per-principal": "0"} {
 		mustOK(t, name, l.Set(name, value))
@@ -60,13 +61,13 @@ func TestLimitsSetAndValidate(t *testing.T) {
 	if err := l.Set("conns", "many"); err == nil {
 		t.Fatal("conns=many accepted")
 	}
-	for _, bad := range []func(*server.Limits){
-		func(l *server.Limits) { l.Conns = -1 },
-		func(l *server.Limits) { l.RequestBytes = 100 },
-		func(l *server.Limits) { l.Rate, l.Burst = 10, 0 },
-		func(l *server.Limits) { l.IdleTimeout = -time.Second },
+	for _, bad := range []func(*admission.Limits){
+		func(l *admission.Limits) { l.Conns = -1 },
+		func(l *admission.Limits) { l.RequestBytes = 100 },
+		func(l *admission.Limits) { l.Rate, l.Burst = 10, 0 },
+		func(l *admission.Limits) { l.IdleTimeout = -time.Second },
 	} {
-		l := server.DefaultLimits()
+		l := admission.DefaultLimits()
 		bad(&l)
 		if l.Validate() == nil {
 			t.Errorf("Validate accepted %+v", l)
@@ -137,7 +138,7 @@ func openWatches(ctx context.Context, t *testing.T, c *servertest.Cluster, cls [
 // against a node that allows 100: the rest are refused, the canary keeps
 // its lock and its p99, and the places come back when the streams end.
 func TestLimitWatchFlood(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.Watches, l.WatchesPerPrincipal = 100, 20 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.Watches, l.WatchesPerPrincipal = 100, 20 }))
 	k := startCanary(t, c)
 	idle := k.p99(100)
 	rt := h2c()
@@ -166,7 +167,7 @@ func TestLimitWatchFlood(t *testing.T) {
 }
 
 func TestLimitWatchesPerPrincipal(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.Watches, l.WatchesPerPrincipal = 100, 3 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.Watches, l.WatchesPerPrincipal = 100, 3 }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	ctx, cancel := context.WithCancel(ctxT(t))
@@ -194,7 +195,7 @@ func openOne(ctx context.Context, cl client) (bool, error) {
 // allows 300: the rest are answered with a 429 naming the limit and
 // closed, and the canary keeps its lock and its p99.
 func TestLimitConnFlood(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.Conns = 300 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.Conns = 300 }))
 	k := startCanary(t, c)
 	idle := k.p99(100)
 	var held, refused atomic.Int64
@@ -240,7 +241,7 @@ func TestLimitConnFlood(t *testing.T) {
 // TestLimitSilentConnectionsClosed: a connection that never sends a
 // request is closed after the read-header timeout, HTTP/2 or not.
 func TestLimitSilentConnectionsClosed(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.ReadHeaderTimeout = 300 * time.Millisecond }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.ReadHeaderTimeout = 300 * time.Millisecond }))
 	for _, first := range []string{"", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "POST / HTTP/1.1\r\n"} {
 		conn, err := net.Dial("tcp", c.Addr)
 		mustOK(t, "dial", err)
@@ -333,7 +334,7 @@ func TestLimitRequestBody(t *testing.T) {
 // while a call whose body was read may wait longer (a queued Acquire over
 // HTTP/1.1 is not ended by the deadline).
 func TestLimitReadTimeout(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.ReadTimeout = 500 * time.Millisecond }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.ReadTimeout = 500 * time.Millisecond }))
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	go func() { _, _ = pw.Write([]byte("{")) }() // and then nothing
@@ -357,7 +358,7 @@ func TestLimitReadTimeout(t *testing.T) {
 // resource-exhausted, then rate more tokens per second of the clock;
 // other principals and renewals are not affected.
 func TestLimitRate(t *testing.T) {
-	c, clk := startManual(t, withLimits(func(l *server.Limits) { l.Rate, l.Burst = 50, 100 }))
+	c, clk := startManual(t, withLimits(func(l *admission.Limits) { l.Rate, l.Burst = 50, 100 }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	a := as(c, rt, "a")
@@ -390,7 +391,7 @@ func TestLimitRate(t *testing.T) {
 // canary's rounds (2 requests each, at most one every 60 ms: ≤ 34 req/s)
 // stay inside it.
 func TestLimitRateFlood(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.Rate, l.Burst = 40, 400 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.Rate, l.Burst = 40, 400 }))
 	k := startCanary(t, c)
 	k.pace = 60 * time.Millisecond
 	idle := k.p99(50)
@@ -431,7 +432,7 @@ func TestLimitRateFlood(t *testing.T) {
 }
 
 func TestLimitKeepAliveStreams(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.KeepAliveStreams, l.KeepAliveStreamsPerPrincipal = 3, 2 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.KeepAliveStreams, l.KeepAliveStreamsPerPrincipal = 3, 2 }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	ctx, cancel := context.WithCancel(ctxT(t))
@@ -469,7 +470,7 @@ func TestLimitKeepAliveStreams(t *testing.T) {
 }
 
 func TestLimitSessionsPerPrincipal(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.SessionsPerPrincipal = 3 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.SessionsPerPrincipal = 3 }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	a := as(c, rt, "a")
@@ -536,7 +537,7 @@ func TestLimitStreamMessage(t *testing.T) {
 // TestLimitIdleTimeout: a keep-alive connection with no request in flight
 // is closed after the idle timeout.
 func TestLimitIdleTimeout(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.IdleTimeout = 300 * time.Millisecond }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.IdleTimeout = 300 * time.Millisecond }))
 	conn, err := net.Dial("tcp", c.Addr)
 	mustOK(t, "dial", err)
 	defer conn.Close()

@@ -114,11 +114,11 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	if r.waitID == 0 {
 		r.waitID = api.NewWaitID()
 	}
-	place, err := s.lim.parkAcquire(ctx, r) // before it is proposed (queuecap.go)
+	place, err := s.lim.ParkAcquire(ctx, r.leaseID, r.try) // before it is proposed (admission/queuecap.go)
 	if err != nil {
 		return nil, err
 	}
-	defer place.release()
+	defer place.Release()
 	var heldBefore, queued bool
 	s.node.Read(func(m *fsm.Machine) {
 		h, _, waiters := m.Standing(r.name, r.leaseID, r.waitID)
@@ -149,7 +149,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	}
 	owner := res.Session.GetOwner()
 	holding := res.Holding
-	place.waits(res.Queued)
+	place.Waits(res.Queued)
 	if res.Queued {
 		// Only a queued request waits for events. Its grant may have been
 		// applied before w was registered, so it looks at the state once
@@ -455,7 +455,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
 	}
-	release, err := h.s.lim.watchOpen(ctx) // meter.go
+	release, err := h.s.lim.WatchOpen(ctx) // admission/meter.go
 	if err != nil {
 		return err
 	}

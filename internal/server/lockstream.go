@@ -31,7 +31,7 @@ import (
 // committed, exactly as the unary RPC answers. Each message is one
 // operation through the same functions as a unary RPC: the caller is
 // authenticated again when the auth state changed since the last message
-// (reauthenticate), the request rate is metered (limiter.allowOp),
+// (reauthenticate), the request rate is metered (admission.Limiter.AllowOp),
 // authorization is decided (authorizeOp, finishOp), and the metrics and the
 // access log count it under its unary procedure (observeOp, logStreamOp).
 //
@@ -413,7 +413,7 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 	var res *Res
 	err := authErr
 	if err == nil {
-		if e := s.lim.allowOp(principal(ctx)); e != nil {
+		if e := s.lim.AllowOp(principal(ctx)); e != nil {
 			err = e
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
@@ -371,7 +372,7 @@ func TestLockStreamBatch(t *testing.T) {
 // Each message takes a token of the caller's request rate, as a unary
 // request does, and a refusal names the limit.
 func TestLockStreamRatePerMessage(t *testing.T) {
-	c, _ := startManual(t, withLimits(func(l *server.Limits) { l.Rate, l.Burst = 1, 6 }))
+	c, _ := startManual(t, withLimits(func(l *admission.Limits) { l.Rate, l.Burst = 1, 6 }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	a := as(c, rt, "a")

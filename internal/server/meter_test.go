@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/server"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
@@ -174,7 +175,7 @@ func openWatch(ctx context.Context, cl client) error {
 // TestMeterWatchOpens: opening Watch streams is metered per principal,
 // besides the caps on open streams.
 func TestMeterWatchOpens(t *testing.T) {
-	c, clk := startManual(t, withLimits(func(l *server.Limits) { l.WatchOpenRate, l.WatchOpenBurst = 1, 3 }))
+	c, clk := startManual(t, withLimits(func(l *admission.Limits) { l.WatchOpenRate, l.WatchOpenBurst = 1, 3 }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	ctx, cancel := context.WithCancel(ctxT(t))
@@ -197,7 +198,7 @@ func TestMeterWatchOpens(t *testing.T) {
 // verified, so a client that sends a new Authorization header with each
 // request is still the one principal of its address.
 func TestMeterRotatingAuthorization(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.WatchesPerPrincipal = 3 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.WatchesPerPrincipal = 3 }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	ctx, cancel := context.WithCancel(ctxT(t))
@@ -226,7 +227,7 @@ func keepAlive(cl client, ids []string) error {
 // with resource-exhausted, and a stream's message is answered with that
 // code for each id while the stream stays open.
 func TestMeterRenewals(t *testing.T) {
-	c, clk := startManual(t, withLimits(func(l *server.Limits) { l.RenewRate, l.RenewBurst = 10, 10 }))
+	c, clk := startManual(t, withLimits(func(l *admission.Limits) { l.RenewRate, l.RenewBurst = 10, 10 }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	a, b := as(c, rt, "a"), as(c, rt, "b")
@@ -318,40 +319,6 @@ func TestMeterForgedForwardedPrincipal(t *testing.T) {
 		}
 		wantLimit(t, fmt.Sprint("watch ", i, " claiming to be forwarded for another principal"), err, "watches-per-principal")
 	}
-}
-
-// TestMeterLimitsSetAndValidate: the meters are limits like the others:
-// named in serve --limit, with their defaults, and a rate without a
-// burst is refused.
-func TestMeterLimitsSetAndValidate(t *testing.T) {
-	def := server.DefaultLimits()
-	for name, want := range map[string]string{"list-rate": "10000", "list-burst": "20000", "watch-open-rate": "100", "watch-open-burst": "512", "renew-rate": "60000", "renew-burst": "60000"} {
-		if got := def.Get(name); got != want {
-			t.Errorf("default %s = %q, want %q", name, got, want)
-		}
-	}
-	l := server.DefaultLimits()
-	for _, name := range []string{"list-rate", "list-burst", "watch-open-rate", "watch-open-burst", "renew-rate", "renew-burst"} {
-		mustOK(t, name, l.Set(name, "7"))
-	}
-	if l.ListRate != 7 || l.ListBurst != 7 || l.WatchOpenRate != 7 || l.WatchOpenBurst != 7 || l.RenewRate != 7 || l.RenewBurst != 7 {
-		t.Fatalf("Set gave %+v", l)
-	}
-	for _, bad := range []func(*server.Limits){
-		func(l *server.Limits) { l.ListBurst = 0 },
-		func(l *server.Limits) { l.WatchOpenBurst = 0 },
-		func(l *server.Limits) { l.RenewBurst = 0 },
-		func(l *server.Limits) { l.RenewRate = -1 },
-	} {
-		l := server.DefaultLimits()
-		bad(&l)
-		if l.Validate() == nil {
-			t.Errorf("Validate accepted %+v", l)
-		}
-	}
-	off := server.DefaultLimits()
-	off.ListRate, off.ListBurst = 0, 0
-	mustOK(t, "list-rate=0 turns it off", off.Validate())
 }
 
 // sourceAddrs gives each principal name of the tests a loopback address of

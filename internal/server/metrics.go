@@ -90,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			if s.lim == nil { // before Open set it up
 				return 0
 			}
-			return float64(s.lim.queued.parked())
+			return float64(s.lim.Parked())
 		}),
 	}
 	info := buildinfo.Get()

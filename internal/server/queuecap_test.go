@@ -11,7 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
-	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/servertest"
 )
 
@@ -67,7 +67,7 @@ func refusedAtOnce(t *testing.T, c *servertest.Cluster, cl client, name, lease, 
 // is admitted.
 func TestLimitQueuedPerSession(t *testing.T) {
 	const cap = 3
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = cap, 0 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = cap, 0 }))
 	h := newSession(t, c.Client, 60_000, "H").GetLeaseId()
 	s := newSession(t, c.Client, 60_000, "S").GetLeaseId()
 	for i := range cap + 2 {
@@ -112,7 +112,7 @@ func TestLimitQueuedPerSession(t *testing.T) {
 // bounded across its sessions; another principal still parks.
 func TestLimitQueuedPerPrincipal(t *testing.T) {
 	const cap = 3
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = 0, cap }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = 0, cap }))
 	rt := h2c()
 	t.Cleanup(rt.CloseIdleConnections)
 	a, b := as(c, rt, "a"), as(c, rt, "b")
@@ -178,7 +178,7 @@ func TestLimitQueuedPerPrincipal(t *testing.T) {
 // a failed proposal), and one granted at once holds none: with a cap of
 // one, the session parks again after each.
 func TestLimitQueuedReturns(t *testing.T) {
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = 1, 1 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = 1, 1 }))
 	h := newSession(t, c.Client, 60_000, "H").GetLeaseId()
 	held := acquire(t, c.Client, "qr", h)
 	ends := []struct {
@@ -238,7 +238,7 @@ func TestLimitQueuedReturns(t *testing.T) {
 // as unary ones are, and the stream's end gives their places back.
 func TestLimitQueuedLockStream(t *testing.T) {
 	const cap = 2
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = cap, 0 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = cap, 0 }))
 	h := newSession(t, c.Client, 60_000, "H").GetLeaseId()
 	s := newSession(t, c.Client, 60_000, "S").GetLeaseId()
 	for i := range cap + 1 {
@@ -286,7 +286,7 @@ func TestLimitQueuedLockStream(t *testing.T) {
 // queue holds the one entry.
 func TestLimitQueuedRetryFlood(t *testing.T) {
 	const cap, flood = 5, 40
-	c := servertest.Start(t, withLimits(func(l *server.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = cap, 0 }))
+	c := servertest.Start(t, withLimits(func(l *admission.Limits) { l.QueuedPerSession, l.QueuedPerPrincipal = cap, 0 }))
 	h := newSession(t, c.Client, 60_000, "H").GetLeaseId()
 	s := newSession(t, c.Client, 60_000, "S").GetLeaseId()
 	acquire(t, c.Client, "qf", h)

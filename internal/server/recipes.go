@@ -72,7 +72,7 @@ func (h *lockService) ListSessions(ctx context.Context, req *connect.Request[pb.
 		if limit == 0 || limit > MaxListSessions {
 			limit = MaxListSessions
 		}
-		used, err := h.s.lim.listCharge(ctx) // meter.go
+		used, err := h.s.lim.ListCharge(ctx) // admission/meter.go
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/clock"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
@@ -32,7 +33,7 @@ func (noProposer) Propose(context.Context, *fsmpb.Command) (fsm.Result, error) {
 func BenchmarkSessionSetupAtScale(b *testing.B) {
 	for _, live := range []int{1000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			lim := DefaultLimits()
+			lim := admission.DefaultLimits()
 			lim.SessionsPerPrincipal = 0 // set below, to live + b.N
 			clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 			lcfg := lessor.DefaultConfig()
@@ -58,11 +59,11 @@ func BenchmarkSessionSetupAtScale(b *testing.B) {
 				}
 				return out
 			}
-			var l *limiter
+			var l *admission.Limiter
 			ctx := context.Background()
 			setup := func(i int) {
 				id := fmt.Sprintf("%032x", i)
-				done, err := l.reserveSession(ctx, id, ended)
+				done, err := l.ReserveSession(ctx, id, ended)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -81,7 +82,7 @@ func BenchmarkSessionSetupAtScale(b *testing.B) {
 				les.Observe(&res)
 			}
 			lim.SessionsPerPrincipal = live + b.N + 1
-			if l, err = newLimiter(lim, clk, prometheus.NewRegistry()); err != nil {
+			if l, err = admission.New(lim, clk, prometheus.NewRegistry()); err != nil {
 				b.Fatal(err)
 			}
 			for i := range live {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/clock"
 	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
@@ -51,7 +52,7 @@ type Config struct {
 	// the leader. Required.
 	APIAddr string
 	// Limits bound what this node accepts from clients (DefaultLimits).
-	Limits Limits
+	Limits admission.Limits
 	// Join is the API address of a running member; when set, this node
 	// starts without bootstrapping and asks that member to add it. With
 	// Raft.Bootstrap as well, the node founds the cluster of the list if it
@@ -101,7 +102,7 @@ func DefaultConfig(dataDir, apiAddr string) Config {
 	lc := lessor.DefaultConfig()
 	lc.Grace = 0 // Open: twice the leader-lease timeout
 	lc.Logger = nil
-	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Limits: DefaultLimits(), Logger: slog.Default()}
+	return Config{Raft: rc, Lessor: lc, APIAddr: apiAddr, Limits: admission.DefaultLimits(), Logger: slog.Default()}
 }
 
 // Server is one leasehold node's API.
@@ -114,7 +115,7 @@ type Server struct {
 	feed   *web.Feed // the dashboard's event feed
 	work   *workers  // run the messages of every LockStream
 	met    *metrics
-	lim    *limiter
+	lim    *admission.Limiter
 	rides  rides        // queued acquires waiting for a release (ride.go)
 	http   *http.Client // for forwarding to the leader
 	authState
@@ -189,7 +190,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.met = met
-	if s.lim, err = newLimiter(cfg.Limits, cfg.Lessor.Clock, reg); err != nil {
+	if s.lim, err = admission.New(cfg.Limits, cfg.Lessor.Clock, reg); err != nil {
 		return nil, err
 	}
 	cfg.Lessor.Confirmer = confirmer{s}
@@ -216,7 +217,7 @@ func Open(cfg Config) (*Server, error) {
 		}
 	}
 	cfg.Raft.Observer = s.observe
-	cfg.Raft.OnRestore = func(at uint64) { s.hub.Restored(at); s.lim.restored(); s.observeAuth(nil) }
+	cfg.Raft.OnRestore = func(at uint64) { s.hub.Restored(at); s.lim.Restored(); s.observeAuth(nil) }
 	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
@@ -284,7 +285,7 @@ func (s *Server) startDrain() {
 // observe runs after every applied entry, on every node.
 func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
-	s.lim.sessionsEnded(res.EndedSessions)
+	s.lim.SessionsEnded(res.EndedSessions)
 	s.observeAuth(res)
 	s.hub.Publish(index, res.Events)
 	s.met.observe(res)
@@ -393,7 +394,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
-	opts = append(opts, inflateLimit(s.cfg.Limits.RequestBytes)...)
+	opts = append(opts, admission.InflateLimit(s.cfg.Limits.RequestBytes)...)
 	lpath, lh := leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...)
 	mux.Handle(lpath, withFlushGate(lh)) // lockstream.go
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
@@ -412,9 +413,10 @@ func (s *Server) Handler() http.Handler {
 		mountPprof(pm)
 		mux.Handle("/debug/pprof/", s.adminOnly(pm))
 	}
-	var hd http.Handler = s.limitHandler(s.browserCheck(mux)) // origin.go
-	hd = s.authenticate(hd)                                   // before the limits: they count the authenticated principal
-	hd = s.connRefusal(hd)                                    // a connection refused after its TLS handshake (connlimit.go)
+	named := func(r *http.Request) string { return principalOf(r, s.mayForward) }
+	var hd http.Handler = s.lim.Handler(s.browserCheck(mux), named) // origin.go
+	hd = s.authenticate(hd)                                         // before the limits: they count the authenticated principal
+	hd = admission.ConnRefusal(hd)                                  // a connection refused after its TLS handshake
 	if s.cfg.AccessLog != nil {
 		hd = accessLog(s.cfg.AccessLog, hd)
 	}

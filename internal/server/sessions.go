@@ -25,7 +25,7 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
 		id := newLeaseID()
-		created, err := h.s.lim.reserveSession(ctx, id, h.s.endedSessions)
+		created, err := h.s.lim.ReserveSession(ctx, id, h.s.endedSessions)
 		if err != nil {
 			return nil, err
 		}

@@ -28,7 +28,7 @@ func (s *Server) serveOn(hs *http.Server, ln net.Listener) error {
 		return hs.Serve(ln)
 	}
 	// ln hands over connections whose handshake is done (limited,
-	// connlimit.go); TLSConfig offering "h2" makes Serve set up HTTP/2.
+	// admission/connlimit.go); TLSConfig offering "h2" makes Serve set up HTTP/2.
 	hs.TLSConfig = s.apiTLSConfig()
 	hs.ErrorLog = slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)
 	var p http.Protocols

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/api"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/auth"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
@@ -20,16 +21,16 @@ import (
 // The limits enforced at the API edge. docs/operating/limits-and-errors.md
 // lists each one.
 const (
-	MaxNameLen     = 256              // lock names, KV keys, prefixes (bytes)
-	MaxOwnerLen    = 128              // owner labels (bytes)
-	MaxValueLen    = 64 << 10         // KV values (bytes)
-	MinTTL         = time.Second      // shorter TTLs are raised to this
-	MaxTTL         = time.Hour        // longer TTLs are refused
-	MaxLockDelay   = 60 * time.Second // longer lock-delays are lowered to this
-	MaxWait        = time.Hour        // the longest server-side queue wait
-	MaxListLimit   = 1000             // locks returned by one List
-	MaxRequestSize = 1 << 20          // bytes of one request message
-	leaseIDLen     = 32               // hex characters of a lease id
+	MaxNameLen     = 256                           // lock names, KV keys, prefixes (bytes)
+	MaxOwnerLen    = 128                           // owner labels (bytes)
+	MaxValueLen    = 64 << 10                      // KV values (bytes)
+	MinTTL         = time.Second                   // shorter TTLs are raised to this
+	MaxTTL         = time.Hour                     // longer TTLs are refused
+	MaxLockDelay   = 60 * time.Second              // longer lock-delays are lowered to this
+	MaxWait        = time.Hour                     // the longest server-side queue wait
+	MaxListLimit   = 1000                          // locks returned by one List
+	MaxRequestSize = admission.DefaultRequestBytes // bytes of one request message
+	leaseIDLen     = 32                            // hex characters of a lease id
 )
 
 // nameChar reports whether c may appear in a lock name, KV key or prefix.

@@ -29,9 +29,9 @@ func (s *Server) listLocked(fm *fsm.Machine, prefix string, limit int) ([]*pb.Lo
 
 // list returns up to limit locks of prefix, as the caller in ctx may
 // read them: refused with resource-exhausted when its list-rate is spent
-// (meter.go), else charged the locks returned.
+// (admission/meter.go), else charged the locks returned.
 func (s *Server) list(ctx context.Context, prefix string, limit int) ([]*pb.LockInfo, bool, error) {
-	used, err := s.lim.listCharge(ctx)
+	used, err := s.lim.ListCharge(ctx)
 	if err != nil {
 		return nil, false, err
 	}
@@ -47,7 +47,7 @@ func (s *Server) list(ctx context.Context, prefix string, limit int) ([]*pb.Lock
 // fails with unavailable while the node has restored a snapshot and applied
 // no entry since (the index of that state is not known yet).
 func (s *Server) watchState(ctx context.Context, prefix string) (*pb.WatchCompacted, error) {
-	used, err := s.lim.listCharge(ctx) // meter.go
+	used, err := s.lim.ListCharge(ctx) // admission/meter.go
 	if err != nil {
 		return nil, err
 	}

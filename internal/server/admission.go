@@ -1,12 +1,20 @@
 package server
 
+// The glue between the server and internal/admission: the principal the
+// per-principal limits count a request under, the API listener's
+// connection limits, and the live sessions the session count asks about.
+
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
-)
+	"slices"
 
-// Principals of the per-principal limits (limits.go, meter.go).
+	"github.com/leasehold/leasehold/internal/admission"
+	"github.com/leasehold/leasehold/internal/auth"
+	"github.com/leasehold/leasehold/internal/fsm"
+)
 
 // principalOf names who sent r, for the per-principal limits: an
 // authenticated principal's name (a verified client certificate, a valid
@@ -53,10 +61,42 @@ func (s *Server) mayForward(r *http.Request) bool {
 // principalHeader carries the caller's principal on a forwarded request.
 const principalHeader = "Leasehold-Principal"
 
-type principalKey struct{}
+// principal returns the principal the limits count the caller in ctx
+// under (admission.Principal).
+func principal(ctx context.Context) string { return admission.Principal(ctx) }
 
-// principal returns the principal the limits handler stored in ctx.
-func principal(ctx context.Context) string {
-	p, _ := ctx.Value(principalKey{}).(string)
-	return p
+// limited applies the connection limits to hs and ln (admission.Listen):
+// with TLS the listener completes each handshake before hs sees it.
+func (s *Server) limited(hs *http.Server, ln net.Listener) (*http.Server, net.Listener) {
+	var conf *tls.Config
+	if s.cfg.TLS != nil {
+		conf = s.apiTLSConfig()
+	}
+	return s.lim.Listen(hs, ln, conf, auth.IsNodeCert, s.cfg.Logger)
+}
+
+// apiTLSConfig is the TLS configuration of the API port: Config.TLS
+// offering HTTP/2 and HTTP/1.1 by ALPN.
+func (s *Server) apiTLSConfig() *tls.Config {
+	conf := s.cfg.TLS.Clone()
+	conf.NextProtos = slices.Clone(conf.NextProtos)
+	for _, p := range []string{"h2", "http/1.1"} {
+		if !slices.Contains(conf.NextProtos, p) {
+			conf.NextProtos = append(conf.NextProtos, p)
+		}
+	}
+	return conf
+}
+
+// endedSessions returns those of ids that are not live sessions.
+func (s *Server) endedSessions(ids []string) []string {
+	var out []string
+	s.node.Read(func(m *fsm.Machine) {
+		for _, id := range ids {
+			if m.Session(id) == nil {
+				out = append(out, id)
+			}
+		}
+	})
+	return out
 }

@@ -1,9 +1,10 @@
-package server
+package admission
 
 import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,14 +12,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/leasehold/leasehold/api"
-	"github.com/leasehold/leasehold/internal/auth"
 )
 
 // Connection limits.
@@ -51,9 +50,9 @@ import (
 // refusedConnGrace if no request comes.
 
 // connGate counts the connections of one listener, per address and per
-// principal; limiter.conns holds the node's total.
+// principal; Limiter.conns holds the node's total.
 type connGate struct {
-	l *limiter
+	l *Limiter
 
 	mu          sync.Mutex             // protects following
 	addrs       map[netip.Prefix]*addr // per address; no entries without connections
@@ -67,7 +66,7 @@ type addr struct {
 	handshaking int // of which in their TLS handshake
 }
 
-func newConnGate(l *limiter) *connGate {
+func newConnGate(l *Limiter) *connGate {
 	return &connGate{l: l, addrs: map[netip.Prefix]*addr{}, principals: map[string]int{}}
 }
 
@@ -120,15 +119,15 @@ func (g *connGate) admit(key netip.Prefix, handshake bool) (st *gatedConnState, 
 		a = &addr{}
 	}
 	if c.ConnsPerAddress > 0 && a.open >= c.ConnsPerAddress {
-		return nil, "conns-per-address", exhausted("conns-per-address", "%d connections from %s are open on this node, the limit", a.open, addrString(key)).Message
+		return nil, "conns-per-address", Exhausted("conns-per-address", "%d connections from %s are open on this node, the limit", a.open, addrString(key)).Message
 	}
 	st = &gatedConnState{key: key, addr: true}
 	if handshake {
 		if c.HandshakesPerAddress > 0 && a.handshaking >= c.HandshakesPerAddress {
-			return nil, "handshakes-per-address", exhausted("handshakes-per-address", "%d connections from %s are in their TLS handshake on this node, the limit", a.handshaking, addrString(key)).Message
+			return nil, "handshakes-per-address", Exhausted("handshakes-per-address", "%d connections from %s are in their TLS handshake on this node, the limit", a.handshaking, addrString(key)).Message
 		}
 		if c.Handshakes > 0 && g.handshaking >= c.Handshakes {
-			return nil, "handshakes", exhausted("handshakes", "%d connections are in their TLS handshake on this node, the limit", g.handshaking).Message
+			return nil, "handshakes", Exhausted("handshakes", "%d connections are in their TLS handshake on this node, the limit", g.handshaking).Message
 		}
 		a.handshaking++
 		g.handshaking++
@@ -152,7 +151,7 @@ func (g *connGate) enterConnsLocked() (name, msg string) {
 	}
 	if g.l.conns.Add(1) > max {
 		g.l.conns.Add(-1)
-		return "conns", exhausted("conns", "%d connections are open on this node, the limit", max).Message
+		return "conns", Exhausted("conns", "%d connections are open on this node, the limit", max).Message
 	}
 	return "", ""
 }
@@ -176,7 +175,7 @@ func (g *connGate) handshaken(st *gatedConnState, principal string, node bool) (
 	st.conn = true
 	if max := g.l.cfg.ConnsPerPrincipal; principal != "" && max > 0 {
 		if n := g.principals[principal]; n >= max {
-			return "conns-per-principal", exhausted("conns-per-principal", "principal %s has %d connections open on this node, the limit", principal, n).Message
+			return "conns-per-principal", Exhausted("conns-per-principal", "principal %s has %d connections open on this node, the limit", principal, n).Message
 		}
 		g.principals[principal]++
 		st.principal = principal
@@ -240,31 +239,21 @@ func write429(w io.Writer, msg string) {
 	_, _ = fmt.Fprintf(w, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 }
 
-// limited applies the connection limits to hs and ln: the listener it
-// returns counts every connection (and, with TLS, completes its handshake).
-func (s *Server) limited(hs *http.Server, ln net.Listener) (*http.Server, net.Listener) {
-	c := s.lim.cfg
+// Listen applies the connection limits to hs and ln: the listener it
+// returns counts every connection and, when conf is not nil, completes
+// its TLS handshake with conf (bounded by handshake-timeout) before
+// hs sees it. isNode tells a node certificate, which counts toward
+// nothing once its handshake is done; log reports failed handshakes.
+func (l *Limiter) Listen(hs *http.Server, ln net.Listener, conf *tls.Config, isNode func(*x509.Certificate) bool, log *slog.Logger) (*http.Server, net.Listener) {
+	c := l.cfg
 	hs.ReadHeaderTimeout = c.ReadHeaderTimeout
 	hs.IdleTimeout = c.IdleTimeout
 	hs.ConnContext = connContext
-	g := newConnGate(s.lim)
-	if s.cfg.TLS != nil {
-		return hs, newHandshakeListener(ln, g, s.apiTLSConfig(), c.HandshakeTimeout, s.cfg.Logger)
+	g := newConnGate(l)
+	if conf != nil {
+		return hs, newHandshakeListener(ln, g, conf, isNode, c.HandshakeTimeout, log)
 	}
 	return hs, readBufferedListener{&connLimiter{Listener: ln, g: g}}
-}
-
-// apiTLSConfig is the TLS configuration of the API port: Config.TLS
-// offering HTTP/2 and HTTP/1.1 by ALPN.
-func (s *Server) apiTLSConfig() *tls.Config {
-	conf := s.cfg.TLS.Clone()
-	conf.NextProtos = slices.Clone(conf.NextProtos)
-	for _, p := range []string{"h2", "http/1.1"} {
-		if !slices.Contains(conf.NextProtos, p) {
-			conf.NextProtos = append(conf.NextProtos, p)
-		}
-	}
-	return conf
 }
 
 // connLimiter counts the connections of a cleartext listener as they are
@@ -313,6 +302,7 @@ type handshakeListener struct {
 	net.Listener
 	g       *connGate
 	conf    *tls.Config
+	isNode  func(*x509.Certificate) bool
 	timeout time.Duration
 	log     *slog.Logger
 
@@ -325,9 +315,9 @@ type handshakeListener struct {
 	err    error         // why it ended; set before done is closed
 }
 
-func newHandshakeListener(ln net.Listener, g *connGate, conf *tls.Config, timeout time.Duration, log *slog.Logger) *handshakeListener {
+func newHandshakeListener(ln net.Listener, g *connGate, conf *tls.Config, isNode func(*x509.Certificate) bool, timeout time.Duration, log *slog.Logger) *handshakeListener {
 	ctx, cancel := context.WithCancel(context.Background())
-	hl := &handshakeListener{Listener: ln, g: g, conf: conf, timeout: timeout, log: log,
+	hl := &handshakeListener{Listener: ln, g: g, conf: conf, isNode: isNode, timeout: timeout, log: log,
 		ready: make(chan *tls.Conn), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	hl.wg.Go(hl.acceptLoop)
 	return hl
@@ -408,7 +398,7 @@ func (hl *handshakeListener) handshake(c *countedConn) {
 		return
 	}
 	st := tc.ConnectionState()
-	principal, node := certPrincipal(st)
+	principal, node := certPrincipal(st, hl.isNode)
 	if name, msg := hl.g.handshaken(c.st, principal, node); name != "" {
 		hl.g.l.refuse(name)
 		var once sync.Once
@@ -425,20 +415,20 @@ func (hl *handshakeListener) handshake(c *countedConn) {
 
 // certPrincipal is the principal of a verified client certificate (as
 // the per-principal limits name it, "user:NAME"; "" without one), or
-// node when it is a node certificate.
-func certPrincipal(st tls.ConnectionState) (principal string, node bool) {
+// node when it is a node certificate (isNode).
+func certPrincipal(st tls.ConnectionState, isNode func(*x509.Certificate) bool) (principal string, node bool) {
 	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
 		return "", false
 	}
 	c := st.VerifiedChains[0][0]
-	if auth.IsNodeCert(c) {
+	if isNode(c) {
 		return "", true
 	}
 	return "user:" + c.Subject.CommonName, false
 }
 
 // refusedConn is the refusal of a connection whose handshake is done,
-// delivered as the answer to its first request (connRefusal) and
+// delivered as the answer to its first request (ConnRefusal) and
 // carried in its requests' context.
 type refusedConn struct {
 	err   *api.Error
@@ -458,11 +448,11 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// connRefusal answers every request on a connection refused after its
+// ConnRefusal answers every request on a connection refused after its
 // handshake with its refusal, resource-exhausted in the caller's protocol
 // (an HTTP 429 for a plain HTTP client), and then closes the connection:
 // HTTP/1.1 with the response, HTTP/2 a moment after it.
-func (s *Server) connRefusal(h http.Handler) http.Handler {
+func ConnRefusal(h http.Handler) http.Handler {
 	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc, ok := r.Context().Value(refusedConnKey{}).(*refusedConn)

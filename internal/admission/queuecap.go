@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // queued. One granted at once gives the place back as soon as its
 // proposal is answered; one queued keeps it until it returns. Only the
 // node that proposes counts: a follower forwards an Acquire to the leader
-// (onLeader) and takes no place for it, and a leader that lost the lead
+// (the server's onLeader) and takes no place for it, and a leader that lost the lead
 // while proposing gives its place back before forwarding. An Acquire that
 // waits on a leader that loses the lead stays parked, and counted, there
 // until it returns: for a while after a leader change a session may have
@@ -52,10 +52,10 @@ func (q *parkedAcquires) enter(session, p string) (func(), string, *api.Error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if n := q.bySession[session]; q.perSession > 0 && n >= q.perSession {
-		return nil, "queued-per-session", exhausted("queued-per-session", "session %s has %d Acquires waiting on this node, the limit", session, n)
+		return nil, "queued-per-session", Exhausted("queued-per-session", "session %s has %d Acquires waiting on this node, the limit", session, n)
 	}
 	if n := q.byPrincipal[p]; q.perPrincipal > 0 && n >= q.perPrincipal {
-		return nil, "queued-per-principal", exhausted("queued-per-principal", "principal %s has %d Acquires waiting on this node, the limit", p, n)
+		return nil, "queued-per-principal", Exhausted("queued-per-principal", "principal %s has %d Acquires waiting on this node, the limit", p, n)
 	}
 	q.total++
 	q.bySession[session]++
@@ -83,37 +83,41 @@ func (q *parkedAcquires) parked() int {
 	return q.total
 }
 
-// place is the place a blocking Acquire holds among the parked ones; nil
+// Place is the place a blocking Acquire holds among the parked ones; nil
 // for a TryAcquire, which never waits.
-type place struct{ give func() }
+type Place struct{ give func() }
 
-// parkAcquire admits the blocking Acquire r of the caller in ctx to wait
-// on this node, or refuses it with resource-exhausted (counted in
-// leasehold_limit_refused_total). Release the place once r no longer
-// waits; a TryAcquire needs none.
-func (l *limiter) parkAcquire(ctx context.Context, r acquireReq) (*place, error) {
-	if r.try {
+// ParkAcquire admits the blocking Acquire of session leaseID by the
+// caller in ctx to wait on this node, or refuses it with
+// resource-exhausted (counted in leasehold_limit_refused_total). Release
+// the place once the Acquire no longer waits; a TryAcquire (try) needs
+// none.
+func (l *Limiter) ParkAcquire(ctx context.Context, leaseID string, try bool) (*Place, error) {
+	if try {
 		return nil, nil
 	}
-	release, name, err := l.queued.enter(r.leaseID, principal(ctx))
+	release, name, err := l.queued.enter(leaseID, Principal(ctx))
 	if err != nil {
 		l.refuse(name)
 		return nil, err
 	}
-	return &place{give: release}, nil
+	return &Place{give: release}, nil
 }
 
-// release gives the place back; calling it again does nothing.
-func (p *place) release() {
+// Release gives the place back; calling it again does nothing.
+func (p *Place) Release() {
 	if p != nil {
 		p.give()
 	}
 }
 
-// waits is told whether the proposal queued the Acquire: one granted at
+// Waits is told whether the proposal queued the Acquire: one granted at
 // once does not wait, and gives its place back now.
-func (p *place) waits(queued bool) {
+func (p *Place) Waits(queued bool) {
 	if !queued {
-		p.release()
+		p.Release()
 	}
 }
+
+// Parked is the number of Acquires parked on this node.
+func (l *Limiter) Parked() int { return l.queued.parked() }

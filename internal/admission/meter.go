@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"context"
@@ -38,7 +38,7 @@ type meter struct {
 	rate  float64
 	burst int
 	clock clock.Clock
-	count func(name string) // counts a refusal (limiter.refuse)
+	count func(name string) // counts a refusal (Limiter.refuse)
 
 	mu      sync.Mutex         // protects following
 	buckets map[string]*bucket // per principal; a full bucket may be dropped
@@ -60,7 +60,7 @@ func (m *meter) take(p string, n int) *api.Error {
 	b := m.bucketLocked(p, now)
 	if b.tokens < 1 {
 		m.count(m.name)
-		return exhausted(m.name, "%s limit of %g %s (burst %d) for principal %s exceeded", m.name, m.rate, m.unit, m.burst, p)
+		return Exhausted(m.name, "%s limit of %g %s (burst %d) for principal %s exceeded", m.name, m.rate, m.unit, m.burst, p)
 	}
 	b.tokens -= float64(n)
 	return nil
@@ -132,37 +132,37 @@ func newMeters(cfg Limits, clk clock.Clock, count func(string)) meters {
 	}
 }
 
-// listCharge admits a read of the caller in ctx that walks many entries
+// ListCharge admits a read of the caller in ctx that walks many entries
 // (locks of a List or of a watch's compacted state, sessions of a
 // ListSessions): refused when the caller's list-rate is spent. Call the
 // returned func once with the entries it returned, at least one of which
 // is charged.
-func (l *limiter) listCharge(ctx context.Context) (func(used int), error) {
-	p := principal(ctx)
+func (l *Limiter) ListCharge(ctx context.Context) (func(used int), error) {
+	p := Principal(ctx)
 	if err := l.meters.lists.take(p, 0); err != nil {
 		return nil, err
 	}
 	return func(used int) { l.meters.lists.charge(p, max(used, 1)) }, nil
 }
 
-// watchOpen admits one more Watch of the caller in ctx: the open-stream
+// WatchOpen admits one more Watch of the caller in ctx: the open-stream
 // gate (watches, watches-per-principal) first, then the rate of opens. The
 // returned func closes the stream's place.
-func (l *limiter) watchOpen(ctx context.Context) (func(), error) {
+func (l *Limiter) WatchOpen(ctx context.Context) (func(), error) {
 	release, err := l.stream(ctx, l.watches)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.meters.watchOpens.take(principal(ctx), 1); err != nil {
+	if err := l.meters.watchOpens.take(Principal(ctx), 1); err != nil {
 		release()
 		return nil, api.ToConnect(err)
 	}
 	return release, nil
 }
 
-// renew admits a renewal of n lease ids by the caller in ctx.
-func (l *limiter) renew(ctx context.Context, n int) error {
-	if err := l.meters.renewals.take(principal(ctx), n); err != nil {
+// Renew admits a renewal of n lease ids by the caller in ctx.
+func (l *Limiter) Renew(ctx context.Context, n int) error {
+	if err := l.meters.renewals.take(Principal(ctx), n); err != nil {
 		return err // not a nil *api.Error in an error
 	}
 	return nil

@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func TestReserveSessionRefusalIsConstant(t *testing.T) {
 	const n = 10_000
 	cfg := DefaultLimits()
 	cfg.SessionsPerPrincipal = n
-	l, err := newLimiter(cfg, clock.Real{}, prometheus.NewRegistry())
+	l, err := New(cfg, clock.Real{}, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,14 +30,14 @@ func TestReserveSessionRefusalIsConstant(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := range n {
-		done, err := l.reserveSession(ctx, fmt.Sprintf("s%d", i), ended)
+		done, err := l.ReserveSession(ctx, fmt.Sprintf("s%d", i), ended)
 		if err != nil {
 			t.Fatalf("session %d: %v", i, err)
 		}
 		done(false)
 	}
 	for i := range 100 {
-		if _, err := l.reserveSession(ctx, fmt.Sprintf("more%d", i), ended); err == nil {
+		if _, err := l.ReserveSession(ctx, fmt.Sprintf("more%d", i), ended); err == nil {
 			t.Fatalf("session %d of a principal with a limit of %d was admitted", n+1, n)
 		}
 	}
@@ -45,31 +45,31 @@ func TestReserveSessionRefusalIsConstant(t *testing.T) {
 		t.Fatalf("creating %d sessions and refusing 100 looked up %d ids, want none", n, looked)
 	}
 
-	l.sessionsEnded([]string{"s7"})
-	done, err := l.reserveSession(ctx, "after-end", ended)
+	l.SessionsEnded([]string{"s7"})
+	done, err := l.ReserveSession(ctx, "after-end", ended)
 	if err != nil {
 		t.Fatalf("a place given back by an ended session: %v", err)
 	}
 	done(false)
 
 	// A CreateSession that failed without creating gives its place back.
-	l.sessionsEnded([]string{"s8"})
-	done, err = l.reserveSession(ctx, "failed", ended)
+	l.SessionsEnded([]string{"s8"})
+	done, err = l.ReserveSession(ctx, "failed", ended)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done(true) // ended says it is live: it was created after all
-	if _, err := l.reserveSession(ctx, "x", ended); err == nil {
+	if _, err := l.ReserveSession(ctx, "x", ended); err == nil {
 		t.Fatal("a failed CreateSession whose session is live gave its place back")
 	}
 	notLive := func(ids []string) []string { return ids }
-	l.sessionsEnded([]string{"s9"})
-	done, err = l.reserveSession(ctx, "failed2", notLive)
+	l.SessionsEnded([]string{"s9"})
+	done, err = l.ReserveSession(ctx, "failed2", notLive)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done(true)
-	if done, err := l.reserveSession(ctx, "y", ended); err != nil {
+	if done, err := l.ReserveSession(ctx, "y", ended); err != nil {
 		t.Fatalf("a failed CreateSession kept its place: %v", err)
 	} else {
 		done(false)
@@ -77,9 +77,9 @@ func TestReserveSessionRefusalIsConstant(t *testing.T) {
 
 	// After a snapshot replaced the state, the sessions it ended unseen
 	// are found once.
-	l.restored()
+	l.Restored()
 	gone := func(ids []string) []string { return ids[:1] }
-	done, err = l.reserveSession(ctx, "after-restore", gone)
+	done, err = l.ReserveSession(ctx, "after-restore", gone)
 	if err != nil {
 		t.Fatalf("after a restore that ended a session: %v", err)
 	}

@@ -1,19 +1,17 @@
-package server
+package admission
 
 import (
 	"context"
-
-	"github.com/leasehold/leasehold/internal/fsm"
 )
 
 // ownedSet is the sessions one principal created through this node while
 // it led: true for a CreateSession still in flight.
 type ownedSet map[string]bool
 
-// reserveSession admits a new session id for the caller in ctx, or
+// ReserveSession admits a new session id for the caller in ctx, or
 // refuses it, in time independent of how many sessions the caller has:
 // the count of its live sessions is kept as they are created here and
-// end (sessionsEnded), never recounted. Call the returned func once the
+// end (SessionsEnded), never recounted. Call the returned func once the
 // CreateSession is answered, whatever the answer, with failed true when
 // it failed: an id that did not become a live session (ended says which
 // of the ids given are not live) then gives its place back.
@@ -25,12 +23,12 @@ type ownedSet map[string]bool
 // mattering as they end. After a snapshot replaced the state (whose
 // ended sessions were never observed here) the first reservation looks
 // every counted id up once.
-func (l *limiter) reserveSession(ctx context.Context, id string, ended func(ids []string) []string) (func(failed bool), error) {
+func (l *Limiter) ReserveSession(ctx context.Context, id string, ended func(ids []string) []string) (func(failed bool), error) {
 	max := l.cfg.SessionsPerPrincipal
 	if max <= 0 {
 		return func(bool) {}, nil
 	}
-	p := principal(ctx)
+	p := Principal(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stale {
@@ -46,7 +44,7 @@ func (l *limiter) reserveSession(ctx context.Context, id string, ended func(ids 
 	set := l.owned[p]
 	if len(set) >= max {
 		l.refuse("sessions-per-principal")
-		return nil, exhausted("sessions-per-principal", "principal %s has %d live sessions, the limit: close some", p, len(set))
+		return nil, Exhausted("sessions-per-principal", "principal %s has %d live sessions, the limit: close some", p, len(set))
 	}
 	if set == nil {
 		set = ownedSet{}
@@ -68,9 +66,9 @@ func (l *limiter) reserveSession(ctx context.Context, id string, ended func(ids 
 	}, nil
 }
 
-// sessionsEnded gives back the places of the sessions ids that ended
+// SessionsEnded gives back the places of the sessions ids that ended
 // (fsm.Result.EndedSessions, on every applied entry).
-func (l *limiter) sessionsEnded(ids []string) {
+func (l *Limiter) SessionsEnded(ids []string) {
 	if len(ids) == 0 || l.cfg.SessionsPerPrincipal <= 0 {
 		return
 	}
@@ -79,16 +77,16 @@ func (l *limiter) sessionsEnded(ids []string) {
 	l.forgetLocked(ids)
 }
 
-// restored marks the session counts stale: a snapshot replaced the state,
+// Restored marks the session counts stale: a snapshot replaced the state,
 // and the sessions that ended in the entries it covers were never seen.
-func (l *limiter) restored() {
+func (l *Limiter) Restored() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stale = len(l.ownerOf) > 0
 }
 
 // forgetLocked drops ids from the session counts.
-func (l *limiter) forgetLocked(ids []string) {
+func (l *Limiter) forgetLocked(ids []string) {
 	for _, id := range ids {
 		p, ok := l.ownerOf[id]
 		if !ok {
@@ -100,17 +98,4 @@ func (l *limiter) forgetLocked(ids []string) {
 			delete(l.owned, p)
 		}
 	}
-}
-
-// endedSessions returns those of ids that are not live sessions.
-func (s *Server) endedSessions(ids []string) []string {
-	var out []string
-	s.node.Read(func(m *fsm.Machine) {
-		for _, id := range ids {
-			if m.Session(id) == nil {
-				out = append(out, id)
-			}
-		}
-	})
-	return out
 }

@@ -1,4 +1,4 @@
-package server
+package admission
 
 // The request-body bounds: a body past request-bytes, announced, chunked,
 // in a stream message or inflated, is refused with resource-exhausted.
@@ -23,7 +23,7 @@ func tooLarge(n, limit int64) *api.Error {
 	if n > 0 {
 		what = "a request body of " + strconv.FormatInt(n, 10) + " bytes"
 	}
-	return exhausted("request-bytes", "%s exceeds the request limit of %d bytes", what, limit)
+	return Exhausted("request-bytes", "%s exceeds the request limit of %d bytes", what, limit)
 }
 
 // cappedBody turns http.MaxBytesReader's error into resource-exhausted
@@ -82,19 +82,19 @@ func (e *envelopeCap) Read(p []byte) (int, error) {
 		e.got = 0
 		e.left = int64(binary.BigEndian.Uint32(e.prefix[1:]))
 		if e.left > e.limit {
-			e.err = api.ToConnect(exhausted("request-bytes", "a stream message of %d bytes exceeds the request limit of %d bytes", e.left, e.limit))
+			e.err = api.ToConnect(Exhausted("request-bytes", "a stream message of %d bytes exceeds the request limit of %d bytes", e.left, e.limit))
 			return i, nil // the prefix; the message itself is never read
 		}
 	}
 	return n, err
 }
 
-// inflateLimit returns the handler option that replaces connect's gzip
+// InflateLimit returns the handler option that replaces connect's gzip
 // decompressor with one that fails as soon as a message inflates past
 // limit bytes (connect stops reading at the limit but then inflates the
 // rest of the message to report its size: a 1 KiB body could cost a
 // gigabyte of inflation). Zero: the default decompressor.
-func inflateLimit(limit int64) []connect.HandlerOption {
+func InflateLimit(limit int64) []connect.HandlerOption {
 	if limit <= 0 {
 		return nil
 	}
@@ -117,7 +117,7 @@ func (d *inflateCap) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if d.n > d.limit {
-		return 0, api.ToConnect(exhausted("request-bytes", "a compressed request message inflates past the request limit of %d bytes", d.limit))
+		return 0, api.ToConnect(Exhausted("request-bytes", "a compressed request message inflates past the request limit of %d bytes", d.limit))
 	}
 	// Never inflate more than one byte past the limit in one read.
 	if room := d.limit + 1 - d.n; int64(len(p)) > room {
