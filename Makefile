@@ -6,4 +6,4 @@ DURATION ?= 30s
 
 .PHONY: soak
 soak:
-	go test -count=1 -tags leasehold_sim -timeout 0 ./internal/sim -run 'TestSim$$' -seeds $(SEEDS) -first $(FIRST) -duration $(DURATION) -seed-timeout 5m -v
+	go test -count=1 -tags leasehold_sim -timeout 0 ./internal/harness/sim -run 'TestSim$$' -seeds $(SEEDS) -first $(FIRST) -duration $(DURATION) -seed-timeout 5m -v

@@ -14,8 +14,8 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/cutreply"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/cutreply"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // cutHandler serves the real API but, while cuts > 0, cuts the reply off

@@ -11,9 +11,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/netfault"
+	"github.com/leasehold/leasehold/internal/harness/netfault"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/server"
-	"github.com/leasehold/leasehold/internal/servertest"
 	"github.com/leasehold/leasehold/internal/testserver"
 )
 

@@ -18,8 +18,8 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/cutreply"
-	"github.com/leasehold/leasehold/internal/simtest"
+	"github.com/leasehold/leasehold/internal/harness/cutreply"
+	"github.com/leasehold/leasehold/internal/harness/simtest"
 )
 
 // streamCutter serves the real API; while armed, a LockStream whose

@@ -14,8 +14,8 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/harness/simtest"
 	"github.com/leasehold/leasehold/internal/server"
-	"github.com/leasehold/leasehold/internal/simtest"
 )
 
 // collect ranges over events on a goroutine that ends with ctx, sending

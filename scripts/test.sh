@@ -36,8 +36,8 @@ sim() {
 	rm -f "$out"
 	return "$status"
 }
-sim -race -tags leasehold_sim,leasehold_invariants -timeout 10m ./internal/sim -run 'TestSim$' -seeds 20 -first 5000 -duration 20s
-sim -tags leasehold_sim -timeout 20m ./internal/sim -run 'TestSim$|TestSimSkewBeyondBound|TestMutants' -seeds 280 -first 1000 -duration 20s
+sim -race -tags leasehold_sim,leasehold_invariants -timeout 10m ./internal/harness/sim -run 'TestSim$' -seeds 20 -first 5000 -duration 20s
+sim -tags leasehold_sim -timeout 20m ./internal/harness/sim -run 'TestSim$|TestSimSkewBeyondBound|TestMutants' -seeds 280 -first 1000 -duration 20s
 step dashboard browser module
 # internal/web/browsertest is a module of its own (chromedp stays out of leasehold's go.mod): the
 # dashboard driven in a headless Chromium, and its JSON API by role, against real servers.
@@ -67,7 +67,7 @@ step fault suite tier 2, the real binary
 # histories checked with porcupine, about 5 minutes; -race builds the servers with the race
 # detector too; needs root
 # (a network namespace per node). See docs/reliability.md.
-go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/faults
+go test -race -count=1 -tags leasehold_faults -timeout 10m ./internal/harness/faults
 step fault suite tier 3, fuzzing
 # Fault suite, tier 3: every fuzz target for 8 s (docs/reliability.md; longer: bash scripts/fuzz.sh 60).
 bash scripts/fuzz.sh 8

@@ -13,7 +13,7 @@ import (
 )
 
 // Test hooks, compiled only with -tags leasehold_testhooks (the fault suite
-// in internal/faults builds the binary so). They are read from the
+// in internal/harness/faults builds the binary so). They are read from the
 // environment so that no flag a user could see exists for them:
 //
 //   - LEASEHOLD_TESTHOOK_CLOCK_RATE=R runs the lessor's (and the server's)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fence/gateway"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // TestGatewayMaxKeys: beyond MaxKeys a request for a new key gets 507 resource-exhausted

@@ -9,7 +9,7 @@ import (
 
 	leaseholdv1 "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
-	"github.com/leasehold/leasehold/internal/scenario"
+	"github.com/leasehold/leasehold/internal/harness/scenario"
 )
 
 // TestScenarios runs testdata/scenarios/*.txt, each on a fresh Machine.

@@ -8,7 +8,7 @@
 // its apply observer and restore hook, and the watcher gauge). The hub
 // imports internal/fsm (the events) and api (the error codes its refusals
 // carry), never the network, raft or the server: TestForbiddenImports in
-// internal/e2e pins that.
+// internal/harness/e2e pins that.
 //
 // # Design
 //

@@ -12,7 +12,7 @@ import (
 	"github.com/leasehold/leasehold/internal/clock"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
-	"github.com/leasehold/leasehold/internal/scenario"
+	"github.com/leasehold/leasehold/internal/harness/scenario"
 )
 
 // TestScenarios runs testdata/*.txt: a leader's lessor on a manual clock

@@ -4,7 +4,7 @@ import "time"
 
 // The lessor's deadline decisions each live in a seam_*.go file of their
 // own, so that the simulation's mutation test can replace one file with a
-// broken version (internal/sim/testdata/mutants) and prove it catches the
+// broken version (internal/harness/sim/testdata/mutants) and prove it catches the
 // bug; normal builds compile these files as they are.
 
 // renewTo is a session's deadline after a renewal: never earlier.

@@ -9,7 +9,7 @@ import (
 
 // Stores replaces the stores a node keeps in its data dir: its raft log,
 // its stable store (term and vote) and its snapshots. It is for the
-// deterministic simulation (internal/sim), whose nodes run on in-memory
+// deterministic simulation (internal/harness/sim), whose nodes run on in-memory
 // stores that outlive a simulated crash; a server never sets it. The data
 // dir still holds the cluster id. The node does not close these stores:
 // their owner does, once no node uses them.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/server"
-	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a logger and the test.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	lh "github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // canary is a well-behaved client: it holds one lock for the whole test

@@ -14,7 +14,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // TestSmallResponsesUncompressed: a gRPC client that accepts gzip gets a

@@ -16,7 +16,7 @@ import (
 // The glue between a node and its lessor, outside any RPC: how the lessor
 // proposes, how it starts on a new leader, how a batch of renewals is
 // answered. The server's handlers call it, and so does the deterministic
-// simulation (internal/sim), which runs nodes without HTTP.
+// simulation (internal/harness/sim), which runs nodes without HTTP.
 
 // LessorPropose proposes cmd on node for its lessor. An error after which
 // the command certainly did not apply wraps lessor.ErrNotApplied; any

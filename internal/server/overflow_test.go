@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/api"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // Absurd durations over the JSON API never wrap: each is refused with

@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/server"
-	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // TestPprof checks that /debug/pprof/ is served only when Config.Pprof is

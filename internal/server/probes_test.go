@@ -23,8 +23,8 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/server"
-	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 func grpcConn(t *testing.T, addr string) *grpc.ClientConn {

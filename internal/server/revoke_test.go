@@ -6,7 +6,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // revokeSetup starts a node with auth on: "ops" is admin, every other

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/server"
-	"github.com/leasehold/leasehold/internal/servertest"
 )
 
 // TestTokenCounter: the endpoint answers the newest token issued, which moves with each grant.

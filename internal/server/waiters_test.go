@@ -7,7 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // Many queued requests of one session for one name (each newer one takes

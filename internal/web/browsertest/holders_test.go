@@ -11,7 +11,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/clock"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // TestDashboardShowsEveryHolder: a read lock held by two readers and a

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/web"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/leasehold/leasehold/internal/cutreply"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/cutreply"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 func TestMain(m *testing.M) {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // mountTmpfs mounts a tmpfs of size bytes on a new directory (unmounted,

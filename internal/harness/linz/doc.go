@@ -1,7 +1,7 @@
 // Package linz holds the porcupine models of leasehold's lock table and
 // fenced KV, and the history types they read, for every test tier that
 // checks linearizability (P1, and P4 at the built-in KV): the simulation
-// (internal/sim) and the real-process fault schedules (internal/faults).
+// (internal/harness/sim) and the real-process fault schedules (internal/harness/faults).
 //
 // LockModel is a mutex per name whose holder may expire at any moment the
 // model needs it to (an expiry is invisible to clients), with tokens that

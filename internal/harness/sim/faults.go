@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/leasehold/leasehold/internal/linz"
+	"github.com/leasehold/leasehold/internal/harness/linz"
 )
 
 // freezeHolders freezes every W4 holder once, each after its first

@@ -20,7 +20,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/cutreply"
+	"github.com/leasehold/leasehold/internal/harness/cutreply"
 )
 
 // cutEvery is the share of unary replies, and of lock-stream answers, a

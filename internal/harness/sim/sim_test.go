@@ -17,7 +17,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/leasehold/leasehold/internal/linz"
+	"github.com/leasehold/leasehold/internal/harness/linz"
 )
 
 var (
@@ -102,12 +102,12 @@ func runSeed(t *testing.T, seed uint64, done func(Report)) {
 	done(rep)
 	if len(rep.Undecided) > 0 && len(rep.Violations) == 0 {
 		dir := saveFailure(t, rep)
-		t.Logf("seed %d: UNDECIDED (not verified, no violation found)\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\nhistory and visualization: %s",
+		t.Logf("seed %d: UNDECIDED (not verified, no violation found)\n  %s\nreplay: go test -tags leasehold_sim ./internal/harness/sim -run 'TestSim$' -seed %d\nhistory and visualization: %s",
 			seed, strings.Join(rep.Undecided, "\n  "), seed, dir)
 	}
 	if len(rep.Violations) > 0 {
 		dir := saveFailure(t, rep)
-		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\nhistory and visualization: %s\ncounters: %v",
+		t.Errorf("seed %d: VIOLATION\n  %s\nreplay: go test -tags leasehold_sim ./internal/harness/sim -run 'TestSim$' -seed %d\nhistory and visualization: %s\ncounters: %v",
 			seed, strings.Join(rep.Violations, "\n  "), seed, dir, rep.Counters)
 	}
 }
@@ -125,7 +125,7 @@ func stuck(seed uint64) {
 		_ = f.Close()
 		where = f.Name()
 	}
-	fmt.Fprintf(os.Stderr, "seed %d: STUCK: not finished after %v of real time\nreplay: go test -tags leasehold_sim ./internal/sim -run 'TestSim$' -seed %d\ngoroutines: %s\n", seed, *realFlag, seed, where)
+	fmt.Fprintf(os.Stderr, "seed %d: STUCK: not finished after %v of real time\nreplay: go test -tags leasehold_sim ./internal/harness/sim -run 'TestSim$' -seed %d\ngoroutines: %s\n", seed, *realFlag, seed, where)
 	os.Exit(1)
 }
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/netfault"
+	"github.com/leasehold/leasehold/internal/harness/netfault"
 )
 
 // TestSessionSurvivesPartitionedLeader: the leader is cut off from the

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/linz"
+	"github.com/leasehold/leasehold/internal/harness/linz"
 )
 
 // Workload shapes.

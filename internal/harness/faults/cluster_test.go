@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // Timing of the binary (raftnode and lessor defaults): raft draws each
@@ -51,12 +51,12 @@ func TestMain(m *testing.M) {
 		os.Exit(clientMain(mode))
 	}
 	if sysSetns == 0 {
-		fmt.Fprintln(os.Stderr, "internal/faults: setns(2) is known here only on linux/amd64 and linux/arm64")
+		fmt.Fprintln(os.Stderr, "internal/harness/faults: setns(2) is known here only on linux/amd64 and linux/arm64")
 		os.Exit(1)
 	}
 	if os.Geteuid() != 0 {
 		// Each node runs in a network namespace of its own (CLONE_NEWNET).
-		fmt.Fprintln(os.Stderr, "internal/faults: the fault schedules need root (network namespaces); run as root, as CI does")
+		fmt.Fprintln(os.Stderr, "internal/harness/faults: the fault schedules need root (network namespaces); run as root, as CI does")
 		os.Exit(1)
 	}
 	dir, err := os.MkdirTemp("", "leasehold-faults-")
@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	out, err := exec.Command("go", append(args, "../../cmd/leasehold")...).CombinedOutput()
+	out, err := exec.Command("go", append(args, "../../../cmd/leasehold")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build leasehold: %v\n%s", err, out)
 		os.Exit(1)

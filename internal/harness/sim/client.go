@@ -12,8 +12,8 @@ import (
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/harness/linz"
 	"github.com/leasehold/leasehold/internal/lessor"
-	"github.com/leasehold/leasehold/internal/linz"
 )
 
 // opTimeout bounds one attempt of a client call; an attempt that times out

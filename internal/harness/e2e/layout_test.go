@@ -17,7 +17,7 @@ import (
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()
 	cmd := exec.Command("go", append([]string{"list"}, args...)...)
-	cmd.Dir = "../.."
+	cmd.Dir = "../../.."
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list %v: %v", args, err)
@@ -75,6 +75,8 @@ func TestForbiddenImports(t *testing.T) {
 		{"./fence/pgfence", true, []string{"github.com/redis/", "modernc.org/", "go.etcd.io/bbolt", module + "internal/"}, "a PostgreSQL user links no Redis, SQLite or bbolt code"},
 		{"./fence", true, []string{"github.com/jackc/", "github.com/redis/", "modernc.org/", "go.etcd.io/bbolt", module + "internal/"}, "the fence core links no store driver: each lives in its own fence/*fence package"},
 		{"./api/...", true, []string{module + "internal/", module + "client", module + "fence"}, "the API is the bottom layer"},
+		{"./cmd/leasehold", true, []string{module + "internal/harness/"}, "the binary ships no test harness"},
+		{"./leaseholdtest", true, []string{module + "internal/harness/"}, "users' tests get an in-process server, not leasehold's own test harnesses"},
 	} {
 		field := "{{join .Imports \"\\n\"}}"
 		if rule.deps {
@@ -99,7 +101,7 @@ func TestForbiddenImports(t *testing.T) {
 // binary or library links with the list committed in docs/dev/deps, so a
 // new dependency shows up in review. After a deliberate change:
 //
-//	LEASEHOLD_UPDATE_DEPS=1 go test ./internal/e2e -run TestDependencyLists
+//	LEASEHOLD_UPDATE_DEPS=1 go test ./internal/harness/e2e -run TestDependencyLists
 func TestDependencyLists(t *testing.T) {
 	for file, pkg := range map[string]string{
 		"cmd-leasehold.txt": "./cmd/leasehold",
@@ -119,7 +121,7 @@ func TestDependencyLists(t *testing.T) {
 		}
 		sort.Strings(deps)
 		got := "# go list -deps " + pkg + " (non-standard packages); see TestDependencyLists\n" + strings.Join(deps, "\n") + "\n"
-		path := filepath.Join("../../docs/dev/deps", file)
+		path := filepath.Join("../../../docs/dev/deps", file)
 		if os.Getenv("LEASEHOLD_UPDATE_DEPS") != "" {
 			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 				t.Fatal(err)
@@ -131,7 +133,7 @@ func TestDependencyLists(t *testing.T) {
 			t.Fatalf("%v (create it with LEASEHOLD_UPDATE_DEPS=1)", err)
 		}
 		if string(want) != got {
-			t.Errorf("%s links other packages than %s lists:\n%s\nreview them, then LEASEHOLD_UPDATE_DEPS=1 go test ./internal/e2e -run TestDependencyLists", pkg, path, lineDiff(string(want), got))
+			t.Errorf("%s links other packages than %s lists:\n%s\nreview them, then LEASEHOLD_UPDATE_DEPS=1 go test ./internal/harness/e2e -run TestDependencyLists", pkg, path, lineDiff(string(want), got))
 		}
 	}
 }
@@ -166,7 +168,7 @@ func lineDiff(want, got string) string {
 func TestExamplesAreSelfContained(t *testing.T) {
 	for _, dir := range []string{"client", "fence", "sequencer", "leaseholdtest"} {
 		fset := token.NewFileSet()
-		files, err := filepath.Glob(filepath.Join("../..", dir, "*_test.go"))
+		files, err := filepath.Glob(filepath.Join("../../..", dir, "*_test.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,11 +247,11 @@ func isPackageLevel(f *ast.File, decl any) bool {
 // variables (whether set by a function literal, by a function's name, or
 // declared with a function type and set elsewhere) and no init functions
 // that could set one. Mutants replace whole seam files instead
-// (internal/sim/testdata/mutants, applied with go build -overlay), each a
+// (internal/harness/sim/testdata/mutants, applied with go build -overlay), each a
 // file the package has.
 func TestNoMutationHooks(t *testing.T) {
 	for _, dir := range []string{"internal/fsm", "internal/lessor"} {
-		files, err := filepath.Glob(filepath.Join("../..", dir, "*.go"))
+		files, err := filepath.Glob(filepath.Join("../../..", dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +327,7 @@ func TestNoMutationHooks(t *testing.T) {
 	// Every file a mutant replaces exists, so a renamed seam cannot leave
 	// a mutant that no longer builds (TestMutants runs only with the
 	// leasehold_sim tag).
-	mutants, err := filepath.Glob("../../internal/sim/testdata/mutants/*")
+	mutants, err := filepath.Glob("../sim/testdata/mutants/*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +340,7 @@ func TestNoMutationHooks(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if _, err := os.Stat(filepath.Join("../..", rel)); err != nil {
+			if _, err := os.Stat(filepath.Join("../../..", rel)); err != nil {
 				t.Errorf("mutant %s replaces %s, which does not exist", filepath.Base(root), rel)
 			}
 			return nil

@@ -9,7 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
-	"github.com/leasehold/leasehold/internal/linz"
+	"github.com/leasehold/leasehold/internal/harness/linz"
 )
 
 // W5 shapes: sessions that take read/write locks in both modes and acquire

@@ -28,12 +28,12 @@ var mutants = []string{
 	"renew_ignored",     // internal/lessor: keepalives do not move the deadline
 	"promote_early",     // internal/lessor: a new leader expires live sessions at once
 	"acquire_dedup",     // internal/fsm: a repeated Acquire of a held name is a new request
-	"read_any",          // internal/sim: reads served by any node, no leadership check
-	"resource_reads",    // internal/sim: the resource checks tokens on writes only
-	"outcome_lost",      // internal/sim: an entry whose leader was deposed is reported not applied
+	"read_any",          // internal/harness/sim: reads served by any node, no leadership check
+	"resource_reads",    // internal/harness/sim: the resource checks tokens on writes only
+	"outcome_lost",      // internal/harness/sim: an entry whose leader was deposed is reported not applied
 	"waiter_session",    // internal/fsm: an ended session stays queued and is granted
 	"renew_unconfirmed", // internal/lessor: a keepalive answered without a leadership confirmation
-	"read_unconfirmed",  // internal/sim: a read answered by a leader without a leadership confirmation
+	"read_unconfirmed",  // internal/harness/sim: a read answered by a leader without a leadership confirmation
 	"revive_expiring",   // internal/lessor: a session whose expiry was proposed is renewed
 	"reentrant_mode",    // internal/fsm: a session's request in another mode gets its holding back
 	"withdraw_moved",    // internal/fsm: a re-entrant acquire's withdrawal releases the holding
@@ -80,7 +80,7 @@ func mutantBuild(name, dir string) ([]string, error) {
 	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
 		return []string{"-tags", "leasehold_sim,mutant_" + name}, nil
 	}
-	module, err := filepath.Abs(filepath.Join("..", ".."))
+	module, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		return nil, err
 	}

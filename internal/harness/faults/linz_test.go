@@ -15,7 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/linz"
+	"github.com/leasehold/leasehold/internal/harness/linz"
 )
 
 // linzTimeout bounds each porcupine check of a schedule's history; a

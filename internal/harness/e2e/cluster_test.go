@@ -20,7 +20,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/internal/servertest"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 var binary string
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "leasehold")
-	out, err := exec.Command("go", "build", "-o", binary, "../../cmd/leasehold").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", binary, "../../../cmd/leasehold").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build leasehold: %v\n%s", err, out)
 		os.Exit(1)
