@@ -79,29 +79,42 @@ func refusedAtAccept(ctx context.Context, ep string, err error) *api.Error {
 	if !errors.As(err, &record) && !strings.Contains(msg, "frame header looked like an HTTP/1.1 header") && !strings.Contains(msg, "malformed HTTP response") && !lostConn(err) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	var d net.Dialer
-	conn, derr := d.DialContext(ctx, "tcp", hostPort(ep))
-	if derr != nil {
-		return nil
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
-	_, _ = conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
-	const status = "HTTP/1.1 429 "
-	buf := make([]byte, 2048)
-	n, _ := io.ReadAtLeast(conn, buf, len(status))
-	if !strings.HasPrefix(string(buf[:n]), status) {
-		return nil
-	}
-	m, _ := io.ReadFull(conn, buf[n:]) // the rest, up to the close
-	_, body, _ := strings.Cut(string(buf[:n+m]), "\r\n\r\n")
+	head, body, _ := strings.Cut(prefaceAnswer(ctx, ep), "\r\n\r\n")
 	refusal, found := strings.CutPrefix(body, string(api.CodeResourceExhausted)+": ")
-	if !found {
+	if !strings.HasPrefix(head, refusedStatus) || !found {
 		return nil
 	}
 	return &api.Error{Code: api.CodeResourceExhausted, Message: ep + " refused the connection: " + strings.TrimSpace(refusal)}
+}
+
+// refusedStatus starts a node's answer to a connection it refused at
+// accept.
+const refusedStatus = "HTTP/1.1 429 "
+
+// prefaceAnswer sends HTTP/2's connection preface to the endpoint and
+// returns the start of its answer, within probeTimeout: all of it (up to
+// 2 KiB, until the close) when it is a refusal at accept, else its first
+// bytes ("" when none came).
+func prefaceAnswer(ctx context.Context, ep string) string {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", hostPort(ep))
+	if err != nil {
+		return ""
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
+	if _, err := conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); err != nil {
+		return ""
+	}
+	buf := make([]byte, 2048)
+	n, _ := io.ReadAtLeast(conn, buf, len(refusedStatus))
+	if strings.HasPrefix(string(buf[:n]), refusedStatus) {
+		m, _ := io.ReadFull(conn, buf[n:]) // the rest, up to the close
+		n += m
+	}
+	return string(buf[:n])
 }
 
 // notLeaseholdPort is the hint for a port that answers HTTP/1.1.
@@ -110,21 +123,7 @@ const notLeaseholdPort = "this port does not speak leasehold's API (it answered 
 // answersHTTP1 reports whether the endpoint answers HTTP/2's connection
 // preface in HTTP/1.x: some other HTTP service, not leasehold's API.
 func answersHTTP1(ctx context.Context, ep string) bool {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", hostPort(ep))
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(probeTimeout))
-	if _, err := conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); err != nil {
-		return false
-	}
-	buf := make([]byte, 5)
-	n, _ := io.ReadFull(conn, buf)
-	return string(buf[:n]) == "HTTP/"
+	return strings.HasPrefix(prefaceAnswer(ctx, ep), "HTTP/")
 }
 
 // certCause is the x509 part of a verification error.
