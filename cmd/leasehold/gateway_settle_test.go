@@ -124,7 +124,9 @@ func (p *gatewayProc) writeUntilAdmitted(t *testing.T, key string, token uint64)
 func TestGatewaySettleProcess(t *testing.T) {
 	t.Parallel()
 	const settle = 2 * time.Second // above the upstream's 1.5 s of work
-	const upstreamTimeout = 200 * time.Millisecond
+	// Below the upstream's 1.5 s of work, far above what a plain write takes even on a
+	// loaded machine with -race (at 200 ms the warm-up write itself once timed out).
+	const upstreamTimeout = time.Second
 	u := newLateUpstream(t)
 	data := filepath.Join(t.TempDir(), "gw.db")
 	listen := freeAddr(t)
