@@ -39,6 +39,9 @@ var (
 	// ErrInvalidMode: an Acquire's mode or permits are invalid or differ from
 	// the name's (a *PermitsError then says the name's permits).
 	ErrInvalidMode = errors.New("fsm: invalid lock mode")
+	// ErrWithdrawn: an Acquire's wait id was withdrawn (CancelWait) before
+	// the Acquire was applied.
+	ErrWithdrawn = errors.New("fsm: the request was withdrawn before it arrived")
 )
 
 // StaleTokenError is the refusal of a fenced write whose token is stale.

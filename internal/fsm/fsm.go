@@ -332,6 +332,10 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 		return
 	}
 	a.res.Session = s.pb
+	if id := c.GetWaitId(); id != 0 && slices.Contains(s.pb.GetWithdrawnWaitIds(), id) {
+		a.res.Err = ErrWithdrawn
+		return
+	}
 	name := c.GetName()
 	l := m.locks[name]
 	if err := checkMode(l, c); err != nil {
@@ -454,7 +458,11 @@ func (m *Machine) grantNext(a *applyCtx, l *lock) {
 func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 	l := m.locks[c.GetName()]
 	s := m.sessions[c.GetLeaseId()]
-	if l == nil || s == nil || c.GetWaitId() == 0 {
+	if s == nil || c.GetWaitId() == 0 {
+		return
+	}
+	m.rememberWithdrawn(s, c.GetWaitId())
+	if l == nil {
 		return
 	}
 	m.counts.tally(l, -1)
@@ -476,6 +484,28 @@ func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
 	if i := l.holderIndex(c.GetLeaseId()); i >= 0 && l.holders[i].WaitId == c.GetWaitId() {
 		m.releaseHolder(a, l, s, i)
 	}
+}
+
+// maxWithdrawn is how many withdrawn wait ids a session remembers. A
+// client withdraws a request only after giving up on it, and sends its
+// next one with a new wait id: a request delayed past more than 16 later
+// withdrawals of its session is beyond what a network holds back.
+const maxWithdrawn = 16
+
+// rememberWithdrawn records that the wait id of s was withdrawn, so that
+// an Acquire with it applied later is refused (ErrWithdrawn). The record
+// is replaced, not modified (a snapshot being written may share it), and
+// its few bytes are counted without a quota check: a withdrawal never
+// fails.
+func (m *Machine) rememberWithdrawn(s *session, waitID uint64) {
+	ids := s.pb.GetWithdrawnWaitIds()
+	if slices.Contains(ids, waitID) {
+		return
+	}
+	pb := proto.CloneOf(s.pb)
+	pb.WithdrawnWaitIds = append(ids[max(0, len(ids)-maxWithdrawn+1):len(ids):len(ids)], waitID)
+	m.bytes += sessionBytes(pb) - sessionBytes(s.pb)
+	s.pb = pb
 }
 
 func (m *Machine) release(a *applyCtx, c *fsmpb.Release) {

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"math"
 	"slices"
 	"testing"
@@ -321,6 +322,43 @@ func TestCancelWait(t *testing.T) {
 		{name: "unknown session does nothing", setup: queued, cmd: cancelWait("x", "nobody", 7), unchanged: true},
 		{name: "another session's wait_id does nothing", setup: queued, cmd: cancelWait("x", "C", 7), unchanged: true},
 	})
+}
+
+// TestWithdrawnBeforeArrival: an Acquire applied after its wait id was
+// withdrawn (the caller gave up and withdrew it before the request,
+// delayed, reached the log) is refused, queued or not, try or not; the
+// session's next request, with a new wait id, is not. A session remembers
+// its last 16 withdrawals.
+func TestWithdrawnBeforeArrival(t *testing.T) {
+	held := append(sessions("A", "B"), acquire("x", "A"))
+	runCases(t, []applyCase{
+		{name: "queued", setup: append(slices.Clone(held), cancelWait("x", "B", 7)), cmd: acquire("x", "B", waitID(7)), wantErr: ErrWithdrawn},
+		{name: "free name", setup: append(sessions("B"), cancelWait("y", "B", 7)), cmd: acquire("y", "B", waitID(7)), wantErr: ErrWithdrawn},
+		{name: "try", setup: append(sessions("B"), cancelWait("y", "B", 7)), cmd: acquire("y", "B", waitID(7), try()), wantErr: ErrWithdrawn},
+		{name: "after it was granted and withdrawn", setup: append(sessions("B"), acquire("y", "B", waitID(7)), cancelWait("y", "B", 7)), cmd: acquire("y", "B", waitID(7)), wantErr: ErrWithdrawn},
+		{
+			name:  "a new wait id",
+			setup: append(sessions("B"), cancelWait("y", "B", 7)),
+			cmd:   acquire("y", "B", waitID(8)),
+			check: func(t *testing.T, r *rig, res Result) { wantHolder(t, r, "y", "B", 1) },
+		},
+	})
+	r := newRig(t, DefaultLimits())
+	r.must(sessions("B")...)
+	for id := range uint64(maxWithdrawn + 1) {
+		r.must(cancelWait("y", "B", 100+id))
+	}
+	if got := len(r.m.sessions["B"].pb.GetWithdrawnWaitIds()); got != maxWithdrawn {
+		t.Fatalf("the session remembers %d withdrawals, want %d", got, maxWithdrawn)
+	}
+	if res := r.apply(acquire("y", "B", waitID(101))); !errors.Is(res.Err, ErrWithdrawn) {
+		t.Fatalf("the 16th latest withdrawal: %v, want ErrWithdrawn", res.Err)
+	}
+	r.must(acquire("y", "B", waitID(100))) // the oldest, forgotten
+	r.must(closeSession("B"))
+	if r.m.bytes != 0 {
+		t.Fatalf("state bytes %d after the session closed, want 0", r.m.bytes)
+	}
 }
 
 func TestCloseSession(t *testing.T) {

@@ -341,7 +341,7 @@ type applyCase struct {
 	setup     cmds
 	cmd       *fsmpb.Command
 	wantErr   error
-	unchanged bool // not a refusal, but the state must not change either
+	unchanged bool // not a refusal, but the state must not change either (a CancelWait still remembers its wait id)
 	check     func(t *testing.T, r *rig, res Result)
 }
 
@@ -356,6 +356,9 @@ func runCases(t *testing.T, cases []applyCase) {
 			r := newRig(t, limits)
 			r.must(tc.setup...)
 			before := r.snapshot()
+			if cw := tc.cmd.GetCancelWait(); tc.unchanged && cw != nil {
+				before = withdrawnRemembered(t, limits, tc.setup, cw)
+			}
 			res := r.apply(tc.cmd)
 			if !isErr(res.Err, tc.wantErr) {
 				t.Fatalf("Err = %v, want %v", res.Err, tc.wantErr)
@@ -374,6 +377,18 @@ func runCases(t *testing.T, cases []applyCase) {
 			}
 		})
 	}
+}
+
+// withdrawnRemembered is the snapshot of setup after a withdrawal that
+// changed nothing but its session's memory of withdrawn wait ids.
+func withdrawnRemembered(t *testing.T, limits Limits, setup cmds, cw *fsmpb.CancelWait) []byte {
+	t.Helper()
+	r := newRig(t, limits)
+	r.must(setup...)
+	if s := r.m.sessions[cw.GetLeaseId()]; s != nil && cw.GetWaitId() != 0 {
+		r.m.rememberWithdrawn(s, cw.GetWaitId())
+	}
+	return r.snapshot()
 }
 
 func wantHolder(t *testing.T, r *rig, name, lease string, token uint64) {

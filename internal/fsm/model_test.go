@@ -34,10 +34,12 @@ func TestRandomized(t *testing.T) {
 			g := &gen{rnd: rand.New(rand.NewSource(seed))}
 			a := newRig(t, limits)
 			b, c := New(limits), New(limits)
-			kvLast := map[string]uint64{} // the model of the fenced KV
+			kvLast := map[string]uint64{}      // the model of the fenced KV
+			withdrawn := map[string][]uint64{} // the model of each session's withdrawn wait ids
 			for step := 1; step <= steps; step++ {
 				cmd := g.next(a.m)
-				want := predict(a.m, kvLast, cmd)
+				want := predict(a.m, kvLast, withdrawn, cmd)
+				noteWithdrawn(a.m, withdrawn, cmd)
 				res := a.apply(cmd)
 				g.count(res)
 				for _, name := range genNames {
@@ -80,6 +82,7 @@ func TestRandomized(t *testing.T) {
 type gen struct {
 	rnd      *rand.Rand
 	leases   []string // every lease id ever proposed
+	waitSeq  uint64   // the last wait id handed out
 	now      int64
 	grants   int
 	refusals int
@@ -136,12 +139,12 @@ func (g *gen) next(m *Machine) *fsmpb.Command {
 		if g.rnd.Intn(5) < 2 {
 			opts = append(opts, delay(int64(1+g.rnd.Intn(1000))))
 		}
-		opts = append(opts, waitID(uint64(g.rnd.Intn(4))))
+		opts = append(opts, waitID(g.waitID()))
 		name := g.pick(genNames)
 		opts = append(opts, g.mode(name)...)
 		cmd = acquire(name, g.lease(), opts...)
 	case n < 60:
-		name, lease, id := g.pick(genNames), g.lease(), uint64(g.rnd.Intn(4))
+		name, lease, id := g.pick(genNames), g.lease(), g.recentWaitID()
 		if ws := m.Lock(name).Waiters; len(ws) > 0 && g.rnd.Intn(2) == 0 {
 			w := ws[g.rnd.Intn(len(ws))]
 			lease, id = w.GetLeaseId(), w.GetWaitId()
@@ -191,6 +194,44 @@ func (g *gen) next(m *Machine) *fsmpb.Command {
 	return cmd
 }
 
+// waitID is an Acquire's wait id as clients send them: mostly a new one,
+// sometimes none, sometimes a recent one again (a retry, or a request
+// delayed past its withdrawal).
+func (g *gen) waitID() uint64 {
+	switch n := g.rnd.Intn(10); {
+	case n == 0:
+		return 0
+	case n < 4:
+		return g.recentWaitID()
+	}
+	g.waitSeq++
+	return g.waitSeq
+}
+
+func (g *gen) recentWaitID() uint64 {
+	return uint64(max(0, int64(g.waitSeq)-int64(g.rnd.Intn(4))))
+}
+
+// noteWithdrawn updates the model of withdrawn wait ids with cmd, before
+// it is applied to m: a session's withdrawals, its last maxWithdrawn
+// remembered, forgotten when a new session takes its id.
+func noteWithdrawn(m *Machine, withdrawn map[string][]uint64, cmd *fsmpb.Command) {
+	switch op := cmd.GetOp().(type) {
+	case *fsmpb.Command_CreateSession:
+		if m.sessions[op.CreateSession.GetLeaseId()] == nil {
+			delete(withdrawn, op.CreateSession.GetLeaseId())
+		}
+	case *fsmpb.Command_CancelWait:
+		c := op.CancelWait
+		ids := withdrawn[c.GetLeaseId()]
+		if m.sessions[c.GetLeaseId()] == nil || c.GetWaitId() == 0 || slices.Contains(ids, c.GetWaitId()) {
+			return
+		}
+		ids = append(ids, c.GetWaitId())
+		withdrawn[c.GetLeaseId()] = ids[max(0, len(ids)-maxWithdrawn):]
+	}
+}
+
 // mode returns the acquire options of name's recipe: n0 and n1 are locks,
 // n2 a read/write lock, n3 a semaphore of 2 permits; now and then a request
 // carries the wrong permits or an invalid combination.
@@ -219,7 +260,7 @@ func (g *gen) holder(m *Machine, name string) *fsmpb.Holding {
 
 // predict returns a check of the outcome of cmd on m where it is certain,
 // computed before the Apply from a model independent of fsm's code paths.
-func predict(m *Machine, kvLast map[string]uint64, cmd *fsmpb.Command) func(Result) error {
+func predict(m *Machine, kvLast map[string]uint64, withdrawn map[string][]uint64, cmd *fsmpb.Command) func(Result) error {
 	switch op := cmd.GetOp().(type) {
 	case *fsmpb.Command_KvPut:
 		c := op.KvPut
@@ -255,6 +296,14 @@ func predict(m *Machine, kvLast map[string]uint64, cmd *fsmpb.Command) func(Resu
 		}
 	case *fsmpb.Command_Acquire:
 		c := op.Acquire
+		if s := m.sessions[c.GetLeaseId()]; s != nil && c.GetWaitId() != 0 && slices.Contains(withdrawn[c.GetLeaseId()], c.GetWaitId()) {
+			return func(res Result) error {
+				if !errors.Is(res.Err, ErrWithdrawn) {
+					return fmt.Errorf("acquire with a withdrawn wait id: Err %v, Holding %v", res.Err, res.Holding)
+				}
+				return nil
+			}
+		}
 		li := m.Lock(c.GetName())
 		free := len(li.Holders) == 0 && !li.Delayed && len(li.Waiters) == 0
 		s := m.sessions[c.GetLeaseId()]

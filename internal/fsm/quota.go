@@ -25,7 +25,7 @@ const recordOverhead = 64
 const DefaultMaxStateBytes = 256 << 20
 
 func sessionBytes(s *fsmpb.Session) int64 {
-	return recordOverhead + int64(len(s.GetLeaseId())+len(s.GetOwner()))
+	return recordOverhead + int64(len(s.GetLeaseId())+len(s.GetOwner())+8*len(s.GetWithdrawnWaitIds()))
 }
 
 func lockBytes(name string) int64 { return recordOverhead + int64(len(name)) }

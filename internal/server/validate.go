@@ -177,6 +177,7 @@ func toAPI(err error) error {
 		{fsm.ErrKeyNotFound, api.CodeNotFound},
 		{fsm.ErrInvalidToken, api.CodeInvalidArgument},
 		{fsm.ErrInvalidMode, api.CodeInvalidArgument},
+		{fsm.ErrWithdrawn, api.CodeCanceled},
 		{raftnode.ErrNotLeader, api.CodeNotLeader},
 		{lessor.ErrNotLeader, api.CodeNotLeader},
 		{raftnode.ErrUnavailable, api.CodeUnavailable},

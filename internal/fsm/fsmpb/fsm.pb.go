@@ -1257,6 +1257,12 @@ type Session struct {
 	// checkpoint_generation orders checkpoints and clears of one session: a
 	// checkpoint older than the last clear is ignored.
 	CheckpointGeneration uint64 `protobuf:"varint,7,opt,name=checkpoint_generation,json=checkpointGeneration,proto3" json:"checkpoint_generation,omitempty"`
+	// withdrawn_wait_ids are the wait ids of the session's latest
+	// withdrawals (CancelWait), oldest first, at most 16: an Acquire that
+	// arrives with one of them after it was withdrawn (delayed in the
+	// network, or sent again) is refused, never granted to a caller that
+	// already gave up.
+	WithdrawnWaitIds []uint64 `protobuf:"varint,8,rep,packed,name=withdrawn_wait_ids,json=withdrawnWaitIds,proto3" json:"withdrawn_wait_ids,omitempty"`
 	// sequencers: the session's grants come with a signed sequencer.
 	Sequencers bool `protobuf:"varint,20,opt,name=sequencers,proto3" json:"sequencers,omitempty"`
 	// principal is the authenticated creator of the session.
@@ -1342,6 +1348,13 @@ func (x *Session) GetCheckpointGeneration() uint64 {
 		return x.CheckpointGeneration
 	}
 	return 0
+}
+
+func (x *Session) GetWithdrawnWaitIds() []uint64 {
+	if x != nil {
+		return x.WithdrawnWaitIds
+	}
+	return nil
 }
 
 func (x *Session) GetSequencers() bool {
@@ -2837,7 +2850,7 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bapi_addr\x18\x02 \x01(\tR\aapiAddr\"\x1d\n" +
 	"\tBumpToken\x12\x10\n" +
-	"\x03min\x18\x01 \x01(\x04R\x03min\"\xc8\x02\n" +
+	"\x03min\x18\x01 \x01(\x04R\x03min\"\xf6\x02\n" +
 	"\aSession\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -2845,7 +2858,8 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12\"\n" +
 	"\fcheckpointed\x18\x05 \x01(\bR\fcheckpointed\x126\n" +
 	"\x17checkpoint_remaining_ms\x18\x06 \x01(\x03R\x15checkpointRemainingMs\x123\n" +
-	"\x15checkpoint_generation\x18\a \x01(\x04R\x14checkpointGeneration\x12\x1e\n" +
+	"\x15checkpoint_generation\x18\a \x01(\x04R\x14checkpointGeneration\x12,\n" +
+	"\x12withdrawn_wait_ids\x18\b \x03(\x04R\x10withdrawnWaitIds\x12\x1e\n" +
 	"\n" +
 	"sequencers\x18\x14 \x01(\bR\n" +
 	"sequencers\x12\x1c\n" +
