@@ -243,14 +243,9 @@ func TestReentrantAcquireInCutKeepsTheHolding(t *testing.T) {
 	ctx := testCtx(t)
 	direct := dial(t, ts.Addr)
 	var cutting atomic.Bool
-	h := ts.Server().Handler()
-	addr := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if cutting.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceTryAcquireProcedure {
-			cutreply.Serve(h, w, r) // applied, then the reply is lost
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
+	addr := serveCutting(t, ts.Server().Handler(), func(p string) bool {
+		return cutting.Load() && p == leaseholdv1connect.LeaseholdServiceTryAcquireProcedure
+	})
 	c := dial(t, addr, client.WithUnaryLocks())
 	s := newSession(t, direct)
 	first, err := c.AcquireIn(ctx, s.ID(), "re-1", true)
@@ -336,4 +331,51 @@ func TestAcquireRetryAfterLostWithdrawalReleasesTheGrant(t *testing.T) {
 	if info, err = direct.Status(ctx, "re-2"); err != nil || info.GetHolder().GetToken() != l.Token() {
 		t.Fatalf("re-2 held by %v (%v), want the learned token %d", info.GetHolder(), err, l.Token())
 	}
+}
+
+// A session's Acquire whose replies are lost, and whose withdrawal applied
+// on the server but lost its reply too, leaves its wait id unsettled; the
+// server then refuses that wait id (it was withdrawn). The session's next
+// Acquire of the name learns from that refusal that nothing of the earlier
+// attempt is held, asks again with a new wait id, and is granted.
+func TestAcquireAfterAWithdrawalWhoseReplyWasLost(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	var cutting atomic.Bool
+	addr := serveCutting(t, ts.Server().Handler(), func(p string) bool {
+		return cutting.Load() && (p == leaseholdv1connect.LeaseholdServiceTryAcquireProcedure || p == leaseholdv1connect.LeaseholdServiceCancelWaitProcedure)
+	})
+	c := dial(t, addr, client.WithUnaryLocks())
+	s, err := c.NewSession(ctx, client.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	cutting.Store(true)
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = s.TryAcquire(actx, "re-3")
+	cancel()
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("TryAcquire with its replies and its withdrawal's lost = %v (code %s), want outcome-unknown", err, api.CodeOf(err))
+	}
+	cutting.Store(false)
+	l, err := s.TryAcquire(ctx, "re-3")
+	if err != nil {
+		t.Fatalf("the next TryAcquire, after the withdrawal applied: %v (code %s)", err, api.CodeOf(err))
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveCutting serves h on a new address, but the replies of the requests
+// whose path cut names are lost once they applied (cutreply.Serve).
+func serveCutting(t *testing.T, h http.Handler, cut func(path string) bool) string {
+	return serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cut(r.URL.Path) {
+			cutreply.Serve(h, w, r) // applied, then the reply is lost
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
 }

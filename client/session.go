@@ -334,9 +334,18 @@ func (s *Session) acquire(ctx context.Context, name string, o acquireOptions, do
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer s.followSession(name, cancel)()
-	waitID := s.waitID(name)
+	waitID, unsettled := s.waitID(name)
 	sent := time.Now()
 	h, err := do(actx, waitID)
+	if unsettled && errors.Is(err, ErrCanceled) && actx.Err() == nil {
+		// The server refused the wait id as withdrawn: the withdrawal
+		// that seemed to fail did apply, so nothing of the earlier
+		// attempt is held. Ask again, as a new request.
+		s.settle(name, waitID)
+		waitID, _ = s.waitID(name)
+		sent = time.Now()
+		h, err = do(actx, waitID)
+	}
 	if err != nil {
 		if !known && !definite(err) {
 			err = s.withdraw(name, waitID, err)
@@ -418,14 +427,24 @@ func (s *Session) withdraw(name string, waitID uint64, err error) error {
 }
 
 // waitID is the wait id of the next attempt of name: the unsettled one of
-// an earlier attempt, or a fresh one.
-func (s *Session) waitID(name string) uint64 {
+// an earlier attempt (unsettled true), or a fresh one.
+func (s *Session) waitID(name string) (id uint64, unsettled bool) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	if id, ok := s.unsettled[name]; ok {
-		return id
+		return id, true
 	}
-	return api.NewWaitID()
+	return api.NewWaitID(), false
+}
+
+// settle forgets the unsettled wait id of name, which the server said
+// was withdrawn.
+func (s *Session) settle(name string, waitID uint64) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if s.unsettled[name] == waitID {
+		delete(s.unsettled, name)
+	}
 }
 
 // withdraw is Session.withdraw for the session leaseID.

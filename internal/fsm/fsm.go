@@ -214,7 +214,9 @@ func (m *Machine) Apply(index uint64, cmd *fsmpb.Command) Result {
 	case *fsmpb.Command_Acquire:
 		m.acquire(a, op.Acquire)
 	case *fsmpb.Command_CancelWait:
-		m.cancelWait(a, op.CancelWait)
+		m.cancelWait(a, op.CancelWait, false)
+	case *fsmpb.Command_Withdraw:
+		m.cancelWait(a, op.Withdraw, true)
 	case *fsmpb.Command_Release:
 		m.release(a, op.Release)
 	case *fsmpb.Command_EndLockDelay:
@@ -455,13 +457,17 @@ func (m *Machine) grantNext(a *applyCtx, l *lock) {
 	}
 }
 
-func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait) {
+// cancelWait withdraws the wait c names; remember (a withdraw command)
+// also records its wait id in the session.
+func (m *Machine) cancelWait(a *applyCtx, c *fsmpb.CancelWait, remember bool) {
 	l := m.locks[c.GetName()]
 	s := m.sessions[c.GetLeaseId()]
 	if s == nil || c.GetWaitId() == 0 {
 		return
 	}
-	m.rememberWithdrawn(s, c.GetWaitId())
+	if remember {
+		m.rememberWithdrawn(s, c.GetWaitId())
+	}
 	if l == nil {
 		return
 	}

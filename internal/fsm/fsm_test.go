@@ -337,6 +337,14 @@ func TestWithdrawnBeforeArrival(t *testing.T) {
 		{name: "try", setup: append(sessions("B"), cancelWait("y", "B", 7)), cmd: acquire("y", "B", waitID(7), try()), wantErr: ErrWithdrawn},
 		{name: "after it was granted and withdrawn", setup: append(sessions("B"), acquire("y", "B", waitID(7)), cancelWait("y", "B", 7)), cmd: acquire("y", "B", waitID(7)), wantErr: ErrWithdrawn},
 		{
+			// A cancel_wait of an older leader withdraws as it always did
+			// and remembers nothing, as older nodes apply it.
+			name:  "a cancel_wait command remembers nothing",
+			setup: append(sessions("B"), &fsmpb.Command{Op: &fsmpb.Command_CancelWait{CancelWait: &fsmpb.CancelWait{Name: "y", LeaseId: "B", WaitId: 7}}}),
+			cmd:   acquire("y", "B", waitID(7)),
+			check: func(t *testing.T, r *rig, res Result) { wantHolder(t, r, "y", "B", 1) },
+		},
+		{
 			name:  "a new wait id",
 			setup: append(sessions("B"), cancelWait("y", "B", 7)),
 			cmd:   acquire("y", "B", waitID(8)),

@@ -60,7 +60,7 @@ func acquire(name, lease string, opts ...acqOpt) *fsmpb.Command {
 }
 
 func cancelWait(name, lease string, id uint64) *fsmpb.Command {
-	return &fsmpb.Command{Op: &fsmpb.Command_CancelWait{CancelWait: &fsmpb.CancelWait{Name: name, LeaseId: lease, WaitId: id}}}
+	return &fsmpb.Command{Op: &fsmpb.Command_Withdraw{Withdraw: &fsmpb.CancelWait{Name: name, LeaseId: lease, WaitId: id}}}
 }
 
 func release(name, lease string, token uint64) *fsmpb.Command {
@@ -356,7 +356,7 @@ func runCases(t *testing.T, cases []applyCase) {
 			r := newRig(t, limits)
 			r.must(tc.setup...)
 			before := r.snapshot()
-			if cw := tc.cmd.GetCancelWait(); tc.unchanged && cw != nil {
+			if cw := tc.cmd.GetWithdraw(); tc.unchanged && cw != nil {
 				before = withdrawnRemembered(t, limits, tc.setup, cw)
 			}
 			res := r.apply(tc.cmd)

@@ -221,8 +221,8 @@ func noteWithdrawn(m *Machine, withdrawn map[string][]uint64, cmd *fsmpb.Command
 		if m.sessions[op.CreateSession.GetLeaseId()] == nil {
 			delete(withdrawn, op.CreateSession.GetLeaseId())
 		}
-	case *fsmpb.Command_CancelWait:
-		c := op.CancelWait
+	case *fsmpb.Command_Withdraw:
+		c := op.Withdraw
 		ids := withdrawn[c.GetLeaseId()]
 		if m.sessions[c.GetLeaseId()] == nil || c.GetWaitId() == 0 || slices.Contains(ids, c.GetWaitId()) {
 			return

@@ -85,6 +85,7 @@ type Command struct {
 	//	*Command_Expire
 	//	*Command_Acquire
 	//	*Command_CancelWait
+	//	*Command_Withdraw
 	//	*Command_Release
 	//	*Command_EndLockDelay
 	//	*Command_KvPut
@@ -188,6 +189,15 @@ func (x *Command) GetCancelWait() *CancelWait {
 	if x != nil {
 		if x, ok := x.Op.(*Command_CancelWait); ok {
 			return x.CancelWait
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetWithdraw() *CancelWait {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Withdraw); ok {
+			return x.Withdraw
 		}
 	}
 	return nil
@@ -340,7 +350,15 @@ type Command_Acquire struct {
 }
 
 type Command_CancelWait struct {
+	// cancel_wait withdraws a wait as versions before withdraw did, and
+	// is still applied so; a leader proposes withdraw, which also
+	// remembers the wait id (Session.withdrawn_wait_ids). A node that does
+	// not know withdraw stops rather than diverge.
 	CancelWait *CancelWait `protobuf:"bytes,14,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
+}
+
+type Command_Withdraw struct {
+	Withdraw *CancelWait `protobuf:"bytes,24,opt,name=withdraw,proto3,oneof"`
 }
 
 type Command_Release struct {
@@ -409,6 +427,8 @@ func (*Command_Expire) isCommand_Op() {}
 func (*Command_Acquire) isCommand_Op() {}
 
 func (*Command_CancelWait) isCommand_Op() {}
+
+func (*Command_Withdraw) isCommand_Op() {}
 
 func (*Command_Release) isCommand_Op() {}
 
@@ -1258,7 +1278,7 @@ type Session struct {
 	// checkpoint older than the last clear is ignored.
 	CheckpointGeneration uint64 `protobuf:"varint,7,opt,name=checkpoint_generation,json=checkpointGeneration,proto3" json:"checkpoint_generation,omitempty"`
 	// withdrawn_wait_ids are the wait ids of the session's latest
-	// withdrawals (CancelWait), oldest first, at most 16: an Acquire that
+	// withdrawals (Command.withdraw), oldest first, at most 16: an Acquire that
 	// arrives with one of them after it was withdrawn (delayed in the
 	// network, or sent again) is refused, never granted to a caller that
 	// already gave up.
@@ -2764,7 +2784,7 @@ var File_leasehold_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\x8a\n" +
+	"\x1aleasehold/fsm/v1/fsm.proto\x12\x10leasehold.fsm.v1\"\xc6\n" +
 	"\n" +
 	"\aCommand\x12\x17\n" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12H\n" +
@@ -2774,7 +2794,8 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x06expire\x18\f \x01(\v2\x18.leasehold.fsm.v1.ExpireH\x00R\x06expire\x125\n" +
 	"\aacquire\x18\r \x01(\v2\x19.leasehold.fsm.v1.AcquireH\x00R\aacquire\x12?\n" +
 	"\vcancel_wait\x18\x0e \x01(\v2\x1c.leasehold.fsm.v1.CancelWaitH\x00R\n" +
-	"cancelWait\x125\n" +
+	"cancelWait\x12:\n" +
+	"\bwithdraw\x18\x18 \x01(\v2\x1c.leasehold.fsm.v1.CancelWaitH\x00R\bwithdraw\x125\n" +
 	"\arelease\x18\x0f \x01(\v2\x19.leasehold.fsm.v1.ReleaseH\x00R\arelease\x12F\n" +
 	"\x0eend_lock_delay\x18\x10 \x01(\v2\x1e.leasehold.fsm.v1.EndLockDelayH\x00R\fendLockDelay\x120\n" +
 	"\x06kv_put\x18\x11 \x01(\v2\x17.leasehold.fsm.v1.KVPutH\x00R\x05kvPut\x12E\n" +
@@ -3026,48 +3047,49 @@ var file_leasehold_fsm_v1_fsm_proto_depIdxs = []int32{
 	4,  // 2: leasehold.fsm.v1.Command.expire:type_name -> leasehold.fsm.v1.Expire
 	5,  // 3: leasehold.fsm.v1.Command.acquire:type_name -> leasehold.fsm.v1.Acquire
 	7,  // 4: leasehold.fsm.v1.Command.cancel_wait:type_name -> leasehold.fsm.v1.CancelWait
-	8,  // 5: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
-	9,  // 6: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
-	10, // 7: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
-	13, // 8: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
-	14, // 9: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
-	34, // 10: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
-	11, // 11: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
-	12, // 12: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
-	26, // 13: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
-	28, // 14: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
-	29, // 15: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
-	31, // 16: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
-	32, // 17: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
-	6,  // 18: leasehold.fsm.v1.Command.proclaim:type_name -> leasehold.fsm.v1.Proclaim
-	0,  // 19: leasehold.fsm.v1.Acquire.mode:type_name -> leasehold.fsm.v1.Mode
-	0,  // 20: leasehold.fsm.v1.Holding.mode:type_name -> leasehold.fsm.v1.Mode
-	0,  // 21: leasehold.fsm.v1.Waiter.mode:type_name -> leasehold.fsm.v1.Mode
-	16, // 22: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
-	17, // 23: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
-	16, // 24: leasehold.fsm.v1.Lock.holders:type_name -> leasehold.fsm.v1.Holding
-	21, // 25: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
-	15, // 26: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
-	18, // 27: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
-	19, // 28: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
-	20, // 29: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
-	22, // 30: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
-	24, // 31: leasehold.fsm.v1.SnapshotRecord.part:type_name -> leasehold.fsm.v1.SnapshotPart
-	33, // 32: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
-	15, // 33: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
-	18, // 34: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
-	19, // 35: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
-	20, // 36: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
-	27, // 37: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
-	30, // 38: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
-	27, // 39: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
-	30, // 40: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
-	35, // 41: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	7,  // 5: leasehold.fsm.v1.Command.withdraw:type_name -> leasehold.fsm.v1.CancelWait
+	8,  // 6: leasehold.fsm.v1.Command.release:type_name -> leasehold.fsm.v1.Release
+	9,  // 7: leasehold.fsm.v1.Command.end_lock_delay:type_name -> leasehold.fsm.v1.EndLockDelay
+	10, // 8: leasehold.fsm.v1.Command.kv_put:type_name -> leasehold.fsm.v1.KVPut
+	13, // 9: leasehold.fsm.v1.Command.register_node:type_name -> leasehold.fsm.v1.RegisterNode
+	14, // 10: leasehold.fsm.v1.Command.bump_token:type_name -> leasehold.fsm.v1.BumpToken
+	34, // 11: leasehold.fsm.v1.Command.checkpoint:type_name -> leasehold.fsm.v1.Checkpoint
+	11, // 12: leasehold.fsm.v1.Command.kv_delete:type_name -> leasehold.fsm.v1.KVDelete
+	12, // 13: leasehold.fsm.v1.Command.token_floor:type_name -> leasehold.fsm.v1.TokenFloor
+	26, // 14: leasehold.fsm.v1.Command.auth_enable:type_name -> leasehold.fsm.v1.AuthEnable
+	28, // 15: leasehold.fsm.v1.Command.auth_put_policy:type_name -> leasehold.fsm.v1.AuthPutPolicy
+	29, // 16: leasehold.fsm.v1.Command.auth_delete_policy:type_name -> leasehold.fsm.v1.AuthDeletePolicy
+	31, // 17: leasehold.fsm.v1.Command.auth_put_token:type_name -> leasehold.fsm.v1.AuthPutToken
+	32, // 18: leasehold.fsm.v1.Command.auth_revoke_token:type_name -> leasehold.fsm.v1.AuthRevokeToken
+	6,  // 19: leasehold.fsm.v1.Command.proclaim:type_name -> leasehold.fsm.v1.Proclaim
+	0,  // 20: leasehold.fsm.v1.Acquire.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 21: leasehold.fsm.v1.Holding.mode:type_name -> leasehold.fsm.v1.Mode
+	0,  // 22: leasehold.fsm.v1.Waiter.mode:type_name -> leasehold.fsm.v1.Mode
+	16, // 23: leasehold.fsm.v1.Lock.holder:type_name -> leasehold.fsm.v1.Holding
+	17, // 24: leasehold.fsm.v1.Lock.waiters:type_name -> leasehold.fsm.v1.Waiter
+	16, // 25: leasehold.fsm.v1.Lock.holders:type_name -> leasehold.fsm.v1.Holding
+	21, // 26: leasehold.fsm.v1.SnapshotRecord.header:type_name -> leasehold.fsm.v1.SnapshotHeader
+	15, // 27: leasehold.fsm.v1.SnapshotRecord.session:type_name -> leasehold.fsm.v1.Session
+	18, // 28: leasehold.fsm.v1.SnapshotRecord.lock:type_name -> leasehold.fsm.v1.Lock
+	19, // 29: leasehold.fsm.v1.SnapshotRecord.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 30: leasehold.fsm.v1.SnapshotRecord.node:type_name -> leasehold.fsm.v1.Node
+	22, // 31: leasehold.fsm.v1.SnapshotRecord.end:type_name -> leasehold.fsm.v1.SnapshotEnd
+	24, // 32: leasehold.fsm.v1.SnapshotRecord.part:type_name -> leasehold.fsm.v1.SnapshotPart
+	33, // 33: leasehold.fsm.v1.SnapshotRecord.auth:type_name -> leasehold.fsm.v1.AuthState
+	15, // 34: leasehold.fsm.v1.Snapshot.sessions:type_name -> leasehold.fsm.v1.Session
+	18, // 35: leasehold.fsm.v1.Snapshot.locks:type_name -> leasehold.fsm.v1.Lock
+	19, // 36: leasehold.fsm.v1.Snapshot.kv:type_name -> leasehold.fsm.v1.KV
+	20, // 37: leasehold.fsm.v1.Snapshot.nodes:type_name -> leasehold.fsm.v1.Node
+	27, // 38: leasehold.fsm.v1.AuthPutPolicy.policy:type_name -> leasehold.fsm.v1.AuthPolicy
+	30, // 39: leasehold.fsm.v1.AuthPutToken.token:type_name -> leasehold.fsm.v1.AuthToken
+	27, // 40: leasehold.fsm.v1.AuthState.policies:type_name -> leasehold.fsm.v1.AuthPolicy
+	30, // 41: leasehold.fsm.v1.AuthState.tokens:type_name -> leasehold.fsm.v1.AuthToken
+	35, // 42: leasehold.fsm.v1.Checkpoint.sessions:type_name -> leasehold.fsm.v1.SessionCheckpoint
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_fsm_v1_fsm_proto_init() }
@@ -3081,6 +3103,7 @@ func file_leasehold_fsm_v1_fsm_proto_init() {
 		(*Command_Expire)(nil),
 		(*Command_Acquire)(nil),
 		(*Command_CancelWait)(nil),
+		(*Command_Withdraw)(nil),
 		(*Command_Release)(nil),
 		(*Command_EndLockDelay)(nil),
 		(*Command_KvPut)(nil),

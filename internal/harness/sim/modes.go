@@ -164,7 +164,7 @@ func (cl *client) tryAcquire(name, lease string, mode fsmpb.Mode, waitID uint64)
 
 // cancelWait withdraws the wait waitID and reports whether it was applied.
 func (cl *client) cancelWait(name, lease string, waitID uint64) bool {
-	_, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_CancelWait{CancelWait: &fsmpb.CancelWait{
+	_, err := cl.apply(&fsmpb.Command{UnixMs: time.Now().UnixMilli(), Op: &fsmpb.Command_Withdraw{Withdraw: &fsmpb.CancelWait{
 		Name: name, LeaseId: lease, WaitId: waitID}}})
 	return err == nil
 }
