@@ -25,7 +25,7 @@ import (
 // Every connection to the API port is counted from the moment it is
 // accepted until it is closed, in time independent of how many are open:
 //
-//	accept ──► conns-per-address ──► (TLS) handshakes-per-address, handshakes ──► handshake-timeout
+//	accept ──► conn-rate-per-address, conns-per-address ──► (TLS) handshakes-per-address, handshakes ──► handshake-timeout
 //	                                                                                   │
 //	http.Server ◄── (mTLS) conns-per-principal ◄── conns ◄─────── handshake done ◄─────┘
 //
@@ -112,6 +112,11 @@ type gatedConnState struct {
 // counts toward conns at once.
 func (g *connGate) admit(key netip.Prefix, handshake bool) (st *gatedConnState, name, msg string) {
 	c := &g.l.cfg
+	// Every connection accepted is charged, refused or not: accepting it
+	// is what the rate bounds. The meter's lock is not held under g.mu.
+	if err := g.l.meters.connOpens.take(addrString(key), 1); err != nil {
+		return nil, "conn-rate-per-address", err.Message
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	a := g.addrs[key]

@@ -26,7 +26,8 @@ type Limiter struct {
 
 	watches, keepalives *gate
 	queued              *parkedAcquires
-	meters              meters // the per-principal cost meters (meter.go)
+	meters              meters  // the per-principal cost meters (meter.go)
+	shares              *shares // the running and waiting requests per principal (shares.go)
 
 	mu      sync.Mutex          // protects following
 	buckets map[string]*bucket  // per principal
@@ -56,6 +57,7 @@ func New(cfg Limits, clk clock.Clock, reg prometheus.Registerer) (*Limiter, erro
 	l.keepalives = newGate("keepalive-streams", cfg.KeepAliveStreams, cfg.KeepAliveStreamsPerPrincipal, "keepalive streams")
 	l.queued = newParkedAcquires(cfg.QueuedPerSession, cfg.QueuedPerPrincipal)
 	l.meters = newMeters(cfg, clk, l.refuse)
+	l.shares = newShares(cfg.ConcurrentPerPrincipal, cfg.WaitingPerPrincipal)
 	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_connections", Help: "Open client connections (serve --limit conns)."},
 		func() float64 { return float64(l.conns.Load()) })
 	for _, c := range []prometheus.Collector{l.refused, open} {
@@ -226,7 +228,8 @@ var streams = map[string]bool{
 
 // Handler enforces the per-request limits around h: it names the
 // principal (principalOf, stored for Principal), meters its rate, bounds
-// the request body and sets the body's read deadline.
+// the request body, sets the body's read deadline and runs a unary
+// request in its principal's share (shares.go).
 func (l *Limiter) Handler(h http.Handler, principalOf func(*http.Request) string) http.Handler {
 	ew := connect.NewErrorWriter()
 	write := func(w http.ResponseWriter, r *http.Request, err *api.Error) {
@@ -282,7 +285,20 @@ func (l *Limiter) Handler(h http.Handler, principalOf func(*http.Request) string
 			}
 			r.Body = body
 		}
-		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+		ctx := WithPrincipal(r.Context(), p)
+		if !unmetered[r.URL.Path] && !streams[r.URL.Path] {
+			t, err := l.shares.enter(ctx, p)
+			if err != nil {
+				if err.Code == api.CodeResourceExhausted {
+					l.refuse("waiting-per-principal")
+				}
+				write(w, r, err)
+				return
+			}
+			defer t.leave()
+			ctx = context.WithValue(ctx, yieldKey{}, t)
+		}
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

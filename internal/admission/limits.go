@@ -69,6 +69,20 @@ type Limits struct {
 	// open on average, with bursts of up to WatchOpenBurst.
 	WatchOpenRate  float64
 	WatchOpenBurst int
+	// WatchEventRate is the events per second the Watch streams of one
+	// principal are sent on average, all its streams together, with bursts
+	// of up to WatchEventBurst: a stream that sent more waits (meter.go).
+	WatchEventRate  float64
+	WatchEventBurst int
+	// ConnRatePerAddress is the connections per second one client
+	// address (connlimit.go) may open on average, with bursts of up to
+	// ConnBurstPerAddress; only connections admitted count.
+	ConnRatePerAddress  float64
+	ConnBurstPerAddress int
+	// ConcurrentPerPrincipal is the unary requests of one principal that
+	// run at once; up to WaitingPerPrincipal more wait their turn
+	// (shares.go).
+	ConcurrentPerPrincipal, WaitingPerPrincipal int
 	// RenewRate is the lease ids per second one principal may renew on
 	// average (KeepAlive, each KeepAliveStream message), with bursts of up
 	// to RenewBurst.
@@ -106,6 +120,12 @@ func DefaultLimits() Limits {
 		ListBurst:                    20000,
 		WatchOpenRate:                100,
 		WatchOpenBurst:               512,
+		WatchEventRate:               5000,
+		WatchEventBurst:              10000,
+		ConnRatePerAddress:           200,
+		ConnBurstPerAddress:          2048,
+		ConcurrentPerPrincipal:       16,
+		WaitingPerPrincipal:          4096,
 		RenewRate:                    60000,
 		RenewBurst:                   60000,
 	}
@@ -118,6 +138,10 @@ func (l *Limits) fields() map[string]any {
 		"conns":                           &l.Conns,
 		"conns-per-address":               &l.ConnsPerAddress,
 		"conns-per-principal":             &l.ConnsPerPrincipal,
+		"conn-rate-per-address":           &l.ConnRatePerAddress,
+		"concurrent-per-principal":        &l.ConcurrentPerPrincipal,
+		"waiting-per-principal":           &l.WaitingPerPrincipal,
+		"conn-burst-per-address":          &l.ConnBurstPerAddress,
 		"handshakes-per-address":          &l.HandshakesPerAddress,
 		"handshakes":                      &l.Handshakes,
 		"handshake-timeout":               &l.HandshakeTimeout,
@@ -137,6 +161,8 @@ func (l *Limits) fields() map[string]any {
 		"list-burst":                      &l.ListBurst,
 		"watch-open-rate":                 &l.WatchOpenRate,
 		"watch-open-burst":                &l.WatchOpenBurst,
+		"watch-event-rate":                &l.WatchEventRate,
+		"watch-event-burst":               &l.WatchEventBurst,
 		"renew-rate":                      &l.RenewRate,
 		"renew-burst":                     &l.RenewBurst,
 	}

@@ -29,26 +29,50 @@ import (
 // waits on a leader that loses the lead stays parked, and counted, there
 // until it returns: for a while after a leader change a session may have
 // up to its cap parked on the old leader and again on the new one.
+//
+// A session waits for a name once. While an Acquire of it waits in the
+// queue on this node, a blocking Acquire of the same session and name
+// with another wait id is refused with resource-exhausted before it is
+// proposed, O(1), instead of replacing the waiting one's queue entry (a
+// log entry each, and an answer to the one replaced that a client sends
+// again: a loop one session could turn into thousands of writes a
+// second). A retry of the waiting request (the same wait id) is admitted
+// and waits beside it. Two requests that arrive before either is known
+// to wait are both proposed, and the state keeps the later wait id.
 
 // parkedAcquires counts the blocking Acquires parked on this node, in
 // total, per session and per principal. Admission and return are O(1).
 type parkedAcquires struct {
 	perSession, perPrincipal int // 0: no limit
 
-	mu          sync.Mutex     // protects following
-	total       int            // parked Acquires
-	bySession   map[string]int // parked Acquires per lease id; no zero entries
-	byPrincipal map[string]int // parked Acquires per principal; no zero entries
+	mu          sync.Mutex             // protects following
+	total       int                    // parked Acquires
+	bySession   map[string]int         // parked Acquires per lease id; no zero entries
+	byPrincipal map[string]int         // parked Acquires per principal; no zero entries
+	waiting     map[waitKey]*waitEntry // the wait id queued per session and name; no zero entries
 }
+
+// waitKey is a session's wait for one name.
+type waitKey struct{ session, name string }
+
+// waitEntry is the wait id queued for a waitKey and the parked requests
+// that wait with it (a request and its retries).
+type waitEntry struct {
+	id uint64
+	n  int
+}
+
+// NoSecondWait names the refusal of a second wait of a session for a
+// name (in leasehold_limit_refused_total); it has no setting.
+const NoSecondWait = "one-wait-per-name"
 
 func newParkedAcquires(perSession, perPrincipal int) *parkedAcquires {
-	return &parkedAcquires{perSession: perSession, perPrincipal: perPrincipal, bySession: map[string]int{}, byPrincipal: map[string]int{}}
+	return &parkedAcquires{perSession: perSession, perPrincipal: perPrincipal, bySession: map[string]int{}, byPrincipal: map[string]int{}, waiting: map[waitKey]*waitEntry{}}
 }
 
-// enter admits one more parked Acquire of session for principal p, or
-// refuses it naming the limit hit. The returned func gives the place
-// back; calling it more than once is harmless.
-func (q *parkedAcquires) enter(session, p string) (func(), string, *api.Error) {
+// enter admits one more parked Acquire of session for principal p, which
+// asks for name with waitID, or refuses it naming the limit hit.
+func (q *parkedAcquires) enter(session, p, name string, waitID uint64) (*Place, string, *api.Error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if n := q.bySession[session]; q.perSession > 0 && n >= q.perSession {
@@ -57,23 +81,54 @@ func (q *parkedAcquires) enter(session, p string) (func(), string, *api.Error) {
 	if n := q.byPrincipal[p]; q.perPrincipal > 0 && n >= q.perPrincipal {
 		return nil, "queued-per-principal", Exhausted("queued-per-principal", "principal %s has %d Acquires waiting on this node, the limit", p, n)
 	}
+	k := waitKey{session, name}
+	if e := q.waiting[k]; e != nil && e.id != waitID {
+		return nil, NoSecondWait, api.Errorf(api.CodeResourceExhausted,
+			"session %s already waits for %q on this node (wait id %d); a session waits for a name once: let that Acquire end, or cancel it with CancelWait, then ask again", session, name, e.id)
+	}
 	q.total++
 	q.bySession[session]++
 	q.byPrincipal[p]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			q.total--
-			if q.bySession[session]--; q.bySession[session] == 0 {
-				delete(q.bySession, session)
-			}
-			if q.byPrincipal[p]--; q.byPrincipal[p] == 0 {
-				delete(q.byPrincipal, p)
-			}
-		})
-	}, "", nil
+	return &Place{q: q, key: k, principal: p, waitID: waitID}, "", nil
+}
+
+// wait records that pl's request is queued with its wait id (which the
+// state now holds for its session and name).
+func (q *parkedAcquires) wait(pl *Place) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if pl.released || pl.waiting {
+		return
+	}
+	e := q.waiting[pl.key]
+	if e == nil || e.id != pl.waitID {
+		e = &waitEntry{id: pl.waitID} // a later request's id replaced an earlier one's in the state
+		q.waiting[pl.key] = e
+	}
+	e.n++
+	pl.waiting = true
+}
+
+// leave gives pl's place back; calling it again does nothing.
+func (q *parkedAcquires) leave(pl *Place) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if pl.released {
+		return
+	}
+	pl.released = true
+	q.total--
+	if q.bySession[pl.key.session]--; q.bySession[pl.key.session] == 0 {
+		delete(q.bySession, pl.key.session)
+	}
+	if q.byPrincipal[pl.principal]--; q.byPrincipal[pl.principal] == 0 {
+		delete(q.byPrincipal, pl.principal)
+	}
+	if e := q.waiting[pl.key]; pl.waiting && e != nil && e.id == pl.waitID {
+		if e.n--; e.n == 0 {
+			delete(q.waiting, pl.key)
+		}
+	}
 }
 
 // parked is the number of Acquires parked on this node.
@@ -85,37 +140,51 @@ func (q *parkedAcquires) parked() int {
 
 // Place is the place a blocking Acquire holds among the parked ones; nil
 // for a TryAcquire, which never waits.
-type Place struct{ give func() }
+type Place struct {
+	q         *parkedAcquires
+	key       waitKey
+	principal string
+	waitID    uint64
+	// The following are protected by q.mu.
+	released bool // the place was given back
+	waiting  bool // counted in q.waiting
+}
 
-// ParkAcquire admits the blocking Acquire of session leaseID by the
-// caller in ctx to wait on this node, or refuses it with
+// ParkAcquire admits the blocking Acquire of name by session leaseID with
+// waitID, by the caller in ctx, to wait on this node, or refuses it with
 // resource-exhausted (counted in leasehold_limit_refused_total). Release
 // the place once the Acquire no longer waits; a TryAcquire (try) needs
 // none.
-func (l *Limiter) ParkAcquire(ctx context.Context, leaseID string, try bool) (*Place, error) {
+func (l *Limiter) ParkAcquire(ctx context.Context, leaseID, name string, waitID uint64, try bool) (*Place, error) {
 	if try {
 		return nil, nil
 	}
-	release, name, err := l.queued.enter(leaseID, Principal(ctx))
+	pl, limit, err := l.queued.enter(leaseID, Principal(ctx), name, waitID)
 	if err != nil {
-		l.refuse(name)
+		l.refuse(limit)
 		return nil, err
 	}
-	return &Place{give: release}, nil
+	return pl, nil
 }
 
 // Release gives the place back; calling it again does nothing.
 func (p *Place) Release() {
 	if p != nil {
-		p.give()
+		p.q.leave(p)
 	}
 }
 
 // Waits is told whether the proposal queued the Acquire: one granted at
-// once does not wait, and gives its place back now.
+// once does not wait, and gives its place back now; one queued makes its
+// session's later requests for the name with another wait id refused
+// until it returns.
 func (p *Place) Waits(queued bool) {
 	if !queued {
 		p.Release()
+		return
+	}
+	if p != nil {
+		p.q.wait(p)
 	}
 }
 

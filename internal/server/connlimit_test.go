@@ -357,3 +357,42 @@ func TestLimitHandshakesNodeWide(t *testing.T) {
 		t.Fatalf("alice, once a handshake place was free: %v", last)
 	}
 }
+
+// TestLimitConnRatePerAddress: the connections one address opens are
+// metered (conn-rate-per-address, burst conn-burst-per-address): past
+// its burst a new connection is refused at accept with a 429 naming the
+// limit, even with none of its connections open, while another address
+// connects; the rate lets the address in again.
+func TestLimitConnRatePerAddress(t *testing.T) {
+	c, clk := startManual(t, withLimits(func(l *admission.Limits) { l.ConnRatePerAddress, l.ConnBurstPerAddress = 1, 3 }))
+	// first reads what the node says to a new connection from src that
+	// has sent nothing: "" when it waits for the request (admitted).
+	first := func(src string) string {
+		t.Helper()
+		conn, err := dialerFrom(src).Dial("tcp", c.Addr)
+		mustOK(t, "dial from "+src, err)
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		b, _ := io.ReadAll(conn)
+		return string(b)
+	}
+	for i := range 3 {
+		if got := first("127.0.0.2"); got != "" {
+			t.Fatalf("connection %d of the burst: %q, want admitted", i, got)
+		}
+	}
+	got := first("127.0.0.2")
+	if !strings.HasPrefix(got, "HTTP/1.1 429") || !strings.Contains(got, "serve --limit conn-rate-per-address=N") || !strings.Contains(got, "address 127.0.0.2") {
+		t.Fatalf("connection past the burst: %q, want a 429 naming conn-rate-per-address and the address", got)
+	}
+	if n := refusedCount(t, c, "conn-rate-per-address"); n != 1 {
+		t.Fatalf("leasehold_limit_refused_total{limit=\"conn-rate-per-address\"} = %d, want 1", n)
+	}
+	if got := first("127.0.0.3"); got != "" {
+		t.Fatalf("another address: %q, want admitted", got)
+	}
+	clk.Advance(time.Second)
+	if got := first("127.0.0.2"); got != "" {
+		t.Fatalf("a second later: %q, want admitted", got)
+	}
+}

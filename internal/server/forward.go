@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
@@ -117,6 +118,7 @@ func onLeaderVia[C, Req, Res any](
 	fwd := connect.NewRequest(req.Msg)
 	s.setForwardHeaders(ctx, fwd.Header())
 	s.met.forwarded.Inc()
+	admission.Yield(ctx) // the leader's answer is a wait, not work (admission/shares.go)
 	res, err := remote(c, ctx, fwd)
 	if err != nil {
 		return nil, forwardErr(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
@@ -114,7 +115,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 	if r.waitID == 0 {
 		r.waitID = api.NewWaitID()
 	}
-	place, err := s.lim.ParkAcquire(ctx, r.leaseID, r.try) // before it is proposed (admission/queuecap.go)
+	place, err := s.lim.ParkAcquire(ctx, r.leaseID, r.name, r.waitID, r.try) // before it is proposed (admission/queuecap.go)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +306,9 @@ func (s *Server) cancelWait(name, leaseID string, waitID uint64) {
 	for {
 		// On the leader, or forwarded to it: leadership may have moved
 		// while the request waited.
-		_, err := onLeader(ctx, s, req, s.cancelWaitLocal, client.CancelWait)
+		_, err := onLeader(ctx, s, req, func(ctx context.Context, m *pb.CancelWaitRequest) (*pb.CancelWaitResponse, error) {
+			return s.withdrawLocal(ctx, m, false)
+		}, client.CancelWait)
 		if err == nil || api.CodeOf(err) == api.CodeLeaseExpired {
 			return
 		}
@@ -322,8 +325,18 @@ func (s *Server) cancelWait(name, leaseID string, waitID uint64) {
 	}
 }
 
-func (s *Server) cancelWaitLocal(ctx context.Context, m *pb.CancelWaitRequest) (*pb.CancelWaitResponse, error) {
-	cmd := &fsmpb.Command{Op: &fsmpb.Command_CancelWait{CancelWait: &fsmpb.CancelWait{Name: m.GetName(), LeaseId: m.GetLeaseId(), WaitId: m.GetWaitId()}}}
+// withdrawLocal withdraws the wait m names on this leader. remember (a
+// caller's CancelWait) also has the session remember its wait id, so that
+// the request, should it arrive later, is refused: its caller gave up on
+// it. A withdrawal of this node's own, for a caller that went away (a cut
+// stream, an unknown outcome), remembers nothing: that caller may still
+// send the request again, as a retry.
+func (s *Server) withdrawLocal(ctx context.Context, m *pb.CancelWaitRequest, remember bool) (*pb.CancelWaitResponse, error) {
+	c := &fsmpb.CancelWait{Name: m.GetName(), LeaseId: m.GetLeaseId(), WaitId: m.GetWaitId()}
+	cmd := &fsmpb.Command{Op: &fsmpb.Command_CancelWait{CancelWait: c}}
+	if remember {
+		cmd.Op = &fsmpb.Command_Withdraw{Withdraw: c}
+	}
 	if _, err := s.apply(ctx, cmd); err != nil {
 		return nil, err
 	}
@@ -338,7 +351,9 @@ func (h *lockService) CancelWait(ctx context.Context, req *connect.Request[pb.Ca
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
-	return onLeader(ctx, h.s, req, h.s.cancelWaitLocal, client.CancelWait)
+	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.CancelWaitRequest) (*pb.CancelWaitResponse, error) {
+		return h.s.withdrawLocal(ctx, m, true)
+	}, client.CancelWait)
 }
 
 func (h *lockService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
@@ -383,6 +398,7 @@ func read[Req, Res any](
 		return connect.NewResponse(res), nil
 	}
 	return onLeader(ctx, s, req, func(ctx context.Context, m *Req) (*Res, error) {
+		admission.Yield(ctx) // confirming leadership is a wait, not work (admission/shares.go)
 		if err := s.node.ReadIndex(ctx); err != nil {
 			return nil, err
 		}
@@ -446,76 +462,6 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 		}
 		return &pb.ListResponse{Locks: locks, Truncated: truncated}, nil
 	}, client.List)
-}
-
-// Watch streams the events this node applies, from the history when
-// from_index is set (internal/hub); every node applies every entry, so any node
-// can serve it.
-func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRequest], stream *connect.ServerStream[pb.WatchResponse]) error {
-	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
-		return api.ToConnect(err)
-	}
-	release, err := h.s.lim.WatchOpen(ctx) // admission/meter.go
-	if err != nil {
-		return err
-	}
-	defer release()
-	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceWatchProcedure, req.Msg)
-	defer stop()
-	w, covered, err := h.s.hub.Watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
-	if err != nil {
-		return h.s.endWatch(ctx, stream, req.Msg.GetPrefix(), err)
-	}
-	defer h.s.hub.Unwatch(w)
-	progress := req.Msg.GetProgressNotify()
-	// Tell the caller the watch is registered: the first progress
-	// response, or the headers alone.
-	if progress {
-		err = stream.Send(&pb.WatchResponse{AppliedIndex: covered})
-	} else {
-		err = stream.Conn().Send(nil)
-	}
-	if err != nil {
-		return err
-	}
-	var tick <-chan time.Time
-	if progress {
-		t := time.NewTicker(h.s.cfg.WatchProgressInterval)
-		defer t.Stop()
-		tick = t.C
-	}
-	idle := true // nothing sent since the last tick
-	for {
-		evs, now := h.s.hub.Next(w, 64)
-		for _, ev := range evs {
-			if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs, Value: []byte(ev.Value)}}); err != nil {
-				return err
-			}
-			idle = false
-		}
-		if now != 0 {
-			covered = max(covered, now)
-		}
-		if len(evs) != 0 {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return revokedErr(ctx)
-		case <-h.s.drain:
-			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
-		case <-w.Ended():
-			return h.s.endWatch(ctx, stream, req.Msg.GetPrefix(), w.Err())
-		case <-w.Wake():
-		case <-tick:
-			if idle {
-				if err := stream.Send(&pb.WatchResponse{AppliedIndex: covered}); err != nil {
-					return err
-				}
-			}
-			idle = true
-		}
-	}
 }
 
 func (h *lockService) KvPut(ctx context.Context, req *connect.Request[pb.KvPutRequest]) (*connect.Response[pb.KvPutResponse], error) {

@@ -369,3 +369,57 @@ func dialFrom(ctx context.Context, network, addr string) (net.Conn, error) {
 	}
 	return d.DialContext(ctx, network, addr)
 }
+
+// TestMeterWatchEvents: the events sent to one principal's Watch streams
+// are paced at watch-event-rate: past its burst a stream waits (and gets
+// every event, in order, once the rate allows), while another
+// principal's stream of the same prefix is sent each event at once.
+func TestMeterWatchEvents(t *testing.T) {
+	c, clk := startManual(t, withLimits(func(l *admission.Limits) { l.WatchEventRate, l.WatchEventBurst = 1, 1 }))
+	rt := h2c()
+	t.Cleanup(rt.CloseIdleConnections)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	names := func(cl client) <-chan string {
+		st, err := cl.Watch(ctx, req(&pb.WatchRequest{Prefix: "we:"}))
+		mustOK(t, "watch", err)
+		context.AfterFunc(ctx, func() { _ = st.Close() })
+		st.ResponseHeader() // the watch is registered
+		ch := make(chan string, 16)
+		go func() {
+			for st.Receive() {
+				if ev := st.Msg().GetEvent(); ev.GetType() == pb.EventType_EVENT_TYPE_ACQUIRED {
+					ch <- ev.GetName()
+				}
+			}
+		}()
+		return ch
+	}
+	a := names(as(c, rt, "a"))
+	s := newSession(t, c.Client, 60_000, "S").GetLeaseId()
+	got := func(ch <-chan string, want string) {
+		t.Helper()
+		select {
+		case name := <-ch:
+			if name != want {
+				t.Fatalf("event of %s, want %s", name, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event of %s", want)
+		}
+	}
+	for i := range 2 { // the burst, then one more: a's bucket is in debt
+		acquire(t, c.Client, fmt.Sprint("we:", i), s)
+		got(a, fmt.Sprint("we:", i))
+	}
+	b := names(as(c, rt, "b"))
+	acquire(t, c.Client, "we:2", s)
+	got(b, "we:2")
+	select {
+	case name := <-a:
+		t.Fatalf("a was sent %s while its watch-event-rate was spent", name)
+	case <-time.After(300 * time.Millisecond):
+	}
+	clk.Advance(time.Second)
+	got(a, "we:2")
+}

@@ -372,6 +372,7 @@ func (p proposer) Propose(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, 
 func (s *Server) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, error) {
 	cmd.UnixMs = s.clock.Now().UnixMilli()
 	start := time.Now()
+	admission.Yield(ctx) // the commit is a wait, not work (admission/shares.go)
 	res, err := s.node.Apply(ctx, cmd)
 	s.met.applySeconds.Observe(time.Since(start).Seconds())
 	if err != nil {

@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,64 +12,65 @@ import (
 	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
-// Many queued requests of one session for one name (each newer one takes
-// over the session's place in the queue): when the name is granted, every
-// one of them gets an answer at once — the grant (one holding) for the
-// newest, "not holding" for those it replaced — and none waits out its
-// deadline for an event that was dropped or never meant for it.
+// A session waits for a name once: while its request waits in the queue,
+// other wait ids of the session for the name are refused at once
+// (resource-exhausted, nothing proposed), and retries of the waiting
+// request (its wait id) wait beside it. When the name is granted, the
+// request and every retry get the grant at once (one holding, one token),
+// and none waits out its deadline for an event that was dropped or never
+// meant for it.
 func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 	t.Parallel()
 	c, a, b, ha := heldAndWanted(t, "crowded")
 	ctx := ctxT(t)
 
-	const n = 6
+	const retries = 4
 	type outcome struct {
-		waitID uint64
-		h      *pb.Holding
-		err    error
+		h   *pb.Holding
+		err error
 	}
-	results := make(chan outcome, n)
+	results := make(chan outcome, retries+1)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	r := c.Server().Node().Raft()
-	for i := range n {
-		waitID := uint64(100 + i)
+	for i := range retries + 1 {
 		before := r.AppliedIndex()
 		go func() {
-			resp, err := c.Client.Acquire(wctx, req(&pb.AcquireRequest{Name: "crowded", LeaseId: b.GetLeaseId(), WaitId: waitID}))
-			o := outcome{waitID: waitID, err: err}
+			resp, err := c.Client.Acquire(wctx, req(&pb.AcquireRequest{Name: "crowded", LeaseId: b.GetLeaseId(), WaitId: 100}))
+			o := outcome{err: err}
 			if err == nil {
 				o.h = resp.Msg.GetHolding()
 			}
 			results <- o
 		}()
-		// The next request replaces this one only once it is applied.
-		mustOK(t, "applied", servertest.Eventually(5*time.Second, func() bool { return r.AppliedIndex() > before }))
-	}
-	waitQueued(t, c.Client, "crowded", b.GetLeaseId())
-	_, err := c.Client.Release(ctx, req(&pb.ReleaseRequest{Name: "crowded", LeaseId: a.GetLeaseId(), Token: ha.GetToken()}))
-	mustOK(t, "Release", err)
-	granted := 0
-	var token uint64
-	for range n {
-		select {
-		case o := <-results:
-			switch {
-			case o.err == nil && o.h.GetLeaseId() == b.GetLeaseId() && (token == 0 || o.h.GetToken() == token):
-				granted++
-				token = o.h.GetToken()
-			case api.CodeOf(o.err) == api.CodeUnavailable:
-			default:
-				t.Errorf("request %d: holding %v, error %v (code %s); want the grant or unavailable", o.waitID, o.h, o.err, api.CodeOf(o.err))
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("a queued request got no answer after the grant (%d granted so far)", granted)
+		if i == 0 {
+			mustOK(t, "applied", servertest.Eventually(5*time.Second, func() bool { return r.AppliedIndex() > before }))
+			waitQueued(t, c.Client, "crowded", b.GetLeaseId())
 		}
 	}
-	// One holding; more than one request reports it only when a request
-	// was applied after the grant (then it is the re-entrant answer).
-	if granted == 0 {
-		t.Fatal("no request was told it holds the name")
+	before := c.State()
+	for id := range uint64(5) {
+		_, err := c.Client.Acquire(wctx, req(&pb.AcquireRequest{Name: "crowded", LeaseId: b.GetLeaseId(), WaitId: 200 + id}))
+		if api.CodeOf(err) != api.CodeResourceExhausted || !strings.Contains(err.Error(), "wait id 100") {
+			t.Fatalf("another wait id of the waiting session: %v (code %s), want resource-exhausted naming wait id 100", err, api.CodeOf(err))
+		}
+	}
+	if !bytes.Equal(before, c.State()) { // a retry of wait id 100 changes nothing either
+		t.Fatal("the refused requests changed the state")
+	}
+	_, err := c.Client.Release(ctx, req(&pb.ReleaseRequest{Name: "crowded", LeaseId: a.GetLeaseId(), Token: ha.GetToken()}))
+	mustOK(t, "Release", err)
+	var token uint64
+	for i := range retries + 1 {
+		select {
+		case o := <-results:
+			if o.err != nil || o.h.GetLeaseId() != b.GetLeaseId() || (token != 0 && o.h.GetToken() != token) {
+				t.Fatalf("request %d: holding %v, error %v; want the one grant", i, o.h, o.err)
+			}
+			token = o.h.GetToken()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a queued request got no answer after the grant (%d answered so far)", i)
+		}
 	}
 }
 
@@ -81,11 +84,14 @@ func heldAndWanted(t *testing.T, name string) (c *servertest.Cluster, a, b *pb.C
 	return c, a, b, acquire(t, c.Client, name, a.GetLeaseId())
 }
 
-// TestReplacedWaitsEndAtOnce: a session has one queued request per name, so
-// each Acquire with a new wait id replaces the one before it in the state.
-// The replaced requests are answered at once (unavailable: replaced), not
-// held until their deadlines: one session cannot pile up handlers.
-func TestReplacedWaitsEndAtOnce(t *testing.T) {
+// TestSecondWaitsEndAtOnce: a session has one queued request per name.
+// Of many concurrent Acquires of one session for a name, each with a
+// wait id of its own, one stands in the queue; the others are refused
+// before they are proposed (resource-exhausted) or, if proposed before the
+// first was known to wait, replaced it in the state and the one replaced
+// is answered at once (unavailable). None is held until its deadline: one
+// session cannot pile up handlers.
+func TestSecondWaitsEndAtOnce(t *testing.T) {
 	t.Parallel()
 	c, _ := startManual(t, servertest.Options{})
 	holder := newSession(t, c.Client, 60_000, "holder")
@@ -101,17 +107,15 @@ func TestReplacedWaitsEndAtOnce(t *testing.T) {
 			answered <- err
 		}()
 	}
-	// All but the request whose wait id the state holds now end by
-	// themselves, long before their 60 s deadline.
 	timeout := time.After(20 * time.Second)
 	for range n - 1 {
 		select {
 		case err := <-answered:
-			if api.CodeOf(err) != api.CodeUnavailable {
-				t.Fatalf("a replaced request: %v, want unavailable", err)
+			if code := api.CodeOf(err); code != api.CodeUnavailable && code != api.CodeResourceExhausted {
+				t.Fatalf("a second request: %v, want resource-exhausted (refused) or unavailable (replaced)", err)
 			}
 		case <-timeout:
-			t.Fatal("replaced requests still wait: each keeps a handler until its deadline")
+			t.Fatal("second requests still wait: each keeps a handler until its deadline")
 		}
 	}
 	select {
@@ -122,4 +126,23 @@ func TestReplacedWaitsEndAtOnce(t *testing.T) {
 	if ws := waiters(status(t, c.Client, "busy")); len(ws) != 1 {
 		t.Fatalf("queue %v, want the waiter's one entry", ws)
 	}
+}
+
+// An Acquire that reaches the leader after its wait id was withdrawn
+// (CancelWait applied first: the request was delayed, or its caller gave
+// up before sending it again) is refused with canceled and leaves no
+// queue entry; the session's next Acquire, with a new wait id, queues.
+func TestAcquireAfterItsWithdrawal(t *testing.T) {
+	t.Parallel()
+	c, _, b, _ := heldAndWanted(t, "late")
+	ctx := ctxT(t)
+	_, err := c.Client.CancelWait(ctx, req(&pb.CancelWaitRequest{Name: "late", LeaseId: b.GetLeaseId(), WaitId: 77}))
+	mustOK(t, "CancelWait before the Acquire", err)
+	_, err = c.Client.Acquire(ctx, req(&pb.AcquireRequest{Name: "late", LeaseId: b.GetLeaseId(), WaitId: 77, WaitMs: 5000}))
+	wantCode(t, "the Acquire after its withdrawal", err, api.CodeCanceled)
+	if ws := waiters(status(t, c.Client, "late")); len(ws) != 0 {
+		t.Fatalf("queue %v after the refused Acquire, want none", ws)
+	}
+	_, err = c.Client.Acquire(ctx, req(&pb.AcquireRequest{Name: "late", LeaseId: b.GetLeaseId(), WaitId: 78, WaitMs: 100}))
+	wantCode(t, "the next Acquire, with a new wait id", err, api.CodeDeadlineExceeded)
 }

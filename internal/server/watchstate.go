@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/fsm"
 )
 
@@ -84,4 +86,85 @@ func (s *Server) endWatch(ctx context.Context, stream *connect.ServerStream[pb.W
 		return serr
 	}
 	return api.ToConnect(err)
+}
+
+// Watch streams the events this node applies, from the history when
+// from_index is set (internal/hub); every node applies every entry, so any node
+// can serve it.
+func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRequest], stream *connect.ServerStream[pb.WatchResponse]) error {
+	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
+		return api.ToConnect(err)
+	}
+	release, err := h.s.lim.WatchOpen(ctx) // admission/meter.go
+	if err != nil {
+		return err
+	}
+	defer release()
+	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceWatchProcedure, req.Msg)
+	defer stop()
+	w, covered, err := h.s.hub.Watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
+	if err != nil {
+		return h.s.endWatch(ctx, stream, req.Msg.GetPrefix(), err)
+	}
+	defer h.s.hub.Unwatch(w)
+	progress := req.Msg.GetProgressNotify()
+	// Tell the caller the watch is registered: the first progress
+	// response, or the headers alone.
+	if progress {
+		err = stream.Send(&pb.WatchResponse{AppliedIndex: covered})
+	} else {
+		err = stream.Conn().Send(nil)
+	}
+	if err != nil {
+		return err
+	}
+	var tick <-chan time.Time
+	if progress {
+		t := time.NewTicker(h.s.cfg.WatchProgressInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	idle := true               // nothing sent since the last tick
+	var paced <-chan time.Time // set while watch-event-rate holds the stream back
+	for {
+		wake, ticks := w.Wake(), tick
+		if paced != nil {
+			wake, ticks = nil, nil
+		} else {
+			evs, now := h.s.hub.Next(w, 64)
+			for _, ev := range evs {
+				if err := stream.Send(&pb.WatchResponse{Event: &pb.Event{Type: ev.Type, Name: ev.Name, LeaseId: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs, Value: []byte(ev.Value)}}); err != nil {
+					return err
+				}
+				idle = false
+			}
+			if now != 0 {
+				covered = max(covered, now)
+			}
+			if len(evs) != 0 {
+				if d := h.s.lim.WatchSent(ctx, len(evs)); d > 0 { // admission/meter.go
+					paced = h.s.clock.After(d)
+				}
+				continue
+			}
+		}
+		select {
+		case <-paced:
+			paced = nil
+		case <-ctx.Done():
+			return revokedErr(ctx)
+		case <-h.s.drain:
+			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
+		case <-w.Ended():
+			return h.s.endWatch(ctx, stream, req.Msg.GetPrefix(), w.Err())
+		case <-wake:
+		case <-ticks:
+			if idle {
+				if err := stream.Send(&pb.WatchResponse{AppliedIndex: covered}); err != nil {
+					return err
+				}
+			}
+			idle = true
+		}
+	}
 }
