@@ -30,15 +30,14 @@ import (
 // until it returns: for a while after a leader change a session may have
 // up to its cap parked on the old leader and again on the new one.
 //
-// A session waits for a name once. While an Acquire of it waits in the
-// queue on this node, a blocking Acquire of the same session and name
-// with another wait id is refused with resource-exhausted before it is
-// proposed, O(1), instead of replacing the waiting one's queue entry (a
-// log entry each, and an answer to the one replaced that a client sends
-// again: a loop one session could turn into thousands of writes a
-// second). A retry of the waiting request (the same wait id) is admitted
-// and waits beside it. Two requests that arrive before either is known
-// to wait are both proposed, and the state keeps the later wait id.
+// A session waits for a name once. While a blocking Acquire of it is
+// parked on this node (proposed, or waiting in the queue), one of the
+// same session and name with another wait id is refused with
+// resource-exhausted before it is proposed, O(1), instead of replacing
+// the first one's queue entry (a log entry each, and an answer to the
+// one replaced that a client sends again: a loop one session could turn
+// into thousands of writes a second). A retry of the parked request (the
+// same wait id) is admitted and waits beside it.
 
 // parkedAcquires counts the blocking Acquires parked on this node, in
 // total, per session and per principal. Admission and return are O(1).
@@ -49,14 +48,14 @@ type parkedAcquires struct {
 	total       int                    // parked Acquires
 	bySession   map[string]int         // parked Acquires per lease id; no zero entries
 	byPrincipal map[string]int         // parked Acquires per principal; no zero entries
-	waiting     map[waitKey]*waitEntry // the wait id queued per session and name; no zero entries
+	waiting     map[waitKey]*waitEntry // the wait id parked per session and name; no zero entries
 }
 
 // waitKey is a session's wait for one name.
 type waitKey struct{ session, name string }
 
-// waitEntry is the wait id queued for a waitKey and the parked requests
-// that wait with it (a request and its retries).
+// waitEntry is the wait id parked for a waitKey and the requests parked
+// with it (a request and its retries).
 type waitEntry struct {
 	id uint64
 	n  int
@@ -89,24 +88,13 @@ func (q *parkedAcquires) enter(session, p, name string, waitID uint64) (*Place, 
 	q.total++
 	q.bySession[session]++
 	q.byPrincipal[p]++
-	return &Place{q: q, key: k, principal: p, waitID: waitID}, "", nil
-}
-
-// wait records that pl's request is queued with its wait id (which the
-// state now holds for its session and name).
-func (q *parkedAcquires) wait(pl *Place) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if pl.released || pl.waiting {
-		return
-	}
-	e := q.waiting[pl.key]
-	if e == nil || e.id != pl.waitID {
-		e = &waitEntry{id: pl.waitID} // a later request's id replaced an earlier one's in the state
-		q.waiting[pl.key] = e
+	e := q.waiting[k]
+	if e == nil {
+		e = &waitEntry{id: waitID}
+		q.waiting[k] = e
 	}
 	e.n++
-	pl.waiting = true
+	return &Place{q: q, key: k, principal: p, waitID: waitID}, "", nil
 }
 
 // leave gives pl's place back; calling it again does nothing.
@@ -124,10 +112,9 @@ func (q *parkedAcquires) leave(pl *Place) {
 	if q.byPrincipal[pl.principal]--; q.byPrincipal[pl.principal] == 0 {
 		delete(q.byPrincipal, pl.principal)
 	}
-	if e := q.waiting[pl.key]; pl.waiting && e != nil && e.id == pl.waitID {
-		if e.n--; e.n == 0 {
-			delete(q.waiting, pl.key)
-		}
+	e := q.waiting[pl.key]
+	if e.n--; e.n == 0 {
+		delete(q.waiting, pl.key)
 	}
 }
 
@@ -145,9 +132,7 @@ type Place struct {
 	key       waitKey
 	principal string
 	waitID    uint64
-	// The following are protected by q.mu.
-	released bool // the place was given back
-	waiting  bool // counted in q.waiting
+	released  bool // the place was given back; protected by q.mu
 }
 
 // ParkAcquire admits the blocking Acquire of name by session leaseID with
@@ -175,16 +160,10 @@ func (p *Place) Release() {
 }
 
 // Waits is told whether the proposal queued the Acquire: one granted at
-// once does not wait, and gives its place back now; one queued makes its
-// session's later requests for the name with another wait id refused
-// until it returns.
+// once does not wait, and gives its place back now.
 func (p *Place) Waits(queued bool) {
 	if !queued {
 		p.Release()
-		return
-	}
-	if p != nil {
-		p.q.wait(p)
 	}
 }
 

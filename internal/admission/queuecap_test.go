@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,7 @@ func TestParkedAcquiresCounts(t *testing.T) {
 	q := newParkedAcquires(2, 3)
 	var releases []func()
 	for i, e := range []struct{ session, principal string }{{"s1", "p"}, {"s1", "p"}, {"s2", "p"}} {
-		pl, name, err := q.enter(e.session, e.principal, "n", uint64(i+1))
+		pl, name, err := q.enter(e.session, e.principal, fmt.Sprint("n", i), uint64(i+1))
 		if err != nil {
 			t.Fatalf("enter %v: %s %v", e, name, err)
 		}
@@ -40,17 +41,17 @@ func TestParkedAcquiresCounts(t *testing.T) {
 	}
 	unbounded := newParkedAcquires(0, 0)
 	for i := range 5 {
-		if _, name, err := unbounded.enter("s", "p", "n", uint64(i+1)); err != nil {
+		if _, name, err := unbounded.enter("s", "p", fmt.Sprint("n", i), uint64(i+1)); err != nil {
 			t.Fatalf("no limits: %s %v", name, err)
 		}
 	}
 }
 
-// TestOneWaitPerName: while a request of a session waits for a name,
-// another wait id of that session for the name is refused (O(1), before
-// it is proposed); a retry of the waiting one, other names, other
-// sessions and requests not yet known to wait are admitted; once every
-// request with the waiting id returned, a new id is admitted again.
+// TestOneWaitPerName: while a request of a session is parked for a name
+// (proposed or queued), another wait id of that session for the name is
+// refused (O(1), before it is proposed); a retry of the parked one, other
+// names and other sessions are admitted; once every request with the
+// parked id returned, a new id is admitted again.
 func TestOneWaitPerName(t *testing.T) {
 	q := newParkedAcquires(0, 0)
 	must := func(session, name string, id uint64) *Place {
@@ -61,23 +62,19 @@ func TestOneWaitPerName(t *testing.T) {
 		}
 		return pl
 	}
-	inFlight := must("s", "n", 1)
-	racing := must("s", "n", 2) // neither is known to wait yet: both proposed
-	racing.Release()
-	inFlight.Waits(true)
+	first := must("s", "n", 1)
 	retry := must("s", "n", 1)
-	retry.Waits(true)
 	if _, limit, err := q.enter("s", "p", "n", 3); err == nil || limit != NoSecondWait || !strings.Contains(err.Message, "wait id 1") {
 		t.Fatalf("a second wait id of the session for the name: %q %v, want %s naming wait id 1", limit, err, NoSecondWait)
 	}
 	must("s", "other", 3).Release()
 	must("t", "n", 3).Release()
-	granted := must("s", "free", 4) // granted at once: never waits
+	granted := must("s", "free", 4) // granted at once: gives its place back
 	granted.Waits(false)
 	must("s", "free", 6).Release()
-	inFlight.Release()
+	first.Release()
 	if _, _, err := q.enter("s", "p", "n", 5); err == nil {
-		t.Fatal("admitted while a retry of the waiting request still waits")
+		t.Fatal("admitted while a retry of the parked request is still parked")
 	}
 	retry.Release()
 	retry.Release()

@@ -33,6 +33,7 @@ func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	r := c.Server().Node().Raft()
+	start := r.AppliedIndex()
 	for i := range retries + 1 {
 		before := r.AppliedIndex()
 		go func() {
@@ -48,6 +49,9 @@ func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 			waitQueued(t, c.Client, "crowded", b.GetLeaseId())
 		}
 	}
+	// Each request, retries too, is one Acquire entry: once all are
+	// applied, the state stands still until the name is released.
+	mustOK(t, "every retry applied", servertest.Eventually(5*time.Second, func() bool { return r.AppliedIndex() >= start+retries+1 }))
 	before := c.State()
 	for id := range uint64(5) {
 		_, err := c.Client.Acquire(wctx, req(&pb.AcquireRequest{Name: "crowded", LeaseId: b.GetLeaseId(), WaitId: 200 + id}))
@@ -87,10 +91,11 @@ func heldAndWanted(t *testing.T, name string) (c *servertest.Cluster, a, b *pb.C
 // TestSecondWaitsEndAtOnce: a session has one queued request per name.
 // Of many concurrent Acquires of one session for a name, each with a
 // wait id of its own, one stands in the queue; the others are refused
-// before they are proposed (resource-exhausted) or, if proposed before the
-// first was known to wait, replaced it in the state and the one replaced
-// is answered at once (unavailable). None is held until its deadline: one
-// session cannot pile up handlers.
+// before they are proposed (resource-exhausted; a request that reached
+// the leader through another node, whose parked Acquires this one does
+// not see, would replace the standing one instead, which is then answered
+// at once: unavailable). None is held until its deadline: one session
+// cannot pile up handlers.
 func TestSecondWaitsEndAtOnce(t *testing.T) {
 	t.Parallel()
 	c, _ := startManual(t, servertest.Options{})
