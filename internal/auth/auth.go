@@ -296,6 +296,9 @@ func (p *Policies) Authenticate(token string) (string, error) {
 	if t == nil || subtle.ConstantTimeCompare(sum[:], t.GetSha256()) != 1 {
 		return "", fmt.Errorf("%w: unknown or revoked bearer token %s", ErrDenied, id)
 	}
+	if !t.GetProven() {
+		return "", fmt.Errorf("%w: bearer token %s was minted by leasehold v0.1.0, which let any caller mint a token while auth was off; mint a new one (leasehold auth token create) and revoke this one", ErrDenied, id)
+	}
 	return t.GetPrincipal(), nil
 }
 
@@ -318,7 +321,7 @@ func NewToken(principal string, unixMs int64) (string, *fsmpb.AuthToken) {
 	idHex := hex.EncodeToString(id[:])
 	tok := tokenPrefix + idHex + "." + hex.EncodeToString(secret[:])
 	sum := Hash(tok)
-	return tok, &fsmpb.AuthToken{Id: idHex, Principal: principal, Sha256: sum[:], CreatedUnixMs: unixMs}
+	return tok, &fsmpb.AuthToken{Id: idHex, Principal: principal, Sha256: sum[:], CreatedUnixMs: unixMs, Proven: true}
 }
 
 // TokenID returns the id part of a token.

@@ -3,7 +3,11 @@ package auth
 import (
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
+	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
@@ -69,6 +73,31 @@ func TestTokenFormat(t *testing.T) {
 	pol := Compile(&fsmpb.AuthState{Tokens: []*fsmpb.AuthToken{rec}})
 	if _, err := pol.Authenticate(tok[:len(tok)-1] + "x"); err == nil {
 		t.Fatal("an altered token authenticates")
+	}
+}
+
+// A token record without proven was minted by v0.1.0, which let any caller
+// mint while auth was off: presenting it is refused, whoever it names.
+func TestTokenOfV010IsRefused(t *testing.T) {
+	tok, rec := NewToken("admin", 0)
+	if !rec.GetProven() {
+		t.Fatal("a new token record is not marked proven")
+	}
+	old := proto.CloneOf(rec)
+	old.Proven = false
+	for _, c := range []struct {
+		rec     *fsmpb.AuthToken
+		refused bool
+	}{{rec, false}, {old, true}} {
+		pol := Compile(&fsmpb.AuthState{Enabled: true, Tokens: []*fsmpb.AuthToken{c.rec}})
+		name, err := pol.Authenticate(tok)
+		if c.refused {
+			if !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "auth token create") || name != "" {
+				t.Errorf("unproven record: Authenticate = %q, %v; want denied, naming how to mint a new one", name, err)
+			}
+		} else if err != nil || name != "admin" {
+			t.Errorf("proven record: Authenticate = %q, %v", name, err)
+		}
 	}
 }
 

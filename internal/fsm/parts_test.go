@@ -42,7 +42,7 @@ func authAtLimits(t testing.TB) *fsmpb.AuthState {
 	for i := range auth.MaxTokens {
 		sum := make([]byte, 32)
 		binary.BigEndian.PutUint64(sum, uint64(i))
-		st.Tokens = append(st.Tokens, &fsmpb.AuthToken{Id: fmt.Sprintf("%016x", i), Principal: long("t-", i), Sha256: sum, CreatedUnixMs: 1 << 41})
+		st.Tokens = append(st.Tokens, &fsmpb.AuthToken{Id: fmt.Sprintf("%016x", i), Principal: long("t-", i), Sha256: sum, CreatedUnixMs: 1 << 41, Proven: true})
 	}
 	return st
 }

@@ -28,7 +28,7 @@ func fullAuth(t *testing.T) *fsmpb.AuthState {
 		return s + strings.Repeat("n", 64-len(s))
 	}
 	for i := range auth.MaxTokens {
-		st.Tokens = append(st.Tokens, &fsmpb.AuthToken{Id: fmt.Sprintf("%016x", i), Principal: name("token", i, 0), Sha256: bytes.Repeat([]byte{byte(i)}, 32), CreatedUnixMs: base})
+		st.Tokens = append(st.Tokens, &fsmpb.AuthToken{Id: fmt.Sprintf("%016x", i), Principal: name("token", i, 0), Sha256: bytes.Repeat([]byte{byte(i)}, 32), CreatedUnixMs: base, Proven: true})
 	}
 	for i := range auth.MaxPolicies {
 		p := &fsmpb.AuthPolicy{Name: fmt.Sprintf("policy-%04d", i), Permissions: []string{"read"}}

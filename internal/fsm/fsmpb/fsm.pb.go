@@ -2449,6 +2449,11 @@ type AuthToken struct {
 	Principal     string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
 	Sha256        []byte `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	CreatedUnixMs int64  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	// proven is set on every token minted since v0.1.0, which mints only for
+	// an admin (auth on) or a proven bootstrap credential (auth off). A
+	// record without it was minted by v0.1.0, which let any caller mint while
+	// auth was off: it is refused when presented, and can only be revoked.
+	Proven        bool `protobuf:"varint,5,opt,name=proven,proto3" json:"proven,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2509,6 +2514,13 @@ func (x *AuthToken) GetCreatedUnixMs() int64 {
 		return x.CreatedUnixMs
 	}
 	return 0
+}
+
+func (x *AuthToken) GetProven() bool {
+	if x != nil {
+		return x.Proven
+	}
+	return false
 }
 
 type AuthPutToken struct {
@@ -2961,12 +2973,13 @@ const file_leasehold_fsm_v1_fsm_proto_rawDesc = "" +
 	"\rAuthPutPolicy\x124\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1c.leasehold.fsm.v1.AuthPolicyR\x06policy\"&\n" +
 	"\x10AuthDeletePolicy\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x91\x01\n" +
 	"\tAuthToken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\fR\x06sha256\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\"A\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12\x16\n" +
+	"\x06proven\x18\x05 \x01(\bR\x06proven\"A\n" +
 	"\fAuthPutToken\x121\n" +
 	"\x05token\x18\x01 \x01(\v2\x1b.leasehold.fsm.v1.AuthTokenR\x05token\"!\n" +
 	"\x0fAuthRevokeToken\x12\x0e\n" +
