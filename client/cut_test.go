@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -267,6 +269,25 @@ func TestReentrantAcquireInCutKeepsTheHolding(t *testing.T) {
 	}
 }
 
+// serveLosing serves h on a new listener that, while cut is set, cuts
+// every TryAcquire's reply after the server applied it, and while
+// failWithdraw is set, answers every CancelWait with 503 without passing
+// it on.
+func serveLosing(t *testing.T, h http.Handler) (addr string, cut, failWithdraw *atomic.Bool) {
+	cut, failWithdraw = new(atomic.Bool), new(atomic.Bool)
+	addr = serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case cut.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:
+			cutreply.Serve(h, w, r) // applied, then the reply is lost
+		case failWithdraw.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:
+			http.Error(w, "unavailable", http.StatusServiceUnavailable) // never reaches the server
+		default:
+			h.ServeHTTP(w, r)
+		}
+	}))
+	return addr, cut, failWithdraw
+}
+
 // A session's Acquire granted on the server whose replies and withdrawal
 // are all lost ends outcome-unknown; the session's next Acquire of the
 // name is a retry of that request, so when its replies are lost too, its
@@ -276,18 +297,7 @@ func TestAcquireRetryAfterLostWithdrawalReleasesTheGrant(t *testing.T) {
 	ts := startServer(t)
 	ctx := testCtx(t)
 	direct := dial(t, ts.Addr)
-	var cutAcquire, failWithdraw atomic.Bool
-	h := ts.Server().Handler()
-	addr := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case cutAcquire.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:
-			cutreply.Serve(h, w, r) // applied, then the reply is lost
-		case failWithdraw.Load() && r.URL.Path == leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:
-			http.Error(w, "unavailable", http.StatusServiceUnavailable) // never reaches the server
-		default:
-			h.ServeHTTP(w, r)
-		}
-	}))
+	addr, cutAcquire, failWithdraw := serveLosing(t, ts.Server().Handler())
 	c := dial(t, addr, client.WithUnaryLocks())
 	s, err := c.NewSession(ctx, client.WithTTL(time.Minute))
 	if err != nil {
@@ -378,4 +388,61 @@ func serveCutting(t *testing.T, h http.Handler, cut func(path string) bool) stri
 		}
 		h.ServeHTTP(w, r)
 	}))
+}
+
+// An AcquireIn granted on the server whose replies and withdrawal are all
+// lost ends outcome-unknown naming its wait id. Another client (another
+// process: acquire --session --wait-id) retrying with that id is that
+// request: it learns the grant, and when its own replies are lost, its
+// withdrawal releases the grant (a fresh wait id's withdrawal would leave
+// the session's holding, which it did not create, until the session ends).
+func TestAcquireInRetriedByItsWaitID(t *testing.T) {
+	ts := startServer(t)
+	ctx := testCtx(t)
+	direct := dial(t, ts.Addr)
+	addr, cutAcquire, failWithdraw := serveLosing(t, ts.Server().Handler())
+	cutAcquire.Store(true)
+	cutting := dial(t, addr, client.WithUnaryLocks())
+	s := newSession(t, direct)
+	lost := func(name string, opts ...client.AcquireOption) (uint64, uint64) {
+		t.Helper()
+		failWithdraw.Store(true)
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := cutting.AcquireIn(cctx, s.ID(), name, true, opts...)
+		if !errors.Is(err, client.ErrOutcomeUnknown) {
+			t.Fatalf("AcquireIn with its replies and withdrawal lost = %v, want outcome-unknown", err)
+		}
+		m := regexp.MustCompile(`retry with wait id (\d+)`).FindStringSubmatch(err.Error())
+		if m == nil {
+			t.Fatalf("the outcome-unknown error names no wait id: %v", err)
+		}
+		id, _ := strconv.ParseUint(m[1], 10, 64)
+		info, err := direct.Status(ctx, name)
+		if err != nil || info.GetHolder().GetLeaseId() != s.ID() {
+			t.Fatalf("the first attempt was not granted on the server (holder %v, %v); the test needs it granted", info.GetHolder(), err)
+		}
+		return id, info.GetHolder().GetToken()
+	}
+
+	id, token := lost("re-4")
+	got, err := direct.AcquireIn(ctx, s.ID(), "re-4", true, client.WithWaitID(id))
+	if err != nil || got.GetToken() != token {
+		t.Fatalf("the retry by wait id = %v, %v; want the grant nobody learned (token %d)", got, err, token)
+	}
+
+	id, _ = lost("re-6")
+	failWithdraw.Store(false)
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := cutting.AcquireIn(cctx, s.ID(), "re-6", true, client.WithWaitID(id)); err == nil || errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("the retry with its replies lost = %v, want a failure that withdrew it", err)
+	}
+	if info, err := direct.Status(ctx, "re-6"); err != nil || info.GetHolder() != nil {
+		t.Fatalf("after the retry withdrew, re-6 is held by %v (%v), a grant nobody learned", info.GetHolder(), err)
+	}
+
+	if _, err := s.TryAcquire(ctx, "re-5", client.WithWaitID(id)); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("Session.TryAcquire with WithWaitID = %v, want invalid-argument", err)
+	}
 }

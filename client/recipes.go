@@ -89,13 +89,30 @@ func (c *Client) CloseSessionID(ctx context.Context, leaseID string) ([]string, 
 	return res.GetReleased(), nil
 }
 
+// WithWaitID makes Client.AcquireIn send id as the request's wait id
+// instead of a fresh one: the retry of an AcquireIn whose outcome was
+// unknown, from this process or another (that error names the id). The
+// retry is answered with the holding the first request was granted, or
+// waits in its place, and its withdrawal withdraws what that request
+// created; a wait id its caller withdrew is refused with ErrCanceled. A
+// Session chooses its own wait ids and refuses this option with
+// ErrInvalidArgument.
+func WithWaitID(id uint64) AcquireOption {
+	return func(o *acquireOptions) { o.waitID = id }
+}
+
 // AcquireIn takes name in the existing session leaseID, which this client
 // does not keep alive: with try it fails at once when the name is held,
 // otherwise it waits in the queue until ctx ends. Like Session.Acquire, it
-// withdraws a request whose outcome it did not learn.
+// withdraws a request whose outcome it did not learn; when that withdrawal
+// fails too, the ErrOutcomeUnknown names the wait id to retry with
+// (WithWaitID).
 func (c *Client) AcquireIn(ctx context.Context, leaseID, name string, try bool, opts ...AcquireOption) (*Holding, error) {
 	o := acquireOpts(opts)
-	waitID := api.NewWaitID()
+	waitID := o.waitID
+	if waitID == 0 {
+		waitID = api.NewWaitID()
+	}
 	var (
 		res interface{ GetHolding() *pb.Holding }
 		err error

@@ -258,6 +258,7 @@ type acquireOptions struct {
 	mode      pb.LockMode // see recipes.go
 	permits   uint32
 	value     []byte
+	waitID    uint64 // WithWaitID; AcquireIn only
 }
 
 // WithLockDelay asks that after this holding ends by expiry (not by
@@ -320,6 +321,10 @@ const cancelWaitTimeout = 5 * time.Second
 func (s *Session) acquire(ctx context.Context, name string, o acquireOptions, do func(context.Context, uint64) (*pb.Holding, error)) (*Lock, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
+	}
+	if o.waitID != 0 {
+		return nil, opError("acquire "+name, &api.Error{Code: api.CodeInvalidArgument,
+			Message: "WithWaitID is for Client.AcquireIn: a Session chooses its own wait ids and retries them itself"})
 	}
 	// One attempt per name at a time in this session: a withdrawal must
 	// not release a holding a concurrent attempt of the session learned.
@@ -455,7 +460,8 @@ func (c *Client) withdraw(leaseID, name string, waitID uint64, err error) error 
 	e := api.FromError(err)
 	switch {
 	case cerr != nil && !errors.Is(cerr, ErrLeaseExpired):
-		return &api.Error{Code: api.CodeOutcomeUnknown, Message: fmt.Sprintf("%s; withdrawing failed too (%s): the session may hold %q until it ends", e.Message, api.FromError(cerr).Message, name)}
+		return &api.Error{Code: api.CodeOutcomeUnknown, Message: fmt.Sprintf("%s; withdrawing failed too (%s): the session may hold %q until it ends; "+
+			"to learn the outcome, retry with wait id %d (Client.AcquireIn with WithWaitID, or acquire --session %s --wait-id %d)", e.Message, api.FromError(cerr).Message, name, waitID, leaseID, waitID)}
 	case e.Code == api.CodeOutcomeUnknown:
 		return &api.Error{Code: api.CodeUnavailable, Message: e.Message + "; withdrawn: not holding " + name}
 	}

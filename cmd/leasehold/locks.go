@@ -52,6 +52,7 @@ func newAcquireCmd(g *globals) *cobra.Command {
 	var (
 		ttl, wait, lockDelay time.Duration
 		owner, session       string
+		waitID               uint64
 		mf                   modeFlags
 		seq                  bool
 	)
@@ -70,6 +71,12 @@ command runs.`,
 				return err
 			}
 			opts = append(opts, client.WithLockDelay(lockDelay))
+			if waitID != 0 {
+				if session == "" {
+					return usageErr("--wait-id retries a request made with --session; give --session too")
+				}
+				opts = append(opts, client.WithWaitID(waitID))
+			}
 			if session != "" {
 				return acquireInSession(cmd, g, session, args[0], wait, opts)
 			}
@@ -95,6 +102,7 @@ command runs.`,
 	f.DurationVar(&wait, "wait", 0, "wait in the queue up to this long; 0 fails at once with code locked; negative waits until granted")
 	f.DurationVar(&lockDelay, "lock-delay", 0, "after this holding ends by expiry, keep the name free for this long (max 60s)")
 	f.StringVar(&session, "session", "", "acquire in this existing session (see 'leasehold session create'), which stays open; --ttl and --owner are ignored")
+	f.Uint64Var(&waitID, "wait-id", 0, "with --session: retry the request of this wait id, which an outcome-unknown error named (answered with its grant, if it was granted)")
 	mf.register(cmd)
 	sequencerFlag(f, &seq)
 	return cmd

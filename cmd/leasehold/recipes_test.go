@@ -116,6 +116,14 @@ func TestCLISemaphoreAndSessions(t *testing.T) {
 			t.Fatalf("grant %d: %+v", i, g)
 		}
 	}
+	// --wait-id retries a request of --session: the holding it was granted.
+	g := ok[grant](t, srv.cli(t, "acquire", "enc", "--permits", "2", "--session", ids[1], "--wait-id", "77", "-o", "json"))
+	if g.LeaseID != ids[1] || g.Slot != 1 {
+		t.Fatalf("acquire --wait-id: %+v", g)
+	}
+	if e := fails(t, srv.cli(t, "acquire", "enc", "--wait-id", "77", "-o", "json"), "invalid-argument", 2); !strings.Contains(e.Error.Message, "--session") {
+		t.Fatalf("--wait-id without --session: %q", e.Error.Message)
+	}
 	e := fails(t, srv.cli(t, "acquire", "enc", "--permits", "3", "-o", "json"), "invalid-argument", 2)
 	if !strings.Contains(e.Error.Message, "has 2 permits") {
 		t.Fatalf("refusal %q does not name the current permits", e.Error.Message)
