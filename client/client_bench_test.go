@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	metrics "github.com/hashicorp/go-metrics/compat"
+	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/client"
@@ -26,7 +26,7 @@ import (
 // trip through the Go client (gRPC over cleartext HTTP/2).
 
 // benchServer starts the server and dials a client to it.
-func benchServer(b *testing.B) (*servertest.Cluster, *client.Client) {
+func benchServer(b *testing.B, configure ...func(*server.Config)) (*servertest.Cluster, *client.Client) {
 	b.Helper()
 	srv := servertest.Start(b, servertest.Options{
 		Logger: slog.New(slog.DiscardHandler),
@@ -37,6 +37,9 @@ func benchServer(b *testing.B) (*servertest.Cluster, *client.Client) {
 			cfg.Raft.LeaderLeaseTimeout = def.Raft.LeaderLeaseTimeout
 			cfg.Raft.CommitTimeout = def.Raft.CommitTimeout
 			cfg.Lessor.Grace = def.Lessor.Grace // 0: Open's default
+			for _, f := range configure {
+				f(cfg)
+			}
 		},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -74,10 +77,10 @@ func reportOps(b *testing.B) {
 // BenchmarkAcquireRelease is one session acquiring and releasing one name,
 // sequentially: two raft commands, each waiting for its own fsync.
 func BenchmarkAcquireRelease(b *testing.B) {
-	_, c := benchServer(b)
+	c, fsyncs := benchServerCountingFsyncs(b)
 	s := benchSession(b, c)
 	ctx := context.Background()
-	fsyncs := countFsyncs(b)
+	fsyncs.reset(b)
 	for b.Loop() {
 		l, err := s.Acquire(ctx, "bench/seq")
 		if err != nil {
@@ -99,8 +102,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // server, which testing starts once (a b.N-style function is re-run for
 // every round, a parent of sub-benchmarks only once).
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
-	_, c := benchServer(b)
-	fsyncs := countFsyncs(b)
+	c, fsyncs := benchServerCountingFsyncs(b)
 	var sessions []*client.Session
 	for _, parallelism := range []int{1, 4, 16} {
 		goroutines := parallelism * runtime.GOMAXPROCS(0)
@@ -111,7 +113,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 			var next atomic.Int64
 			ctx := context.Background()
 			b.SetParallelism(parallelism)
-			fsyncs.reset()
+			fsyncs.reset(b)
 			b.ResetTimer()
 			b.RunParallel(func(p *testing.PB) {
 				i := int(next.Add(1)) - 1
@@ -187,61 +189,53 @@ func BenchmarkStatusLinearizable(b *testing.B) { benchStatus(b) }
 // BenchmarkStatusStale is a stale Status, served from the applied state.
 func BenchmarkStatusStale(b *testing.B) { benchStatus(b, client.Stale()) }
 
-// fsyncCounter counts raft log append batches, each one bbolt transaction
-// that is fsync'd, and the entries in them, from the "logsPerBatch" sample
-// raft-boltdb emits through go-metrics on every StoreLogs.
+// fsyncCounter counts raft log append batches, each one fsync'd write, and
+// the entries in them, from the server's leasehold_raft_log_append_entries
+// histogram (one observation per batch, of its entry count).
 type fsyncCounter struct {
-	metrics.BlackholeSink
-	batches, entries atomic.Int64
+	reg              prometheus.Gatherer
+	batches, entries float64 // at the last reset
 }
 
-func (f *fsyncCounter) AddSample(key []string, val float32) {
-	f.AddSampleWithLabels(key, val, nil)
-}
-
-func (f *fsyncCounter) AddSampleWithLabels(key []string, val float32, _ []metrics.Label) {
-	if len(key) == 3 && key[0] == "raft" && key[1] == "boltdb" && key[2] == "logsPerBatch" {
-		f.batches.Add(1)
-		f.entries.Add(int64(val))
+// read returns the batches and entries appended so far.
+func (f *fsyncCounter) read(b *testing.B) (batches, entries float64) {
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		b.Fatal(err)
 	}
+	for _, mf := range mfs {
+		if mf.GetName() == "leasehold_raft_log_append_entries" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return float64(h.GetSampleCount()), h.GetSampleSum()
+		}
+	}
+	b.Fatal("the server exports no leasehold_raft_log_append_entries")
+	return 0, 0
 }
 
-// reset zeroes the counts.
-func (f *fsyncCounter) reset() {
-	f.batches.Store(0)
-	f.entries.Store(0)
+// benchServerCountingFsyncs is benchServer with an fsyncCounter on the
+// server's metrics, counting from now.
+func benchServerCountingFsyncs(b *testing.B) (*client.Client, *fsyncCounter) {
+	reg := prometheus.NewRegistry()
+	_, c := benchServer(b, func(cfg *server.Config) { cfg.Registerer, cfg.Gatherer = reg, reg })
+	f := &fsyncCounter{reg: reg}
+	f.reset(b)
+	return c, f
 }
+
+// reset starts counting from now.
+func (f *fsyncCounter) reset(b *testing.B) { f.batches, f.entries = f.read(b) }
 
 // report reports entries/fsync (raft log entries per fsync'd append) and
 // fsyncs/op since the last reset.
 func (f *fsyncCounter) report(b *testing.B) {
-	batches, entries := f.batches.Load(), f.entries.Load()
+	batches, entries := f.read(b)
+	batches, entries = batches-f.batches, entries-f.entries
 	if batches == 0 {
 		return
 	}
-	b.ReportMetric(float64(entries)/float64(batches), "entries/fsync")
-	b.ReportMetric(float64(batches)/float64(b.N), "fsyncs/op")
-}
-
-// countFsyncs installs an fsyncCounter as go-metrics' global sink until
-// b.Cleanup.
-func countFsyncs(b *testing.B) *fsyncCounter {
-	b.Helper()
-	f := &fsyncCounter{}
-	setGlobalSink(b, f)
-	b.Cleanup(func() {
-		setGlobalSink(b, &metrics.BlackholeSink{})
-	})
-	return f
-}
-
-func setGlobalSink(b *testing.B, sink metrics.MetricSink) {
-	conf := metrics.DefaultConfig("")
-	conf.EnableHostname = false
-	conf.EnableRuntimeMetrics = false // no collector goroutine
-	if _, err := metrics.NewGlobal(conf, sink); err != nil {
-		b.Fatal(err)
-	}
+	b.ReportMetric(entries/batches, "entries/fsync")
+	b.ReportMetric(batches/float64(b.N), "fsyncs/op")
 }
 
 // acquireReleaseLoop acquires and releases name in s for every iteration
