@@ -166,6 +166,9 @@ type Result struct {
 	Holding *fsmpb.Holding
 	// Queued is true when Acquire put the session in the name's queue.
 	Queued bool
+	// Contention is, with ErrLocked or ErrLockDelay, the name as it refused
+	// the TryAcquire: what the refusal tells its caller (views.go).
+	Contention *Contention
 	// Released lists the names a CloseSession or Expire freed.
 	Released []string
 	// KV is the entry a KVPut wrote.
@@ -376,7 +379,7 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 			return
 		}
 		if c.GetTry() {
-			a.res.Err = ErrLocked
+			a.res.Err, a.res.Contention = ErrLocked, m.contention(l)
 			return
 		}
 		w := proto.CloneOf(l.waiters[i])
@@ -413,10 +416,10 @@ func (m *Machine) acquire(a *applyCtx, c *fsmpb.Acquire) {
 	}
 	switch {
 	case c.GetTry() && len(l.holders) == 0 && l.delayToken != 0:
-		a.res.Err = ErrLockDelay
+		a.res.Err, a.res.Contention = ErrLockDelay, m.contention(l)
 		return
 	case c.GetTry():
-		a.res.Err = ErrLocked
+		a.res.Err, a.res.Contention = ErrLocked, m.contention(l)
 		return
 	case len(l.waiters) >= m.limits.MaxWaitersPerName:
 		a.res.Err = ErrTooManyWaiters

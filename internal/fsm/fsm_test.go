@@ -67,6 +67,12 @@ func TestAcquire(t *testing.T) {
 			setup:   append(sessions("A", "B", "C"), acquire("x", "A"), acquire("x", "B")),
 			cmd:     acquire("x", "C", try()),
 			wantErr: ErrLocked,
+			check: func(t *testing.T, r *rig, res Result) {
+				want := Contention{Holders: 1, Permits: 1, Waiters: 1, Owner: "worker-A", Token: 1}
+				if res.Contention == nil || *res.Contention != want {
+					t.Fatalf("Contention %+v, want %+v", res.Contention, want)
+				}
+			},
 		},
 		{
 			name:    "try while in lock-delay is refused with lock-delay",
@@ -79,6 +85,12 @@ func TestAcquire(t *testing.T) {
 			setup:   append(sessions("A", "B", "C"), acquire("x", "A", delay(1000)), acquire("x", "C"), expire("A")),
 			cmd:     acquire("x", "B", try()),
 			wantErr: ErrLockDelay,
+			check: func(t *testing.T, r *rig, res Result) {
+				want := Contention{Permits: 1, Waiters: 1, DelayMs: 1000, DelayToken: 1}
+				if res.Contention == nil || *res.Contention != want {
+					t.Fatalf("Contention %+v, want %+v", res.Contention, want)
+				}
+			},
 		},
 		{
 			name:  "blocking acquire while in lock-delay queues",

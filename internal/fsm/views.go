@@ -61,6 +61,29 @@ func (m *Machine) Head(name string) (LockInfo, int) {
 	return info, len(l.waiters)
 }
 
+// Contention is a name as it refused a TryAcquire: how many hold it and
+// wait for it, its first holder, and its lock-delay.
+type Contention struct {
+	Holders int    // sessions holding the name
+	Permits uint32 // 1 for a lock, N for a semaphore
+	Waiters int    // sessions queued for it
+	// Owner and Token are the first holder's owner label and token.
+	Owner string
+	Token uint64
+	// DelayMs and DelayToken describe the lock-delay in force (DelayToken 0: none).
+	DelayMs    int64
+	DelayToken uint64
+}
+
+// contention describes l for a refused TryAcquire, in O(1).
+func (m *Machine) contention(l *lock) *Contention {
+	c := &Contention{Holders: len(l.holders), Permits: l.permits, Waiters: len(l.waiters), DelayMs: l.delayMs, DelayToken: l.delayToken}
+	if len(l.holders) > 0 {
+		c.Owner, c.Token = m.sessions[l.holders[0].LeaseId].pb.Owner, l.holders[0].Token
+	}
+	return c
+}
+
 // Standing is where session leaseID stands at lock name, read without
 // copying the lock's queue (Lock copies all of it): its holding (a copy; nil
 // when it holds none), whether its wait waitID is queued, and how many

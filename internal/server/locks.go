@@ -143,7 +143,7 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 		return nil, err
 	}
 	if errors.Is(err, fsm.ErrLocked) || errors.Is(err, fsm.ErrLockDelay) {
-		return nil, s.lockedErr(r.name)
+		return nil, lockedErr(r.name, res.Contention)
 	}
 	if err != nil {
 		return nil, err
@@ -266,22 +266,19 @@ func (s *Server) waitOutcome(r acquireReq) (holding *fsmpb.Holding, done bool, e
 
 // lockedErr is the refusal of a TryAcquire, naming who holds the lock (its
 // owner label and token, never its lease id: the caller may be another
-// principal) or how long its lock-delay is.
-func (s *Server) lockedErr(name string) error {
-	var info fsm.LockInfo
-	var waiters int
-	s.node.Read(func(m *fsm.Machine) { info, waiters = m.Head(name) })
+// principal) or how long its lock-delay is, as the refusal found it.
+func lockedErr(name string, c *fsm.Contention) error {
 	switch {
-	case len(info.Holders) > 1:
-		return api.Errorf(api.CodeLocked, "%q is held by %d holders (%d permits) and %d session(s) wait for it", name, len(info.Holders), info.Permits, waiters)
-	case info.Holder == nil && info.Delayed:
-		return api.Errorf(api.CodeLockDelay, "%q is in a lock-delay of %s after its holder (token %d) expired", name, time.Duration(info.DelayMs)*time.Millisecond, info.DelayToken)
-	case info.Holder != nil && info.Owner != "":
-		return api.Errorf(api.CodeLocked, "%q is held by %q (token %d)", name, info.Owner, info.Holder.GetToken())
-	case info.Holder != nil:
-		return api.Errorf(api.CodeLocked, "%q is held by a session with no owner label (token %d)", name, info.Holder.GetToken())
+	case c.Holders > 1:
+		return api.Errorf(api.CodeLocked, "%q is held by %d holders (%d permits) and %d session(s) wait for it", name, c.Holders, c.Permits, c.Waiters)
+	case c.Holders == 0 && c.DelayToken != 0:
+		return api.Errorf(api.CodeLockDelay, "%q is in a lock-delay of %s after its holder (token %d) expired", name, time.Duration(c.DelayMs)*time.Millisecond, c.DelayToken)
+	case c.Holders == 1 && c.Owner != "":
+		return api.Errorf(api.CodeLocked, "%q is held by %q (token %d)", name, c.Owner, c.Token)
+	case c.Holders == 1:
+		return api.Errorf(api.CodeLocked, "%q is held by a session with no owner label (token %d)", name, c.Token)
 	}
-	return api.Errorf(api.CodeLocked, "%q is free but %d other session(s) wait for it", name, waiters)
+	return api.Errorf(api.CodeLocked, "%q is free but %d other session(s) wait for it", name, c.Waiters)
 }
 
 // ctxErr says why ctx ended: the caller's deadline or its cancellation,
