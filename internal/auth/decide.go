@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 )
 
 // The decision: which permission each procedure needs, on which name, and
@@ -109,40 +111,71 @@ func Action(proc string) string {
 	return proc
 }
 
-// decidedAtLeader are the procedures a follower forwards to the leader:
-// the leader decides them against its policies and state, so that a
-// follower that has not applied a policy change yet neither refuses nor
-// allows in its place. The value is the procedure whose rule to check: a
-// KeepAliveStream's renewals are KeepAlives.
-var decidedAtLeader = map[string]string{
-	lockProc("CreateSession"):     lockProc("CreateSession"),
-	lockProc("KeepAlive"):         lockProc("KeepAlive"),
-	lockProc("KeepAliveStream"):   lockProc("KeepAlive"),
-	lockProc("CloseSession"):      lockProc("CloseSession"),
-	lockProc("Acquire"):           lockProc("Acquire"),
-	lockProc("TryAcquire"):        lockProc("TryAcquire"),
-	lockProc("Release"):           lockProc("Release"),
-	lockProc("CancelWait"):        lockProc("CancelWait"),
-	lockProc("Proclaim"):          lockProc("Proclaim"),
-	lockProc("KvPut"):             lockProc("KvPut"),
-	lockProc("KvDelete"):          lockProc("KvDelete"),
-	clusterProc("AddMember"):      clusterProc("AddMember"),
-	clusterProc("RemoveMember"):   clusterProc("RemoveMember"),
-	clusterProc("TransferLeader"): clusterProc("TransferLeader"),
-	clusterProc("BumpToken"):      clusterProc("BumpToken"),
-	authProc("SetEnabled"):        authProc("SetEnabled"),
-	authProc("CreateToken"):       authProc("CreateToken"),
-	authProc("RevokeToken"):       authProc("RevokeToken"),
-	authProc("SetPolicy"):         authProc("SetPolicy"),
-	authProc("DeletePolicy"):      authProc("DeletePolicy"),
+// DecidedAtLeader reports whether proc is decided by the leader, not by
+// the node that received it: a follower forwards these to the leader, which
+// decides them against its policies and state, so that a follower that has
+// not applied a policy change yet neither refuses nor allows in its place.
+// The node that receives such a request does not decide it; the leader
+// does, with LeaderRule, just before it runs it.
+func DecidedAtLeader(proc string) bool {
+	switch proc {
+	case lockProc("CreateSession"), lockProc("KeepAlive"), lockProc("KeepAliveStream"), lockProc("CloseSession"),
+		lockProc("Acquire"), lockProc("TryAcquire"), lockProc("Release"), lockProc("CancelWait"), lockProc("Proclaim"),
+		lockProc("KvPut"), lockProc("KvDelete"),
+		clusterProc("AddMember"), clusterProc("RemoveMember"), clusterProc("TransferLeader"), clusterProc("BumpToken"),
+		authProc("SetEnabled"), authProc("CreateToken"), authProc("RevokeToken"), authProc("SetPolicy"), authProc("DeletePolicy"):
+		return true
+	}
+	return false
 }
 
-// DecidedAtLeader reports whether proc is decided by the leader, not by
-// the node that received it, and the procedure whose rule the leader
-// checks then (a KeepAliveStream's renewals are decided as KeepAlives).
-func DecidedAtLeader(proc string) (rule string, ok bool) {
-	rule, ok = decidedAtLeader[proc]
-	return rule, ok
+// LeaderRule returns the procedure whose rule the leader checks for msg,
+// a request message of a procedure DecidedAtLeader, and false for any
+// other message. It is keyed by the message, not by how it arrived: a
+// unary call, a LockStream message or a KeepAliveStream's renewal (a
+// KeepAliveRequest) are decided alike.
+func LeaderRule(msg any) (proc string, ok bool) {
+	switch msg.(type) {
+	case *pb.CreateSessionRequest:
+		return lockProc("CreateSession"), true
+	case *pb.KeepAliveRequest:
+		return lockProc("KeepAlive"), true
+	case *pb.CloseSessionRequest:
+		return lockProc("CloseSession"), true
+	case *pb.AcquireRequest:
+		return lockProc("Acquire"), true
+	case *pb.TryAcquireRequest:
+		return lockProc("TryAcquire"), true
+	case *pb.ReleaseRequest:
+		return lockProc("Release"), true
+	case *pb.CancelWaitRequest:
+		return lockProc("CancelWait"), true
+	case *pb.ProclaimRequest:
+		return lockProc("Proclaim"), true
+	case *pb.KvPutRequest:
+		return lockProc("KvPut"), true
+	case *pb.KvDeleteRequest:
+		return lockProc("KvDelete"), true
+	case *pb.AddMemberRequest:
+		return clusterProc("AddMember"), true
+	case *pb.RemoveMemberRequest:
+		return clusterProc("RemoveMember"), true
+	case *pb.TransferLeaderRequest:
+		return clusterProc("TransferLeader"), true
+	case *pb.BumpTokenRequest:
+		return clusterProc("BumpToken"), true
+	case *pb.SetEnabledRequest:
+		return authProc("SetEnabled"), true
+	case *pb.CreateTokenRequest:
+		return authProc("CreateToken"), true
+	case *pb.RevokeTokenRequest:
+		return authProc("RevokeToken"), true
+	case *pb.SetPolicyRequest:
+		return authProc("SetPolicy"), true
+	case *pb.DeletePolicyRequest:
+		return authProc("DeletePolicy"), true
+	}
+	return "", false
 }
 
 // Decide decides whether p may send msg (a request message) to proc under

@@ -108,19 +108,52 @@ func TestDecideReasons(t *testing.T) {
 	}
 }
 
+// Every procedure the leader decides has its request message mapped to its
+// own rule (a KeepAliveStream's renewals are KeepAlives), and nothing else
+// is decided there.
 func TestDecidedAtLeader(t *testing.T) {
-	for proc, want := range map[string]string{
-		leaseholdv1connect.LeaseholdServiceAcquireProcedure:         leaseholdv1connect.LeaseholdServiceAcquireProcedure,
-		leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure: leaseholdv1connect.LeaseholdServiceKeepAliveProcedure,
-		leaseholdv1connect.AuthServiceSetPolicyProcedure:            leaseholdv1connect.AuthServiceSetPolicyProcedure,
+	for proc, msg := range map[string]any{
+		leaseholdv1connect.LeaseholdServiceCreateSessionProcedure: &pb.CreateSessionRequest{},
+		leaseholdv1connect.LeaseholdServiceKeepAliveProcedure:     &pb.KeepAliveRequest{},
+		leaseholdv1connect.LeaseholdServiceCloseSessionProcedure:  &pb.CloseSessionRequest{},
+		leaseholdv1connect.LeaseholdServiceAcquireProcedure:       &pb.AcquireRequest{},
+		leaseholdv1connect.LeaseholdServiceTryAcquireProcedure:    &pb.TryAcquireRequest{},
+		leaseholdv1connect.LeaseholdServiceReleaseProcedure:       &pb.ReleaseRequest{},
+		leaseholdv1connect.LeaseholdServiceCancelWaitProcedure:    &pb.CancelWaitRequest{},
+		leaseholdv1connect.LeaseholdServiceProclaimProcedure:      &pb.ProclaimRequest{},
+		leaseholdv1connect.LeaseholdServiceKvPutProcedure:         &pb.KvPutRequest{},
+		leaseholdv1connect.LeaseholdServiceKvDeleteProcedure:      &pb.KvDeleteRequest{},
+		leaseholdv1connect.ClusterServiceAddMemberProcedure:       &pb.AddMemberRequest{},
+		leaseholdv1connect.ClusterServiceRemoveMemberProcedure:    &pb.RemoveMemberRequest{},
+		leaseholdv1connect.ClusterServiceTransferLeaderProcedure:  &pb.TransferLeaderRequest{},
+		leaseholdv1connect.ClusterServiceBumpTokenProcedure:       &pb.BumpTokenRequest{},
+		leaseholdv1connect.AuthServiceSetEnabledProcedure:         &pb.SetEnabledRequest{},
+		leaseholdv1connect.AuthServiceCreateTokenProcedure:        &pb.CreateTokenRequest{},
+		leaseholdv1connect.AuthServiceRevokeTokenProcedure:        &pb.RevokeTokenRequest{},
+		leaseholdv1connect.AuthServiceSetPolicyProcedure:          &pb.SetPolicyRequest{},
+		leaseholdv1connect.AuthServiceDeletePolicyProcedure:       &pb.DeletePolicyRequest{},
 	} {
-		if got, ok := DecidedAtLeader(proc); !ok || got != want {
-			t.Errorf("DecidedAtLeader(%s) = %q, %v, want %q", proc, got, ok, want)
+		if !DecidedAtLeader(proc) {
+			t.Errorf("%s is not decided at the leader", proc)
+		}
+		if got, ok := LeaderRule(msg); !ok || got != proc {
+			t.Errorf("LeaderRule(%T) = %q, %v, want %q", msg, got, ok, proc)
 		}
 	}
-	for _, proc := range []string{leaseholdv1connect.LeaseholdServiceStatusProcedure, leaseholdv1connect.LeaseholdServiceListProcedure, leaseholdv1connect.LeaseholdServiceWatchProcedure, leaseholdv1connect.LeaseholdServiceKvGetProcedure} {
-		if _, ok := DecidedAtLeader(proc); ok {
+	if !DecidedAtLeader(leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure) {
+		t.Error("KeepAliveStream's renewals are not decided at the leader")
+	}
+	for proc, msg := range map[string]any{
+		leaseholdv1connect.LeaseholdServiceStatusProcedure: &pb.StatusRequest{},
+		leaseholdv1connect.LeaseholdServiceListProcedure:   &pb.ListRequest{},
+		leaseholdv1connect.LeaseholdServiceWatchProcedure:  &pb.WatchRequest{},
+		leaseholdv1connect.LeaseholdServiceKvGetProcedure:  &pb.KvGetRequest{},
+	} {
+		if DecidedAtLeader(proc) {
 			t.Errorf("%s is a read, decided where it is read", proc)
+		}
+		if _, ok := LeaderRule(msg); ok {
+			t.Errorf("LeaderRule(%T) names a rule for a read", msg)
 		}
 	}
 }

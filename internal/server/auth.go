@@ -380,12 +380,14 @@ func deniedToAPI(err error) error {
 	return err
 }
 
-type pendingKey struct{}
-
 // checkPending decides, on the leader just before it runs a request
-// locally, the request the interceptor left to it (auth.DecidedAtLeader).
+// locally, a request of a procedure the leader decides (auth.LeaderRule
+// names its rule from the message), as the principal ctx carries: the
+// caller's, the one a proven node forwarded for, or the node's own
+// (asNode). The node that received it left it undecided
+// (auth.DecidedAtLeader).
 func (s *Server) checkPending(ctx context.Context, msg any) error {
-	proc, ok := ctx.Value(pendingKey{}).(string)
+	rule, ok := auth.LeaderRule(msg)
 	if !ok {
 		return nil
 	}
@@ -393,7 +395,14 @@ func (s *Server) checkPending(ctx context.Context, msg any) error {
 	if !pol.On() {
 		return nil
 	}
-	return s.authorize(ctx, pol, proc, msg)
+	return s.authorize(ctx, pol, rule, msg)
+}
+
+// asNode is ctx acting as this node (the node role), for what the server
+// does on its own behalf, such as withdrawing the wait of a caller that
+// went away.
+func asNode(ctx context.Context) context.Context {
+	return context.WithValue(ctx, authPrincipalKey{}, authn{p: auth.Principal{Node: true}})
 }
 
 // authz is the connect interceptor of authorization.
@@ -402,7 +411,7 @@ type authz struct{ s *Server }
 func (a authz) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		proc := req.Spec().Procedure
-		ctx, pol, err := a.s.authorizeOp(ctx, proc, req.Any())
+		pol, err := a.s.authorizeOp(ctx, proc, req.Any())
 		if err != nil {
 			return nil, err
 		}
@@ -417,21 +426,15 @@ func (a authz) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 }
 
 // authorizeOp decides one operation: a unary RPC, or one message of a
-// LockStream (lockstream.go) as the unary procedure proc. It returns the
-// context to run it in (marked for the leader's decision where
-// auth.DecidedAtLeader says so) and the policies finishOp needs.
-func (s *Server) authorizeOp(ctx context.Context, proc string, msg any) (context.Context, *auth.Policies, error) {
+// LockStream (lockstream.go) as the unary procedure proc, unless the
+// leader decides it (auth.DecidedAtLeader; checkPending). It returns the
+// policies finishOp needs.
+func (s *Server) authorizeOp(ctx context.Context, proc string, msg any) (*auth.Policies, error) {
 	pol := s.policies()
-	if !pol.On() { // the plain path: one atomic load
-		return ctx, pol, nil
+	if !pol.On() || auth.DecidedAtLeader(proc) { // the plain path: one atomic load
+		return pol, nil
 	}
-	if rule, ok := auth.DecidedAtLeader(proc); ok {
-		return context.WithValue(ctx, pendingKey{}, rule), pol, nil
-	}
-	if err := s.authorize(ctx, pol, proc, msg); err != nil {
-		return ctx, pol, err
-	}
-	return ctx, pol, nil
+	return pol, s.authorize(ctx, pol, proc, msg)
 }
 
 // finishOp audits an administrative operation and redacts an answer
@@ -455,8 +458,8 @@ func (a authz) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.S
 		if !pol.On() {
 			return next(ctx, conn)
 		}
-		if rule, ok := auth.DecidedAtLeader(conn.Spec().Procedure); ok {
-			return next(context.WithValue(ctx, pendingKey{}, rule), conn)
+		if auth.DecidedAtLeader(conn.Spec().Procedure) {
+			return next(ctx, conn) // each renewal is decided by the leader as a KeepAlive (checkPending)
 		}
 		if conn.Spec().Procedure == leaseholdv1connect.LeaseholdServiceLockStreamProcedure {
 			return next(ctx, conn) // each message is authorized as its unary RPC (lockstream.go)

@@ -297,7 +297,7 @@ func ctxErr(ctx context.Context, format string, args ...any) error {
 // cancelWait withdraws a queue entry after the caller stopped waiting. It
 // runs detached from the caller's context, which may already be over.
 func (s *Server) cancelWait(name, leaseID string, waitID uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(asNode(context.Background()), 30*time.Second)
 	defer cancel()
 	req := connect.NewRequest(&pb.CancelWaitRequest{Name: name, LeaseId: leaseID, WaitId: waitID})
 	for {

@@ -419,7 +419,7 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 	}
 	if err == nil {
 		var pol *auth.Policies
-		if ctx, pol, err = s.authorizeOp(ctx, proc, req); err == nil {
+		if pol, err = s.authorizeOp(ctx, proc, req); err == nil {
 			var r *connect.Response[Res]
 			if r, err = f(ctx, connect.NewRequest(req)); err == nil {
 				res = r.Msg
