@@ -40,7 +40,7 @@ type TokenCounterConfig struct {
 const (
 	DefaultMinRefresh     = 100 * time.Millisecond
 	DefaultCounterTimeout = 2 * time.Second
-	// tokenCounterPath is leasehold's endpoint (internal/server.TokenCounterPath).
+	// tokenCounterPath is leasehold's endpoint (internal/httpedge.TokenCounterPath).
 	tokenCounterPath = "/v1/token-counter"
 )
 

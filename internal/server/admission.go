@@ -9,11 +9,11 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
-	"slices"
 
 	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/auth"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/httpedge"
 )
 
 // principalOf names who sent r, for the per-principal limits: an
@@ -70,22 +70,9 @@ func principal(ctx context.Context) string { return admission.Principal(ctx) }
 func (s *Server) limited(hs *http.Server, ln net.Listener) (*http.Server, net.Listener) {
 	var conf *tls.Config
 	if s.cfg.TLS != nil {
-		conf = s.apiTLSConfig()
+		conf = httpedge.APITLSConfig(s.cfg.TLS)
 	}
 	return s.lim.Listen(hs, ln, conf, auth.IsNodeCert, s.cfg.Logger)
-}
-
-// apiTLSConfig is the TLS configuration of the API port: Config.TLS
-// offering HTTP/2 and HTTP/1.1 by ALPN.
-func (s *Server) apiTLSConfig() *tls.Config {
-	conf := s.cfg.TLS.Clone()
-	conf.NextProtos = slices.Clone(conf.NextProtos)
-	for _, p := range []string{"h2", "http/1.1"} {
-		if !slices.Contains(conf.NextProtos, p) {
-			conf.NextProtos = append(conf.NextProtos, p)
-		}
-	}
-	return conf
 }
 
 // endedSessions returns those of ids that are not live sessions.

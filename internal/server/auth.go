@@ -36,7 +36,7 @@ import (
 const nodeSecretHeader = "Leasehold-Node-Secret"
 
 // withNodeSecret makes hc send the node secret with every request. When
-// hc is a TLS client (peerClient with a TLS config), a request that is not
+// hc is a TLS client (httpedge.PeerClient with a TLS config), a request that is not
 // https:// fails before anything is sent: the secret makes its bearer a
 // node, so it never travels in clear from a node that speaks TLS.
 func withNodeSecret(hc *http.Client, secret string) *http.Client {

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/httpedge"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
 )
@@ -71,7 +72,10 @@ func (s *Server) leaderClient() (leaseholdv1connect.LeaseholdServiceClient, erro
 
 // forwardedHeader marks a request a follower forwarded; the receiver does
 // not forward it again, so a request never loops between nodes.
-const forwardedHeader = "Leasehold-Forwarded-By"
+const forwardedHeader = httpedge.ForwardedHeader
+
+// peerURL returns the base URL of another node's API at addr (host:port).
+func (s *Server) peerURL(addr string) string { return httpedge.PeerBaseURL(s.cfg.PeerClientTLS, addr) }
 
 func isNotLeader(err error) bool {
 	return errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, lessor.ErrNotLeader)

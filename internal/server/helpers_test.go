@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,4 +105,22 @@ func waitQueued(t *testing.T, c client, name string, want ...string) {
 	if err != nil {
 		t.Fatalf("waiters of %s are %v, want %v", name, waiters(status(t, c, name)), want)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and the test.
+type lockedBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

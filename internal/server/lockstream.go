@@ -14,6 +14,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/auth"
+	"github.com/leasehold/leasehold/internal/httpedge"
 )
 
 // The lock stream
@@ -33,7 +34,7 @@ import (
 // authenticated again when the auth state changed since the last message
 // (reauthenticate), the request rate is metered (admission.Limiter.AllowOp),
 // authorization is decided (authorizeOp, finishOp), and the metrics and the
-// access log count it under its unary procedure (observeOp, logStreamOp).
+// access log count it under its unary procedure (observeOp, httpedge.LogStreamOp).
 //
 // A node that does not lead forwards each message to the leader as its
 // unary RPC (onLeader), so a client may keep its stream on any node; each
@@ -405,10 +406,9 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 ) (*Res, error) {
 	s := c.h.s
 	start := time.Now()
-	var ai *accessInfo
+	var logged *httpedge.Outcome
 	if s.cfg.AccessLog != nil {
-		ai = &accessInfo{}
-		ctx = context.WithValue(ctx, accessKey{}, ai)
+		ctx, logged = httpedge.WithOutcome(ctx)
 	}
 	var res *Res
 	err := authErr
@@ -430,8 +430,8 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 		}
 	}
 	s.met.observeOp(ctx, proc, start, err)
-	if ai != nil {
-		logStreamOp(s.cfg.AccessLog, proc, leaseholdv1connect.LeaseholdServiceLockStreamProcedure, ai.code, time.Since(start), c.peer, c.proto)
+	if logged != nil {
+		httpedge.LogStreamOp(s.cfg.AccessLog, proc, leaseholdv1connect.LeaseholdServiceLockStreamProcedure, logged.Code(), time.Since(start), c.peer, c.proto)
 	}
 	return res, err
 }

@@ -11,6 +11,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/httpedge"
 	"github.com/leasehold/leasehold/internal/raftnode"
 )
 
@@ -63,9 +64,9 @@ func (c clusterCheck) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 // before raft starts, and returns the cluster's id. It retries while the
 // cluster is unavailable, up to joinTimeout.
 func join(cfg Config) (string, error) {
-	hc := withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret)
+	hc := withNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret)
 	defer hc.CloseIdleConnections()
-	cc := leaseholdv1connect.NewClusterServiceClient(hc, peerBaseURL(cfg.PeerClientTLS, cfg.Join), connect.WithGRPC())
+	cc := leaseholdv1connect.NewClusterServiceClient(hc, httpedge.PeerBaseURL(cfg.PeerClientTLS, cfg.Join), connect.WithGRPC())
 	req := &pb.AddMemberRequest{Id: cfg.Raft.NodeID, RaftAddr: cfg.Raft.RaftAddr, ApiAddr: cfg.APIAddr, Fresh: true}
 	deadline := time.Now().Add(joinTimeout)
 	for {

@@ -16,6 +16,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/buildinfo"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/httpedge"
 )
 
 // metrics are the server's Prometheus metrics, registered on the
@@ -173,7 +174,7 @@ func (m *metrics) count(ctx context.Context, procedure string, err error) {
 		code = string(api.CodeOf(err))
 	}
 	m.rpcs.WithLabelValues(methodOf(procedure), code).Inc()
-	noteCode(ctx, code)
+	httpedge.NoteCode(ctx, code)
 }
 
 // interceptor counts RPCs by method and code, times unary RPCs, counts

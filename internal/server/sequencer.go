@@ -7,6 +7,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/httpedge"
 	"github.com/leasehold/leasehold/sequencer"
 )
 
@@ -60,14 +61,14 @@ func (s *Server) signed(h *pb.Holding) *pb.Holding {
 
 func (s *Server) serveKeys(w http.ResponseWriter, _ *http.Request) {
 	if s.cfg.Signer == nil {
-		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]string{
+		httpedge.WriteJSON(w, http.StatusNotFound, map[string]any{"error": map[string]string{
 			"code": string(api.CodeNotFound), "message": "this cluster has no signing key (serve --sequencer-key)"}})
 		return
 	}
 	b, err := json.Marshal(s.cfg.Signer.KeySet())
 	if err != nil {
-		writeAPIError(w, api.Errorf(api.CodeInternal, "%v", err))
+		httpedge.WriteAPIError(w, api.Errorf(api.CodeInternal, "%v", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, json.RawMessage(b))
+	httpedge.WriteJSON(w, http.StatusOK, json.RawMessage(b))
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/httpedge"
 	"github.com/leasehold/leasehold/internal/hub"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
@@ -64,9 +65,11 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
-	// TLS, when set, makes Serve speak TLS only (tls.go).
+	// TLS, when set, makes Serve speak TLS only (httpedge.Serve).
 	TLS *tls.Config
-	// PeerClientTLS, when set, is the TLS configuration of calls to other nodes (tls.go).
+	// PeerClientTLS, when set, is the TLS configuration of calls to other nodes
+	// (httpedge.PeerClient); the node secret is never sent on a cleartext
+	// connection by a node that has one (withNodeSecret).
 	PeerClientTLS *tls.Config
 	// Signer, when set, signs the grants of sessions that ask for sequencers (sequencer.go).
 	Signer *sequencer.Signer
@@ -177,7 +180,7 @@ func Open(cfg Config) (*Server, error) {
 		hub:     hub.New(cfg.WatchHistory),
 		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
-		http:    withNodeSecret(peerClient(cfg.PeerClientTLS), cfg.NodeSecret),
+		http:    withNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret),
 		stop:    make(chan struct{}),
 		elected: make(chan struct{}, 1),
 		drain:   make(chan struct{}),
@@ -403,23 +406,24 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
-	mux.HandleFunc("GET "+TokenCounterPath, s.serveTokenCounter)
+	mux.HandleFunc("GET "+httpedge.TokenCounterPath, httpedge.TokenCounter(tokenNode{s}, s.http))
 	mux.HandleFunc("GET "+KeysPath, s.serveKeys)
-	s.mountProbes(mux)
-	ui := web.Handler(webSource{s}, s.feed, s.drain) // decides per caller (web.go)
+	httpedge.MountProbes(mux, prober{s})
+	ui := web.Handler(s.webSource(), s.feed, s.drain) // decides per caller (web.go)
 	mux.Handle("/ui/", ui)
 	mux.Handle("/ui", ui)
 	if s.cfg.Pprof {
 		pm := http.NewServeMux()
-		mountPprof(pm)
+		httpedge.MountPprof(pm)
 		mux.Handle("/debug/pprof/", s.adminOnly(pm))
 	}
 	named := func(r *http.Request) string { return principalOf(r, s.mayForward) }
-	var hd http.Handler = s.lim.Handler(s.browserCheck(mux), named) // origin.go
-	hd = s.authenticate(hd)                                         // before the limits: they count the authenticated principal
-	hd = admission.ConnRefusal(hd)                                  // a connection refused after its TLS handshake
+	browser := httpedge.BrowserCheckConfig{AuthOn: func() bool { return s.policies().On() }, APIAddr: s.cfg.APIAddr, Audit: s.auditLog(), Deny: writeDenied}
+	var hd http.Handler = s.lim.Handler(httpedge.BrowserCheck(browser, mux), named)
+	hd = s.authenticate(hd)        // before the limits: they count the authenticated principal
+	hd = admission.ConnRefusal(hd) // a connection refused after its TLS handshake
 	if s.cfg.AccessLog != nil {
-		hd = accessLog(s.cfg.AccessLog, hd)
+		hd = httpedge.AccessLog(s.cfg.AccessLog, hd)
 	}
 	return hd
 }
@@ -431,7 +435,7 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs, ln := s.limited(NewHTTPServer(s.Handler()), ln)
 	errc := make(chan error, 1)
-	go func() { errc <- s.serveOn(hs, ln) }()
+	go func() { errc <- httpedge.Serve(hs, ln, s.cfg.TLS, s.cfg.Logger) }()
 	var failed error
 	select {
 	case err := <-errc:
@@ -457,12 +461,6 @@ func NewHTTPServer(h http.Handler) *http.Server {
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Server{Handler: h, Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
-}
-
-func h2cClient() *http.Client {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 8}}
 }
 
 func boolGauge(b bool) float64 {

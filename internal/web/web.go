@@ -20,6 +20,10 @@
 // tab's sessionStorage, never a cookie, so no other site can make the
 // browser send it). Errors are JSON {"code", "message"} with the api code.
 //
+// NodeSource is the Source of a node: it assembles the views from the
+// applied state (a Read func over the fsm.Machine) and asks the server,
+// through funcs, for the caller, the members and the admin actions.
+//
 // The server feeds events in with Feed.Publish from raft's apply goroutine;
 // Publish never blocks. A subscriber that falls behind by more than its
 // buffer is dropped: its stream ends and the browser's EventSource

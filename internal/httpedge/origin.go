@@ -1,6 +1,7 @@
-package server
+package httpedge
 
 import (
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -14,7 +15,7 @@ import (
 // one user of a machine. A web page in that user's browser is another
 // caller: it can send requests to 127.0.0.1 too, directly (cross-origin)
 // or through a name of its own that it points at 127.0.0.1 (DNS
-// rebinding). browserCheck refuses both while auth is off:
+// rebinding). BrowserCheck refuses both while auth is off:
 //
 //   - a request with an Origin header (every browser request that could
 //     change anything has one) whose host is not the request's Host: the
@@ -23,18 +24,36 @@ import (
 //   - from a browser (a request with an Origin or a Sec-Fetch-Site
 //     header, which browsers add and programs do not) on a connection to a
 //     loopback address, a Host that is not an IP address, "localhost" (or a
-//     name under .localhost) or the host of Config.APIAddr: a rebinding
-//     page's requests carry its own name. Programs may use any name (a
-//     node joining through a Service name, a CLI through an alias).
+//     name under .localhost) or the host of BrowserCheckConfig.APIAddr: a
+//     rebinding page's requests carry its own name. Programs may use any
+//     name (a node joining through a Service name, a CLI through an alias).
 //
 // Both are permission-denied (403). With auth on, requests need
 // credentials a page cannot present, and these checks are off.
-func (s *Server) browserCheck(next http.Handler) http.Handler {
+
+// BrowserCheckConfig is what BrowserCheck needs of the node.
+type BrowserCheckConfig struct {
+	// AuthOn reports whether auth is enabled; it is called for every
+	// request, and the checks apply only while it is false.
+	AuthOn func() bool
+	// APIAddr is the host:port other nodes use to reach this node's API
+	// (serve --advertise): its host is a name of this node.
+	APIAddr string
+	// Audit gets one WARN line for every refused request.
+	Audit *slog.Logger
+	// Deny answers a refused request with err (permission-denied), in the
+	// protocol the request spoke.
+	Deny func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// BrowserCheck refuses, while auth is off, the requests of a web page of
+// another site (see above) and passes every other request to next.
+func BrowserCheck(cfg BrowserCheckConfig, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.policies().On() {
-			if err := s.checkBrowser(r); err != nil {
-				s.auditLog().Warn("audit", "action", "browser-check", "path", r.URL.Path, "origin", r.Header.Get("Origin"), "host", r.Host, "result", "denied")
-				writeDenied(w, r, err)
+		if !cfg.AuthOn() {
+			if err := cfg.checkBrowser(r); err != nil {
+				cfg.Audit.Warn("audit", "action", "browser-check", "path", r.URL.Path, "origin", r.Header.Get("Origin"), "host", r.Host, "result", "denied")
+				cfg.Deny(w, r, err)
 				return
 			}
 		}
@@ -42,14 +61,14 @@ func (s *Server) browserCheck(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) checkBrowser(r *http.Request) error {
+func (cfg BrowserCheckConfig) checkBrowser(r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" {
 		if u, err := url.Parse(o); err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
 			return api.Errorf(api.CodePermissionDenied, "a request from the web page of %q to %q: with auth off this API answers only its own pages (/ui) and clients that send no Origin", o, r.Host)
 		}
 	}
-	if fromBrowser(r) && !s.loopbackHost(r.Host) && onLoopback(r) {
-		return api.Errorf(api.CodePermissionDenied, "Host %q: with auth off this loopback API answers only an IP address, localhost or the host of its API address (%s, serve --advertise)", r.Host, s.cfg.APIAddr)
+	if fromBrowser(r) && !cfg.loopbackHost(r.Host) && onLoopback(r) {
+		return api.Errorf(api.CodePermissionDenied, "Host %q: with auth off this loopback API answers only an IP address, localhost or the host of its API address (%s, serve --advertise)", r.Host, cfg.APIAddr)
 	}
 	return nil
 }
@@ -71,9 +90,8 @@ func onLoopback(r *http.Request) bool {
 }
 
 // loopbackHost reports whether a request's Host names this node in a way a
-// page of another site cannot: an IP address, localhost, or Config.APIAddr's
-// host.
-func (s *Server) loopbackHost(hostport string) bool {
+// page of another site cannot: an IP address, localhost, or APIAddr's host.
+func (cfg BrowserCheckConfig) loopbackHost(hostport string) bool {
 	h := hostport
 	if host, _, err := net.SplitHostPort(hostport); err == nil {
 		h = host
@@ -85,6 +103,6 @@ func (s *Server) loopbackHost(hostport string) bool {
 	if strings.EqualFold(h, "localhost") || strings.HasSuffix(strings.ToLower(h), ".localhost") {
 		return true
 	}
-	own, _, err := net.SplitHostPort(s.cfg.APIAddr)
+	own, _, err := net.SplitHostPort(cfg.APIAddr)
 	return err == nil && strings.EqualFold(h, own)
 }

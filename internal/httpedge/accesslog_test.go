@@ -1,4 +1,4 @@
-package server_test
+package httpedge_test
 
 import (
 	"bytes"

@@ -1,13 +1,13 @@
-package server
+package httpedge
 
 import (
 	"net/http"
 	"net/http/pprof"
 )
 
-// mountPprof serves net/http/pprof's profiles under /debug/pprof/ on mux:
+// MountPprof serves net/http/pprof's profiles under /debug/pprof/ on mux:
 // CPU (/debug/pprof/profile?seconds=N), heap, allocs, goroutine, trace.
-func mountPprof(mux *http.ServeMux) {
+func MountPprof(mux *http.ServeMux) {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

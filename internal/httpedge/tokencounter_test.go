@@ -1,4 +1,4 @@
-package server_test
+package httpedge_test
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/harness/servertest"
-	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/httpedge"
 )
 
 // TestTokenCounter: the endpoint answers the newest token issued, which moves with each grant.
@@ -15,7 +15,7 @@ func TestTokenCounter(t *testing.T) {
 	c := servertest.Start(t, servertest.Options{})
 	get := func() uint64 {
 		t.Helper()
-		resp, err := c.HTTP.Get(c.URL + server.TokenCounterPath)
+		resp, err := c.HTTP.Get(c.URL + httpedge.TokenCounterPath)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,7 +24,7 @@ func TestTokenCounter(t *testing.T) {
 			Token uint64 `json:"token"`
 		}
 		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %d %v", server.TokenCounterPath, resp.StatusCode, err)
+			t.Fatalf("GET %s: %d %v", httpedge.TokenCounterPath, resp.StatusCode, err)
 		}
 		return body.Token
 	}
@@ -37,7 +37,7 @@ func TestTokenCounter(t *testing.T) {
 	if got := get(); got != h.GetToken() {
 		t.Fatalf("counter %d after a grant of token %d", got, h.GetToken())
 	}
-	resp, err := c.HTTP.Post(c.URL+server.TokenCounterPath, "application/json", nil)
+	resp, err := c.HTTP.Post(c.URL+httpedge.TokenCounterPath, "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package server
+package httpedge
 
 import (
 	"context"
@@ -7,17 +7,28 @@ import (
 	"time"
 )
 
-// accessInfo is what the RPC interceptor tells the access log about one
+// Outcome is what the RPC interceptor tells the access log about one
 // request: the leasehold code of its outcome.
-type accessInfo struct{ code string }
+type Outcome struct{ code string }
 
-type accessKey struct{}
+// Code is the code NoteCode recorded, "" when none was.
+func (o *Outcome) Code() string { return o.code }
 
-// noteCode records the outcome code of an RPC for the access log, when the
+type outcomeKey struct{}
+
+// WithOutcome returns ctx carrying a new Outcome for NoteCode to fill.
+// AccessLog does this for every request; an operation of a stream, logged
+// with LogStreamOp, does it itself.
+func WithOutcome(ctx context.Context) (context.Context, *Outcome) {
+	o := &Outcome{}
+	return context.WithValue(ctx, outcomeKey{}, o), o
+}
+
+// NoteCode records the outcome code of an RPC for the access log, when the
 // request is being logged.
-func noteCode(ctx context.Context, code string) {
-	if ai, ok := ctx.Value(accessKey{}).(*accessInfo); ok {
-		ai.code = code
+func NoteCode(ctx context.Context, code string) {
+	if o, ok := ctx.Value(outcomeKey{}).(*Outcome); ok {
+		o.code = code
 	}
 }
 
@@ -57,27 +68,28 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController reach deadlines and the rest.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// logStreamOp logs one INFO line for one operation of a LockStream
-// (lockstream.go): the unary procedure it stands for, its code, duration,
-// peer and protocol, with "stream" naming the stream's path.
-func logStreamOp(l *slog.Logger, proc, stream, code string, d time.Duration, peer, proto string) {
+// LogStreamOp logs one INFO line for one operation of a LockStream: the
+// unary procedure it stands for, its code, duration, peer and protocol,
+// with "stream" naming the stream's path.
+func LogStreamOp(l *slog.Logger, proc, stream, code string, d time.Duration, peer, proto string) {
 	l.Info("request", "method", "STREAM", "path", proc, "stream", stream, "code", code, "duration", d, "peer", peer, "proto", proto)
 }
 
-// accessLog logs one INFO line per finished request to l: method, path,
-// HTTP status, leasehold code (RPCs), bytes, duration, peer, protocol.
-func accessLog(l *slog.Logger, next http.Handler) http.Handler {
+// AccessLog logs one INFO line per finished request to l: method, path,
+// HTTP status, leasehold code (RPCs, NoteCode), bytes, duration, peer,
+// protocol.
+func AccessLog(l *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ai := &accessInfo{}
+		ctx, o := WithOutcome(r.Context())
 		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), accessKey{}, ai)))
+		next.ServeHTTP(sw, r.WithContext(ctx))
 		attrs := []any{
 			"method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"bytes", sw.bytes, "duration", time.Since(start), "peer", r.RemoteAddr, "proto", r.Proto,
 		}
-		if ai.code != "" {
-			attrs = append(attrs, "code", ai.code)
+		if o.code != "" {
+			attrs = append(attrs, "code", o.code)
 		}
 		if ua := r.UserAgent(); ua != "" {
 			attrs = append(attrs, "user_agent", ua)
