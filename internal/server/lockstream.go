@@ -429,7 +429,7 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 			}
 		}
 	}
-	s.met.observeOp(ctx, proc, start, err)
+	s.met.ObserveOp(ctx, proc, start, err)
 	if ai != nil {
 		logStreamOp(s.cfg.AccessLog, proc, leaseholdv1connect.LeaseholdServiceLockStreamProcedure, ai.code, time.Since(start), c.peer, c.proto)
 	}
