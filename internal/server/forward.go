@@ -121,7 +121,7 @@ func onLeaderVia[C, Req, Res any](
 	}
 	fwd := connect.NewRequest(req.Msg)
 	s.setForwardHeaders(ctx, fwd.Header())
-	s.met.forwarded.Inc()
+	s.met.CountForward()
 	admission.Yield(ctx) // the leader's answer is a wait, not work (admission/shares.go)
 	res, err := remote(c, ctx, fwd)
 	if err != nil {

@@ -158,7 +158,7 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 			resp.LeaseId, resp.TtlMs, resp.ErrorCode = id, one.GetTtlMs(), one.GetErrorCode()
 		}
 		resp.LeaderApiAddr = h.s.leaderHint()
-		h.s.met.keepaliveMsgs.Inc()
+		h.s.met.CountKeepaliveMessage()
 		if err := stream.Send(resp); err != nil {
 			return err
 		}

@@ -429,7 +429,7 @@ func streamOp[Req, Res any](ctx context.Context, c *lockStreamConn, authErr erro
 			}
 		}
 	}
-	s.met.observeOp(ctx, proc, start, err)
+	s.met.ObserveOp(ctx, proc, start, err)
 	if logged != nil {
 		httpedge.LogStreamOp(s.cfg.AccessLog, proc, leaseholdv1connect.LeaseholdServiceLockStreamProcedure, logged.Code(), time.Since(start), c.peer, c.proto)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/leasehold/leasehold/internal/httpedge"
 	"github.com/leasehold/leasehold/internal/hub"
 	"github.com/leasehold/leasehold/internal/lessor"
+	"github.com/leasehold/leasehold/internal/metrics"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/web"
 	"github.com/leasehold/leasehold/sequencer"
@@ -117,7 +118,7 @@ type Server struct {
 	hub    *hub.Hub
 	feed   *web.Feed // the dashboard's event feed
 	work   *workers  // run the messages of every LockStream
-	met    *metrics
+	met    *metrics.Metrics
 	lim    *admission.Limiter
 	rides  rides        // queued acquires waiting for a release (ride.go)
 	http   *http.Client // for forwarding to the leader
@@ -188,9 +189,9 @@ func Open(cfg Config) (*Server, error) {
 	s.work = newWorkers(s.stop)
 	s.audit = cfg.Logger.With("component", "audit")
 	s.authr = newAuthenticator(s)
-	met, err := newMetrics(reg, s)
+	met, err := metrics.New(metrics.Config{Registerer: reg, State: metricsState{s}, NoteCode: httpedge.NoteCode})
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(errors.New("server: register metrics"), err)
 	}
 	s.met = met
 	if s.lim, err = admission.New(cfg.Limits, cfg.Lessor.Clock, reg); err != nil {
@@ -228,7 +229,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.hub.SetRaftApplied(s.node.Raft().AppliedIndex)
-	if err := s.registerStateGauges(reg); err != nil {
+	if err := s.met.RegisterStateGauges(); err != nil {
 		s.lessor.Close()
 		_ = s.node.Close()
 		return nil, err
@@ -291,12 +292,12 @@ func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lim.SessionsEnded(res.EndedSessions)
 	s.observeAuth(res)
 	s.hub.Publish(index, res.Events)
-	s.met.observe(res)
+	s.met.Observe(res)
 	s.publishWeb(index, res)
 }
 
 func (s *Server) onLeadership(leader bool) {
-	s.met.leader.Set(boolGauge(leader))
+	s.met.SetLeader(leader)
 	if !leader {
 		s.lessor.Demote()
 		return
@@ -377,7 +378,7 @@ func (s *Server) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 	start := time.Now()
 	admission.Yield(ctx) // the commit is a wait, not work (admission/shares.go)
 	res, err := s.node.Apply(ctx, cmd)
-	s.met.applySeconds.Observe(time.Since(start).Seconds())
+	s.met.ObserveApply(time.Since(start))
 	if err != nil {
 		return res, err
 	}
@@ -397,7 +398,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.Interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
 	opts = append(opts, admission.InflateLimit(s.cfg.Limits.RequestBytes)...)
 	lpath, lh := leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...)
 	mux.Handle(lpath, withFlushGate(lh)) // lockstream.go
@@ -461,11 +462,4 @@ func NewHTTPServer(h http.Handler) *http.Server {
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Server{Handler: h, Protocols: &p, ReadHeaderTimeout: 10 * time.Second}
-}
-
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

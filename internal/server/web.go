@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/metrics"
 	"github.com/leasehold/leasehold/internal/web"
 )
 
@@ -15,11 +16,11 @@ import (
 func (s *Server) publishWeb(index uint64, res *fsm.Result) {
 	for _, ev := range res.Events {
 		s.feed.Publish(web.Event{
-			Type: eventLabel(ev.Type),
+			Type: metrics.EventLabel(ev.Type),
 			Name: ev.Name, LeaseID: ev.LeaseID, Owner: ev.Owner, Token: ev.Token, Index: ev.Index, UnixMs: ev.UnixMs,
 		})
 	}
-	if w, ok := kvWriteOf(res); ok {
+	if w, ok := metrics.KVWriteOf(res); ok {
 		ev := web.Event{Type: "kv_refused", Name: w.Key, Token: w.Token, LastToken: w.LastToken, Reason: w.Result, Index: index, UnixMs: s.clock.Now().UnixMilli()}
 		if w.Result == "accepted" {
 			ev.Type, ev.Reason = "kv_accepted", ""

@@ -1,4 +1,4 @@
-package server
+package metrics
 
 import (
 	"maps"
@@ -15,7 +15,7 @@ import (
 // range too; a type never applied has no series.
 func TestEventCounters(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg, &Server{})
+	m, err := New(Config{Registerer: reg, State: closedState{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,10 +26,10 @@ func TestEventCounters(t *testing.T) {
 		}
 		return res
 	}
-	m.observe(evs(pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType_EVENT_TYPE_QUEUED))
-	m.observe(evs(pb.EventType_EVENT_TYPE_RELEASED, pb.EventType_EVENT_TYPE_ACQUIRED))
-	m.observe(evs(pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType(99), pb.EventType(99)))
-	m.observe(evs(pb.EventType_EVENT_TYPE_LOCK_DELAY_ENDED, pb.EventType_EVENT_TYPE_PROCLAIMED))
+	m.Observe(evs(pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType_EVENT_TYPE_QUEUED))
+	m.Observe(evs(pb.EventType_EVENT_TYPE_RELEASED, pb.EventType_EVENT_TYPE_ACQUIRED))
+	m.Observe(evs(pb.EventType_EVENT_TYPE_ACQUIRED, pb.EventType(99), pb.EventType(99)))
+	m.Observe(evs(pb.EventType_EVENT_TYPE_LOCK_DELAY_ENDED, pb.EventType_EVENT_TYPE_PROCLAIMED))
 	got := map[string]float64{}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -48,3 +48,12 @@ func TestEventCounters(t *testing.T) {
 		t.Fatalf("leasehold_lock_events_total by type = %v, want %v (only the types applied)", got, want)
 	}
 }
+
+// closedState is the State of a node that is not open: no applied state
+// to read, no parked acquires.
+type closedState struct{}
+
+func (closedState) Read(func(m *fsm.Machine)) bool { return false }
+func (closedState) Raft() Raft                     { return Raft{} }
+func (closedState) Watchers() int                  { return 0 }
+func (closedState) Parked() int                    { return 0 }

@@ -1,4 +1,4 @@
-package server
+package metrics
 
 import (
 	"errors"
@@ -6,11 +6,11 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm"
 )
 
-// kvWrite is the outcome of one applied fenced KV write, as the metrics
+// KVWrite is the outcome of one applied fenced KV write, as the metrics
 // and the dashboard's event feed show it. The state machine records no
 // event for a refused write (a refusal changes nothing); every node
 // derives this from the applied result instead.
-type kvWrite struct {
+type KVWrite struct {
 	// Result is "accepted", "stale-token", "invalid-token" or "too-many-keys".
 	Result    string
 	Key       string // empty for invalid-token and too-many-keys
@@ -18,18 +18,18 @@ type kvWrite struct {
 	LastToken uint64 // the token the key holds (stale-token only)
 }
 
-// kvWriteOf reports the KV write res is the result of, if any.
-func kvWriteOf(res *fsm.Result) (kvWrite, bool) {
+// KVWriteOf reports the KV write res is the result of, if any.
+func KVWriteOf(res *fsm.Result) (KVWrite, bool) {
 	var stale *fsm.StaleTokenError
 	switch {
 	case res.KV != nil && res.Err == nil:
-		return kvWrite{Result: "accepted", Key: res.KV.GetKey(), Token: res.KV.GetToken()}, true
+		return KVWrite{Result: "accepted", Key: res.KV.GetKey(), Token: res.KV.GetToken()}, true
 	case errors.As(res.Err, &stale):
-		return kvWrite{Result: "stale-token", Key: stale.Key, Token: stale.Token, LastToken: stale.LastToken}, true
+		return KVWrite{Result: "stale-token", Key: stale.Key, Token: stale.Token, LastToken: stale.LastToken}, true
 	case errors.Is(res.Err, fsm.ErrInvalidToken):
-		return kvWrite{Result: "invalid-token"}, true
+		return KVWrite{Result: "invalid-token"}, true
 	case errors.Is(res.Err, fsm.ErrTooManyKeys):
-		return kvWrite{Result: "too-many-keys"}, true
+		return KVWrite{Result: "too-many-keys"}, true
 	}
-	return kvWrite{}, false
+	return KVWrite{}, false
 }
