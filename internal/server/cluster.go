@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // clusterService implements leaseholdv1connect.ClusterServiceHandler.
@@ -126,7 +127,7 @@ type clusterClient = leaseholdv1connect.ClusterServiceClient
 // node calls it at start).
 func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[pb.AddMemberRequest]) (*connect.Response[pb.AddMemberResponse], error) {
 	m := req.Msg
-	if err := checkNameLike("member id", m.GetId(), false); err != nil {
+	if err := validate.NameLike("member id", m.GetId(), false); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	if m.GetRaftAddr() == "" || m.GetApiAddr() == "" {
@@ -158,7 +159,7 @@ func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[pb.
 // RemoveMember removes a member, unless the voters left would not include
 // a quorum of reachable members.
 func (c *clusterService) RemoveMember(ctx context.Context, req *connect.Request[pb.RemoveMemberRequest]) (*connect.Response[pb.RemoveMemberResponse], error) {
-	if err := checkNameLike("member id", req.Msg.GetId(), false); err != nil {
+	if err := validate.NameLike("member id", req.Msg.GetId(), false); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.RemoveMemberRequest) (*pb.RemoveMemberResponse, error) {

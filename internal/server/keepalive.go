@@ -12,6 +12,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/lessor"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 const (
@@ -84,7 +85,7 @@ func checkKeepAlive(id string, ids []string) error {
 	case len(ids) > MaxKeepAliveBatch:
 		return api.Errorf(api.CodeInvalidArgument, "at most %d lease ids per renewal, got %d", MaxKeepAliveBatch, len(ids))
 	case len(ids) == 0:
-		return checkLeaseID(id)
+		return validate.LeaseID(id)
 	}
 	return nil
 }

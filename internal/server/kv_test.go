@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // TestKvDelete: a fenced delete removes the value, keeps the fence (an
@@ -68,7 +69,7 @@ func TestKVFloodEndsInQuota(t *testing.T) {
 	cl := c.Client
 	a := newSession(t, cl, 60_000, "A")
 	tok := acquire(t, cl, "x", a.GetLeaseId()).GetToken()
-	value := bytes.Repeat([]byte("v"), server.MaxValueLen)
+	value := bytes.Repeat([]byte("v"), validate.MaxValueLen)
 	var refused error
 	for i := range 64 { // 64 × 64 KiB = 4 MiB, four times the quota: the loop ends by refusal
 		if _, err := cl.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: fmt.Sprintf("k%02d", i), Value: value, Token: tok})); err != nil {

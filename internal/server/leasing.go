@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // The glue between a node and its lessor, outside any RPC: how the lessor
@@ -61,7 +62,7 @@ func RenewLeases(ctx context.Context, l *lessor.Lessor, ids []string) ([]*pb.Kee
 	where := make([]int, 0, len(ids))
 	for i, id := range ids {
 		results[i] = &pb.KeepAliveResult{LeaseId: id}
-		if err := checkLeaseID(id); err != nil {
+		if err := validate.LeaseID(id); err != nil {
 			results[i].ErrorCode = string(api.CodeOf(err))
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // lockService implements leaseholdv1connect.LeaseholdServiceHandler.
@@ -25,7 +26,7 @@ type client = leaseholdv1connect.LeaseholdServiceClient
 
 func (h *lockService) TryAcquire(ctx context.Context, req *connect.Request[pb.TryAcquireRequest]) (*connect.Response[pb.TryAcquireResponse], error) {
 	m := req.Msg
-	delay, err := checkAcquire(m.GetName(), m.GetLeaseId(), m.GetLockDelayMs())
+	delay, err := validate.Acquire(m.GetName(), m.GetLeaseId(), m.GetLockDelayMs())
 	if err == nil {
 		err = checkMode(m.GetMode(), m.GetPermits(), m.GetValue())
 	}
@@ -41,16 +42,6 @@ func (h *lockService) TryAcquire(ctx context.Context, req *connect.Request[pb.Tr
 	}, client.TryAcquire)
 }
 
-func checkAcquire(name, leaseID string, delayMs int64) (time.Duration, error) {
-	if err := checkName(name); err != nil {
-		return 0, err
-	}
-	if err := checkLeaseID(leaseID); err != nil {
-		return 0, err
-	}
-	return lockDelay(delayMs)
-}
-
 func acquireCmd(r acquireReq) *fsmpb.Command {
 	return &fsmpb.Command{Op: &fsmpb.Command_Acquire{Acquire: &fsmpb.Acquire{Name: r.name, LeaseId: r.leaseID, LockDelayMs: r.delay.Milliseconds(), Try: r.try, WaitId: r.waitID,
 		Mode: fsmpb.Mode(r.mode), Permits: r.permits, Value: r.value}}}
@@ -58,11 +49,11 @@ func acquireCmd(r acquireReq) *fsmpb.Command {
 
 func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
 	m := req.Msg
-	delay, err := checkAcquire(m.GetName(), m.GetLeaseId(), m.GetLockDelayMs())
+	delay, err := validate.Acquire(m.GetName(), m.GetLeaseId(), m.GetLockDelayMs())
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
-	wait, err := checkWait(m.GetWaitMs())
+	wait, err := validate.Wait(m.GetWaitMs())
 	if err == nil {
 		err = checkMode(m.GetMode(), m.GetPermits(), m.GetValue())
 	}
@@ -341,9 +332,9 @@ func (s *Server) withdrawLocal(ctx context.Context, m *pb.CancelWaitRequest, rem
 }
 
 func (h *lockService) CancelWait(ctx context.Context, req *connect.Request[pb.CancelWaitRequest]) (*connect.Response[pb.CancelWaitResponse], error) {
-	err := checkName(req.Msg.GetName())
+	err := validate.Name(req.Msg.GetName())
 	if err == nil {
-		err = checkLeaseID(req.Msg.GetLeaseId())
+		err = validate.LeaseID(req.Msg.GetLeaseId())
 	}
 	if err != nil {
 		return nil, api.ToConnect(err)
@@ -355,7 +346,7 @@ func (h *lockService) CancelWait(ctx context.Context, req *connect.Request[pb.Ca
 
 func (h *lockService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
 	m := req.Msg
-	if err := checkHolding(m.GetName(), m.GetLeaseId(), m.GetToken()); err != nil {
+	if err := validate.Holding(m.GetName(), m.GetLeaseId(), m.GetToken()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
@@ -404,7 +395,7 @@ func read[Req, Res any](
 }
 
 func (h *lockService) Status(ctx context.Context, req *connect.Request[pb.StatusRequest]) (*connect.Response[pb.StatusResponse], error) {
-	if err := checkName(req.Msg.GetName()); err != nil {
+	if err := validate.Name(req.Msg.GetName()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.StatusRequest) (*pb.StatusResponse, error) {
@@ -442,7 +433,7 @@ func (s *Server) lockInfoPB(info fsm.LockInfo, owners map[string]string) *pb.Loc
 }
 
 func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
-	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
+	if err := validate.Prefix(req.Msg.GetPrefix()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	if req.Msg.GetLimit() < 0 {
@@ -450,8 +441,8 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 	}
 	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.ListRequest) (*pb.ListResponse, error) {
 		limit := int(m.GetLimit())
-		if limit == 0 || limit > MaxListLimit {
-			limit = MaxListLimit
+		if limit == 0 || limit > validate.MaxListLimit {
+			limit = validate.MaxListLimit
 		}
 		locks, truncated, err := h.s.list(ctx, m.GetPrefix(), limit) // watchstate.go
 		if err != nil {
@@ -463,12 +454,12 @@ func (h *lockService) List(ctx context.Context, req *connect.Request[pb.ListRequ
 
 func (h *lockService) KvPut(ctx context.Context, req *connect.Request[pb.KvPutRequest]) (*connect.Response[pb.KvPutResponse], error) {
 	m := req.Msg
-	err := checkKey(m.GetKey())
+	err := validate.Key(m.GetKey())
 	if err == nil {
-		err = checkToken(m.GetToken())
+		err = validate.Token(m.GetToken())
 	}
-	if err == nil && len(m.GetValue()) > MaxValueLen {
-		err = api.Errorf(api.CodeInvalidArgument, "value is %d bytes; the limit is %d", len(m.GetValue()), MaxValueLen)
+	if err == nil && len(m.GetValue()) > validate.MaxValueLen {
+		err = api.Errorf(api.CodeInvalidArgument, "value is %d bytes; the limit is %d", len(m.GetValue()), validate.MaxValueLen)
 	}
 	if err != nil {
 		return nil, api.ToConnect(err)
@@ -489,7 +480,7 @@ func (h *lockService) KvPut(ctx context.Context, req *connect.Request[pb.KvPutRe
 }
 
 func (h *lockService) KvGet(ctx context.Context, req *connect.Request[pb.KvGetRequest]) (*connect.Response[pb.KvGetResponse], error) {
-	if err := checkKey(req.Msg.GetKey()); err != nil {
+	if err := validate.Key(req.Msg.GetKey()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return read(ctx, h.s, req, req.Msg.GetStale(), func(m *pb.KvGetRequest) (*pb.KvGetResponse, error) {
@@ -506,9 +497,9 @@ func (h *lockService) KvGet(ctx context.Context, req *connect.Request[pb.KvGetRe
 }
 
 func (h *lockService) KvDelete(ctx context.Context, req *connect.Request[pb.KvDeleteRequest]) (*connect.Response[pb.KvDeleteResponse], error) {
-	err := checkKey(req.Msg.GetKey())
+	err := validate.Key(req.Msg.GetKey())
 	if err == nil {
-		err = checkToken(req.Msg.GetToken())
+		err = validate.Token(req.Msg.GetToken())
 	}
 	if err != nil {
 		return nil, api.ToConnect(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // refusedCount is leasehold_limit_refused_total{limit} on c (0 when the
@@ -137,12 +138,12 @@ func TestMeterList(t *testing.T) {
 // in a loop is.
 func TestMeterListDefaults(t *testing.T) {
 	c, clk := startManual(t, servertest.Options{})
-	holdLocks(t, c.Client, "d:", server.MaxListLimit)
+	holdLocks(t, c.Client, "d:", validate.MaxListLimit)
 	for i := range 50 { // 10 s of a dashboard
 		n, err := list(c.Client, "d:")
 		mustOK(t, fmt.Sprint("dashboard List ", i), err)
-		if n != server.MaxListLimit {
-			t.Fatalf("List returned %d locks, want %d", n, server.MaxListLimit)
+		if n != validate.MaxListLimit {
+			t.Fatalf("List returned %d locks, want %d", n, validate.MaxListLimit)
 		}
 		clk.Advance(200 * time.Millisecond)
 	}

@@ -9,6 +9,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // MaxHoldingValueLen bounds the value a holding carries (an election
@@ -34,20 +35,9 @@ func checkMode(mode pb.LockMode, permits uint32, value []byte) error {
 	return nil
 }
 
-// checkHolding validates the (name, lease_id, token) of a holding.
-func checkHolding(name, leaseID string, token uint64) error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	if err := checkLeaseID(leaseID); err != nil {
-		return err
-	}
-	return checkToken(token)
-}
-
 func (h *lockService) Proclaim(ctx context.Context, req *connect.Request[pb.ProclaimRequest]) (*connect.Response[pb.ProclaimResponse], error) {
 	m := req.Msg
-	err := checkHolding(m.GetName(), m.GetLeaseId(), m.GetToken())
+	err := validate.Holding(m.GetName(), m.GetLeaseId(), m.GetToken())
 	if err == nil {
 		err = checkMode(pb.LockMode_LOCK_MODE_EXCLUSIVE, 0, m.GetValue())
 	}

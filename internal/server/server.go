@@ -33,6 +33,7 @@ import (
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/metrics"
 	"github.com/leasehold/leasehold/internal/raftnode"
+	"github.com/leasehold/leasehold/internal/validate"
 	"github.com/leasehold/leasehold/internal/web"
 	"github.com/leasehold/leasehold/sequencer"
 )
@@ -387,7 +388,7 @@ func (s *Server) apply(ctx context.Context, cmd *fsmpb.Command) (fsm.Result, err
 }
 
 func newLeaseID() string {
-	var b [leaseIDLen / 2]byte
+	var b [validate.LeaseIDLen / 2]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

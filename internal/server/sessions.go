@@ -8,14 +8,15 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // CreateSession starts a session on the leader; the per-principal session
 // limit is reserved before the proposal and given back if it fails.
 func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb.CreateSessionRequest]) (*connect.Response[pb.CreateSessionResponse], error) {
-	ttl, err := grantTTL(req.Msg.GetTtlMs())
+	ttl, err := validate.TTL(req.Msg.GetTtlMs())
 	if err == nil {
-		err = checkOwner(req.Msg.GetOwner())
+		err = validate.Owner(req.Msg.GetOwner())
 	}
 	if err == nil {
 		err = h.s.checkSequencers(req.Msg.GetSequencers())
@@ -41,7 +42,7 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 
 // CloseSession ends a session and releases its holdings and waits.
 func (h *lockService) CloseSession(ctx context.Context, req *connect.Request[pb.CloseSessionRequest]) (*connect.Response[pb.CloseSessionResponse], error) {
-	if err := checkLeaseID(req.Msg.GetLeaseId()); err != nil {
+	if err := validate.LeaseID(req.Msg.GetLeaseId()); err != nil {
 		return nil, api.ToConnect(err)
 	}
 	return onLeader(ctx, h.s, req, func(ctx context.Context, m *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {

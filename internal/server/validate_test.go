@@ -12,7 +12,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/harness/servertest"
-	"github.com/leasehold/leasehold/internal/server"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // fixture is a server with one session holding one lock and one KV entry.
@@ -54,9 +54,9 @@ func (v view) equal(w view) bool {
 
 var (
 	hexID    = strings.Repeat("a", 32)
-	tooLong  = strings.Repeat("n", server.MaxNameLen+1)
-	longest  = strings.Repeat("n", server.MaxNameLen)
-	bigValue = make([]byte, server.MaxValueLen+1)
+	tooLong  = strings.Repeat("n", validate.MaxNameLen+1)
+	longest  = strings.Repeat("n", validate.MaxNameLen)
+	bigValue = make([]byte, validate.MaxValueLen+1)
 )
 
 // TestBadInput: every request outside a documented limit is refused with
@@ -80,7 +80,7 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, api.CodeInvalidArgument},
 		{"owner too long", func(ctx context.Context, c client, _ *fixture) error {
-			_, err := c.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 5000, Owner: strings.Repeat("o", server.MaxOwnerLen+1)}))
+			_, err := c.CreateSession(ctx, req(&pb.CreateSessionRequest{TtlMs: 5000, Owner: strings.Repeat("o", validate.MaxOwnerLen+1)}))
 			return err
 		}, api.CodeInvalidArgument},
 		{"owner unprintable", func(ctx context.Context, c client, _ *fixture) error {
@@ -276,7 +276,7 @@ func TestClamps(t *testing.T) {
 		}
 	}
 
-	owner := strings.Repeat("ö", server.MaxOwnerLen/2) // 128 bytes of printable UTF-8
+	owner := strings.Repeat("ö", validate.MaxOwnerLen/2) // 128 bytes of printable UTF-8
 	s := newSession(t, c.Client, 60_000, owner)
 	if s.GetOwner() != owner {
 		t.Fatalf("owner %q came back as %q", owner, s.GetOwner())
@@ -304,7 +304,7 @@ func TestClamps(t *testing.T) {
 		}
 	}
 	h := status(t, c.Client, longest).GetHolder()
-	_, err := c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: longest, Value: make([]byte, server.MaxValueLen), Token: h.GetToken()}))
+	_, err := c.Client.KvPut(ctxT(t), req(&pb.KvPutRequest{Key: longest, Value: make([]byte, validate.MaxValueLen), Token: h.GetToken()}))
 	mustOK(t, "KvPut of a value of exactly MaxValueLen", err)
 }
 

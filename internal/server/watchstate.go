@@ -10,6 +10,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/fsm"
+	"github.com/leasehold/leasehold/internal/validate"
 )
 
 // listLocked returns up to limit locks of prefix from fm, with the owner
@@ -58,7 +59,7 @@ func (s *Server) watchState(ctx context.Context, prefix string) (*pb.WatchCompac
 		if applied == 0 {
 			return
 		}
-		locks, truncated := s.listLocked(fm, prefix, MaxListLimit)
+		locks, truncated := s.listLocked(fm, prefix, validate.MaxListLimit)
 		out = &pb.WatchCompacted{Index: applied, Locks: locks, Truncated: truncated}
 	})
 	if out == nil {
@@ -92,7 +93,7 @@ func (s *Server) endWatch(ctx context.Context, stream *connect.ServerStream[pb.W
 // from_index is set (internal/hub); every node applies every entry, so any node
 // can serve it.
 func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRequest], stream *connect.ServerStream[pb.WatchResponse]) error {
-	if err := checkPrefix(req.Msg.GetPrefix()); err != nil {
+	if err := validate.Prefix(req.Msg.GetPrefix()); err != nil {
 		return api.ToConnect(err)
 	}
 	release, err := h.s.lim.WatchOpen(ctx) // admission/meter.go

@@ -8,6 +8,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/metrics"
+	"github.com/leasehold/leasehold/internal/validate"
 	"github.com/leasehold/leasehold/internal/web"
 )
 
@@ -67,6 +68,6 @@ func (s *Server) webSource() *web.NodeSource {
 			_, err := (&lockService{s}).CloseSession(ctx, connect.NewRequest(&pb.CloseSessionRequest{LeaseId: leaseID}))
 			return err
 		},
-		MaxNameLen: MaxNameLen,
+		MaxNameLen: validate.MaxNameLen,
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package validate
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 )
 
-// FuzzValidate feeds arbitrary request fields to the API edge's checks.
+// FuzzValidate feeds arbitrary request fields to the checks.
 // Each either accepts, and then what it accepted is within the documented
 // limits, or refuses with a typed invalid-argument error; none panics.
 func FuzzValidate(f *testing.F) {
@@ -26,7 +26,7 @@ func FuzzValidate(f *testing.F) {
 			}
 			return true
 		}
-		for what, check := range map[string]func(string) error{"name": checkName, "key": checkKey, "prefix": checkPrefix} {
+		for what, check := range map[string]func(string) error{"name": Name, "key": Key, "prefix": Prefix} {
 			if refused(what, check(name)) {
 				continue
 			}
@@ -39,22 +39,22 @@ func FuzzValidate(f *testing.F) {
 				}
 			}
 		}
-		if !refused("owner", checkOwner(owner)) && (len(owner) > MaxOwnerLen || !utf8.ValidString(owner)) {
+		if !refused("owner", Owner(owner)) && (len(owner) > MaxOwnerLen || !utf8.ValidString(owner)) {
 			t.Fatalf("owner %q accepted", owner)
 		}
-		if !refused("lease", checkLeaseID(lease)) && len(lease) != leaseIDLen {
+		if !refused("lease", LeaseID(lease)) && len(lease) != LeaseIDLen {
 			t.Fatalf("lease id %q accepted", lease)
 		}
-		if ttl, err := grantTTL(ttlMs); !refused("ttl", err) && (ttl < MinTTL || ttl > MaxTTL) {
+		if ttl, err := TTL(ttlMs); !refused("ttl", err) && (ttl < MinTTL || ttl > MaxTTL) {
 			t.Fatalf("ttl %dms granted as %v, outside [%v, %v]", ttlMs, ttl, MinTTL, MaxTTL)
 		}
-		if d, err := lockDelay(delayMs); !refused("lock-delay", err) && (d < 0 || d > MaxLockDelay) {
+		if d, err := LockDelay(delayMs); !refused("lock-delay", err) && (d < 0 || d > MaxLockDelay) {
 			t.Fatalf("lock-delay %dms accepted as %v", delayMs, d)
 		}
-		if w, err := checkWait(waitMs); !refused("wait", err) && (w < 0 || w > MaxWait) {
+		if w, err := Wait(waitMs); !refused("wait", err) && (w < 0 || w > MaxWait) {
 			t.Fatalf("wait %dms accepted as %v", waitMs, w)
 		}
-		if !refused("token", checkToken(token)) && token == 0 {
+		if !refused("token", Token(token)) && token == 0 {
 			t.Fatal("token 0 accepted")
 		}
 	})
