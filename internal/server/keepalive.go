@@ -12,6 +12,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/lessor"
+	"github.com/leasehold/leasehold/internal/lockstream"
 	"github.com/leasehold/leasehold/internal/validate"
 )
 
@@ -131,9 +132,9 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 	// the next renewal: its renewals are decided as the principal it had.
 	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure, nil)
 	defer stop()
-	in := receiveAll(ctx, stream.Receive)
+	in := lockstream.ReceiveAll(ctx, stream.Receive)
 	for {
-		var r received[pb.KeepAliveStreamRequest]
+		var r lockstream.Received[pb.KeepAliveStreamRequest]
 		select {
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
@@ -141,14 +142,14 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 			return revokedErr(ctx)
 		case r = <-in:
 		}
-		if errors.Is(r.err, io.EOF) {
+		if errors.Is(r.Err, io.EOF) {
 			return nil
 		}
-		if r.err != nil {
-			return r.err
+		if r.Err != nil {
+			return r.Err
 		}
 		resp := &pb.KeepAliveStreamResponse{}
-		id, ids := r.msg.GetLeaseId(), r.msg.GetLeaseIds()
+		id, ids := r.Msg.GetLeaseId(), r.Msg.GetLeaseIds()
 		switch err := checkKeepAlive(id, ids); {
 		case err != nil:
 			resp.LeaseId, resp.ErrorCode = id, string(api.CodeOf(err))

@@ -31,6 +31,7 @@ import (
 	"github.com/leasehold/leasehold/internal/httpedge"
 	"github.com/leasehold/leasehold/internal/hub"
 	"github.com/leasehold/leasehold/internal/lessor"
+	"github.com/leasehold/leasehold/internal/lockstream"
 	"github.com/leasehold/leasehold/internal/metrics"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/validate"
@@ -117,8 +118,8 @@ type Server struct {
 	node   *raftnode.Node
 	lessor *lessor.Lessor
 	hub    *hub.Hub
-	feed   *web.Feed // the dashboard's event feed
-	work   *workers  // run the messages of every LockStream
+	feed   *web.Feed           // the dashboard's event feed
+	work   *lockstream.Workers // run the messages of every LockStream
 	met    *metrics.Metrics
 	lim    *admission.Limiter
 	rides  rides        // queued acquires waiting for a release (ride.go)
@@ -187,7 +188,7 @@ func Open(cfg Config) (*Server, error) {
 		elected: make(chan struct{}, 1),
 		drain:   make(chan struct{}),
 	}
-	s.work = newWorkers(s.stop)
+	s.work = lockstream.NewWorkers(s.stop)
 	s.audit = cfg.Logger.With("component", "audit")
 	s.authr = newAuthenticator(s)
 	met, err := metrics.New(metrics.Config{Registerer: reg, State: metricsState{s}, NoteCode: httpedge.NoteCode})
@@ -402,7 +403,7 @@ func (s *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.Interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
 	opts = append(opts, admission.InflateLimit(s.cfg.Limits.RequestBytes)...)
 	lpath, lh := leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...)
-	mux.Handle(lpath, withFlushGate(lh)) // lockstream.go
+	mux.Handle(lpath, lockstream.WithFlushGate(lh))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	mux.Handle(leaseholdv1connect.NewAuthServiceHandler(&authService{s}, opts...))
 	if s.cfg.Gatherer != nil {

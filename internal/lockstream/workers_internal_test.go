@@ -1,4 +1,4 @@
-package server
+package lockstream
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 func TestWorkersReuseAndExit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stop := make(chan struct{})
-		w := newWorkers(stop)
+		w := NewWorkers(stop)
 		live := func(want int64, when string) {
 			t.Helper()
 			synctest.Wait()
@@ -21,13 +21,13 @@ func TestWorkersReuseAndExit(t *testing.T) {
 		}
 		for range 10 {
 			ran := make(chan struct{})
-			w.run(func() { close(ran) })
+			w.Run(func() { close(ran) })
 			<-ran
 			live(1, "requests one after another")
 		}
 		release := make(chan struct{})
 		for range maxIdleWorkers + 50 {
-			w.run(func() { <-release })
+			w.Run(func() { <-release })
 		}
 		live(maxIdleWorkers+50, "requests in flight")
 		close(release)
@@ -35,7 +35,7 @@ func TestWorkersReuseAndExit(t *testing.T) {
 		close(stop)
 		live(0, "after the server stopped")
 		ran := make(chan struct{})
-		w.run(func() { close(ran) }) // a late request still runs
+		w.Run(func() { close(ran) }) // a late request still runs
 		<-ran
 		live(0, "after a request that came after the stop")
 	})

@@ -1,8 +1,8 @@
-package server
+package lockstream
 
 import "sync/atomic"
 
-// workers runs the requests of every LockStream on goroutines that outlive
+// Workers runs the requests of every lock stream on goroutines that outlive
 // one request, so that the stack a goroutine grew running one request (the
 // handler chain down to the raft proposal is deep) serves the next ones: a
 // fresh goroutine per message grew its stack from the start size every
@@ -10,8 +10,9 @@ import "sync/atomic"
 // operations (runtime.newstack and copystack). As many workers run as
 // requests are in flight; of those that finish, up to maxIdleWorkers wait
 // for the next request and the others exit. Idle workers exit when the
-// server closes. run never waits for a worker.
-type workers struct {
+// server closes (the stop channel of NewWorkers). Run never waits for a
+// worker.
+type Workers struct {
 	work chan func()
 	stop <-chan struct{}
 	idle atomic.Int64 // workers waiting for a request
@@ -21,12 +22,14 @@ type workers struct {
 // maxIdleWorkers bounds the workers kept waiting for a request.
 const maxIdleWorkers = 256
 
-func newWorkers(stop <-chan struct{}) *workers {
-	return &workers{work: make(chan func()), stop: stop}
+// NewWorkers returns the workers of a server; idle ones exit once stop is
+// closed.
+func NewWorkers(stop <-chan struct{}) *Workers {
+	return &Workers{work: make(chan func()), stop: stop}
 }
 
-// run runs f on an idle worker, or on a new one when none is idle.
-func (w *workers) run(f func()) {
+// Run runs f on an idle worker, or on a new one when none is idle.
+func (w *Workers) Run(f func()) {
 	select {
 	case w.work <- f:
 	default:
@@ -34,7 +37,7 @@ func (w *workers) run(f func()) {
 	}
 }
 
-func (w *workers) loop(f func()) {
+func (w *Workers) loop(f func()) {
 	w.live.Add(1)
 	defer w.live.Add(-1)
 	for {
