@@ -2,90 +2,60 @@ package server
 
 import (
 	"context"
-	"strconv"
-	"sync"
-	"time"
+	"fmt"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/raft"
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
+	"github.com/leasehold/leasehold/internal/httpedge"
+	"github.com/leasehold/leasehold/internal/membership"
+	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/validate"
 )
 
-// clusterService implements leaseholdv1connect.ClusterServiceHandler.
+// clusterIDHeader carries the sender's cluster id on every request a node
+// forwards to another (membership.ClusterIDHeader).
+const clusterIDHeader = membership.ClusterIDHeader
+
+// clusterService implements leaseholdv1connect.ClusterServiceHandler: it
+// validates, forwards to the leader, and leaves membership to s.members.
 type clusterService struct{ s *Server }
 
 type addMemberRequest = pb.AddMemberRequest
 
-// localHeader asks Members for this node's own view only (no fan-out).
-const localHeader = "Leasehold-Local"
+type clusterClient = leaseholdv1connect.ClusterServiceClient
 
-func (c *clusterService) Members(ctx context.Context, req *connect.Request[pb.MembersRequest]) (*connect.Response[pb.MembersResponse], error) {
-	s := c.s
-	r := s.node.Raft()
-	leaderID, _ := s.node.Leader()
-	if req.Header().Get(localHeader) != "" {
-		return connect.NewResponse(&pb.MembersResponse{LeaderId: leaderID, Members: []*pb.Member{s.selfMember()}}), nil
-	}
-	f := r.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return nil, api.ToConnect(toAPI(err))
-	}
-	servers := f.Configuration().Servers
-	out := make([]*pb.Member, len(servers))
-	var wg sync.WaitGroup
-	for i, srv := range servers {
-		m := &pb.Member{Id: string(srv.ID), RaftAddr: string(srv.Address), Suffrage: srv.Suffrage.String(), Role: "unreachable"}
-		s.node.Read(func(fm *fsm.Machine) { m.ApiAddr = fm.NodeAPIAddr(m.Id) })
-		out[i] = m
-		if m.Id == s.node.ID() {
-			out[i] = s.selfMember()
-			out[i].Suffrage = m.Suffrage
-			continue
-		}
-		if m.ApiAddr == "" {
-			continue
-		}
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(m.ApiAddr), connect.WithGRPC())
-			lr := connect.NewRequest(&pb.MembersRequest{})
-			lr.Header().Set(localHeader, "1")
-			lr.Header().Set(clusterIDHeader, s.node.ClusterID())
-			resp, err := cc.Members(ctx, lr)
-			if err != nil || len(resp.Msg.GetMembers()) != 1 {
-				return
-			}
-			got := resp.Msg.GetMembers()[0]
-			m.Role, m.Term, m.CommitIndex, m.AppliedIndex = got.GetRole(), got.GetTerm(), got.GetCommitIndex(), got.GetAppliedIndex()
-		})
-	}
-	wg.Wait()
-	return connect.NewResponse(&pb.MembersResponse{LeaderId: leaderID, Members: out}), nil
+// openMembership starts s.members on the opened node.
+func (s *Server) openMembership() error {
+	var err error
+	s.members, err = membership.New(membership.Config{
+		Node:    s.node,
+		APIAddr: s.cfg.APIAddr,
+		Logger:  s.cfg.Logger,
+		Peer:    s.clusterClient,
+		Apply:   s.apply,
+	})
+	return err
 }
 
-func (s *Server) selfMember() *pb.Member {
-	r := s.node.Raft()
-	role := "follower"
-	switch r.State() {
-	case raft.Leader:
-		role = "leader"
-	case raft.Candidate:
-		role = "candidate"
-	case raft.Shutdown:
-		role = "shutdown"
+// clusterClient is a client of the ClusterService of the node whose API
+// is at addr.
+func (s *Server) clusterClient(addr string) clusterClient {
+	return leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
+}
+
+func (s *Server) selfMember() *pb.Member { return s.members.Self() }
+
+func (c *clusterService) Members(ctx context.Context, req *connect.Request[pb.MembersRequest]) (*connect.Response[pb.MembersResponse], error) {
+	leaderID, members, err := c.s.members.Members(ctx, req.Header().Get(membership.LocalHeader) != "")
+	if err != nil {
+		return nil, api.ToConnect(toAPI(err))
 	}
-	term, _ := strconv.ParseUint(r.Stats()["term"], 10, 64)
-	return &pb.Member{
-		Id: s.node.ID(), RaftAddr: s.node.RaftAddr(), ApiAddr: s.cfg.APIAddr, Role: role,
-		Term: term, CommitIndex: r.CommitIndex(), AppliedIndex: r.AppliedIndex(),
-	}
+	return connect.NewResponse(&pb.MembersResponse{LeaderId: leaderID, Members: members}), nil
 }
 
 // leaderCluster runs f on the leader: locally, or on the leader's
@@ -112,19 +82,17 @@ func leaderCluster[Req, Res any](
 	if err != nil {
 		return nil, api.ToConnect(err)
 	}
-	cc := leaseholdv1connect.NewClusterServiceClient(s.http, s.peerURL(addr), connect.WithGRPC())
+	cc := s.clusterClient(addr)
 	fwd := connect.NewRequest(req.Msg)
 	s.setForwardHeaders(ctx, fwd.Header())
 	res, err := remote(cc, ctx, fwd)
 	return res, forwardErr(err)
 }
 
-type clusterClient = leaseholdv1connect.ClusterServiceClient
-
-// AddMember adds a non-voter (promoted once caught up, see promoteLoop),
-// re-adds a fresh member that lost its data as a non-voter, or, when the
-// member exists at that raft address, only records its API address (every
-// node calls it at start).
+// AddMember adds a non-voter, re-adds a fresh member that lost its data
+// as a non-voter, or, when the member exists at that raft address, only
+// records its API address (every node calls it at start); see
+// membership.Manager.Add.
 func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[pb.AddMemberRequest]) (*connect.Response[pb.AddMemberResponse], error) {
 	m := req.Msg
 	if err := validate.NameLike("member id", m.GetId(), false); err != nil {
@@ -133,26 +101,18 @@ func (c *clusterService) AddMember(ctx context.Context, req *connect.Request[pb.
 	if m.GetRaftAddr() == "" || m.GetApiAddr() == "" {
 		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "raft_addr and api_addr are required"))
 	}
-	if c.s.node.Standalone() {
-		return nil, api.ToConnect(api.Errorf(api.CodeInvalidArgument, "node %s runs without a Raft address: to grow it, stop it and start it again on the same --data and --node-id with --raft-addr HOST:PORT, then add members with --join", c.s.node.ID()))
+	if err := c.s.members.Growable(); err != nil {
+		return nil, api.ToConnect(err)
 	}
 	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.AddMemberRequest) (*pb.AddMemberResponse, error) {
-		s := c.s
-		changed, err := s.node.AddMember(ctx, m.GetId(), m.GetRaftAddr(), m.GetFresh())
-		if err != nil {
-			return nil, err
-		}
-		if changed {
-			s.cfg.Logger.Info("member added as a non-voter", "id", m.GetId(), "raft_addr", m.GetRaftAddr(), "fresh", m.GetFresh())
-		}
-		if _, err := s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_RegisterNode{RegisterNode: &fsmpb.RegisterNode{Id: m.GetId(), ApiAddr: m.GetApiAddr()}}}); err != nil {
+		if err := c.s.members.Add(ctx, m.GetId(), m.GetRaftAddr(), m.GetApiAddr(), m.GetFresh()); err != nil {
 			return nil, err
 		}
 		members, err := c.Members(ctx, connect.NewRequest(&pb.MembersRequest{}))
 		if err != nil {
 			return nil, err
 		}
-		return &pb.AddMemberResponse{Members: members.Msg.GetMembers(), ClusterId: s.node.ClusterID()}, nil
+		return &pb.AddMemberResponse{Members: members.Msg.GetMembers(), ClusterId: c.s.node.ClusterID()}, nil
 	}, clusterClient.AddMember)
 }
 
@@ -163,10 +123,9 @@ func (c *clusterService) RemoveMember(ctx context.Context, req *connect.Request[
 		return nil, api.ToConnect(err)
 	}
 	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.RemoveMemberRequest) (*pb.RemoveMemberResponse, error) {
-		if err := c.s.node.RemoveMember(ctx, m.GetId()); err != nil {
+		if err := c.s.members.Remove(ctx, m.GetId()); err != nil {
 			return nil, err
 		}
-		c.s.cfg.Logger.Info("member removed", "id", m.GetId())
 		members, err := c.Members(ctx, connect.NewRequest(&pb.MembersRequest{}))
 		if err != nil {
 			return nil, err
@@ -177,46 +136,11 @@ func (c *clusterService) RemoveMember(ctx context.Context, req *connect.Request[
 
 func (c *clusterService) TransferLeader(ctx context.Context, req *connect.Request[pb.TransferLeaderRequest]) (*connect.Response[pb.TransferLeaderResponse], error) {
 	return leaderCluster(ctx, c.s, req, func(ctx context.Context, m *pb.TransferLeaderRequest) (*pb.TransferLeaderResponse, error) {
-		r := c.s.node.Raft()
-		if m.GetId() == c.s.node.ID() {
-			// Already there: leadership may have moved on its own between
-			// the caller's look at the cluster and this request.
-			return &pb.TransferLeaderResponse{LeaderId: c.s.node.ID()}, nil
+		id, err := c.s.members.TransferLeader(ctx, m.GetId())
+		if err != nil {
+			return nil, err
 		}
-		var f raft.Future
-		if m.GetId() == "" {
-			f = r.LeadershipTransfer()
-		} else {
-			cf := r.GetConfiguration()
-			if err := cf.Error(); err != nil {
-				return nil, err
-			}
-			var target *raft.Server
-			for _, srv := range cf.Configuration().Servers {
-				if string(srv.ID) == m.GetId() {
-					target = &srv
-				}
-			}
-			if target == nil {
-				return nil, api.Errorf(api.CodeInvalidArgument, "no member %q", m.GetId())
-			}
-			f = r.LeadershipTransferToServer(target.ID, target.Address)
-		}
-		if err := f.Error(); err != nil {
-			return nil, api.Errorf(api.CodeUnavailable, "leadership transfer: %v", err)
-		}
-		// The transfer is done once another node leads; wait until this
-		// node has heard from it, so the answer names the new leader.
-		for {
-			if id, _ := c.s.node.Leader(); id != "" && id != c.s.node.ID() {
-				return &pb.TransferLeaderResponse{LeaderId: id}, nil
-			}
-			select {
-			case <-ctx.Done():
-				return nil, api.Errorf(api.CodeDeadlineExceeded, "leadership transferred, new leader not heard from yet")
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
+		return &pb.TransferLeaderResponse{LeaderId: id}, nil
 	}, clusterClient.TransferLeader)
 }
 
@@ -234,4 +158,40 @@ func (c *clusterService) BumpToken(ctx context.Context, req *connect.Request[pb.
 		c.s.cfg.Logger.Info("token counter bumped", "min", m.GetMinToken(), "token", tok)
 		return &pb.BumpTokenResponse{Token: tok}, nil
 	}, clusterClient.BumpToken)
+}
+
+// join asks the member at cfg.Join to add this node before raft starts,
+// and returns the cluster's id (membership.Join).
+func join(cfg Config) (string, error) {
+	hc := withNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret)
+	defer hc.CloseIdleConnections()
+	id, err := membership.Join(membership.Joining{
+		ID: cfg.Raft.NodeID, RaftAddr: cfg.Raft.RaftAddr, APIAddr: cfg.APIAddr,
+		Via:     cfg.Join,
+		Cluster: leaseholdv1connect.NewClusterServiceClient(hc, httpedge.PeerBaseURL(cfg.PeerClientTLS, cfg.Join), connect.WithGRPC()),
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		return "", fmt.Errorf("server: %w", err)
+	}
+	return id, nil
+}
+
+// prepareJoin, for a node told to join whose data dir holds no state,
+// has it added to the cluster and learns the cluster id before raft
+// starts. A node with state restarts as the member it is.
+func prepareJoin(cfg *Config) error {
+	if cfg.Join == "" {
+		return nil
+	}
+	has, err := raftnode.HasState(cfg.Raft.DataDir)
+	if err != nil || has {
+		return err
+	}
+	id, err := join(*cfg)
+	if err != nil {
+		return err
+	}
+	cfg.Raft.ClusterID = id
+	return nil
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/leasehold/leasehold/internal/hub"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/lockstream"
+	"github.com/leasehold/leasehold/internal/membership"
 	"github.com/leasehold/leasehold/internal/metrics"
 	"github.com/leasehold/leasehold/internal/raftnode"
 	"github.com/leasehold/leasehold/internal/validate"
@@ -125,6 +126,8 @@ type Server struct {
 	rides  rides        // queued acquires waiting for a release (ride.go)
 	http   *http.Client // for forwarding to the leader
 	authState
+
+	members *membership.Manager // joins, promotion, the member list (cluster.go)
 
 	mu      sync.Mutex // protects following
 	clients map[string]leaseholdv1connect.LeaseholdServiceClient
@@ -231,6 +234,11 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.hub.SetRaftApplied(s.node.Raft().AppliedIndex)
+	if err := s.openMembership(); err != nil {
+		s.lessor.Close()
+		_ = s.node.Close()
+		return nil, err
+	}
 	if err := s.met.RegisterStateGauges(); err != nil {
 		s.lessor.Close()
 		_ = s.node.Close()
@@ -241,7 +249,7 @@ func Open(cfg Config) (*Server, error) {
 	if !s.node.Standalone() {
 		// A standalone node cannot grow, so it never has a non-voter to
 		// promote; an idle one is spared the loop's wake-ups.
-		s.wg.Go(s.promoteLoop)
+		s.wg.Go(func() { s.members.PromoteLoop(s.stop) })
 	}
 	return s, nil
 }
@@ -400,7 +408,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(clusterCheck{s}, s.met.Interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(s.members.ClusterCheck(forwardedHeader), s.met.Interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
 	opts = append(opts, admission.InflateLimit(s.cfg.Limits.RequestBytes)...)
 	lpath, lh := leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...)
 	mux.Handle(lpath, lockstream.WithFlushGate(lh))

@@ -1,4 +1,4 @@
-package server_test
+package membership_test
 
 import (
 	"bytes"
@@ -62,7 +62,7 @@ func TestStandaloneNoPromoteLoop(t *testing.T) {
 	buf := make([]byte, 1<<20)
 	stacks := string(buf[:runtime.Stack(buf, true)])
 	for g := range strings.SplitSeq(stacks, "\n\n") {
-		if strings.Contains(g, "server.(*Server).promoteLoop") {
+		if strings.Contains(g, "membership.(*Manager).PromoteLoop") {
 			t.Fatalf("a standalone node runs the non-voter promotion loop:\n%s", g)
 		}
 	}

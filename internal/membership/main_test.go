@@ -1,0 +1,12 @@
+package membership_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// raft may drop a future at shutdown; Node.await leaves its waiter behind.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/leasehold/leasehold/internal/raftnode.(*Node).await.func1"))
+}
