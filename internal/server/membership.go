@@ -64,7 +64,7 @@ func (c clusterCheck) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 // before raft starts, and returns the cluster's id. It retries while the
 // cluster is unavailable, up to joinTimeout.
 func join(cfg Config) (string, error) {
-	hc := withNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret)
+	hc := httpedge.WithNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret)
 	defer hc.CloseIdleConnections()
 	cc := leaseholdv1connect.NewClusterServiceClient(hc, httpedge.PeerBaseURL(cfg.PeerClientTLS, cfg.Join), connect.WithGRPC())
 	req := &pb.AddMemberRequest{Id: cfg.Raft.NodeID, RaftAddr: cfg.Raft.RaftAddr, ApiAddr: cfg.APIAddr, Fresh: true}
