@@ -12,13 +12,14 @@ import (
 
 	"github.com/leasehold/leasehold/internal/admission"
 	"github.com/leasehold/leasehold/internal/auth"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/httpedge"
 )
 
 // principalOf names who sent r, for the per-principal limits: an
 // authenticated principal's name (a verified client certificate, a valid
-// bearer token, or the caller a node forwarded for; see auth.go), else its
+// bearer token, or the caller a node forwarded for; see internal/authedge), else its
 // remote IP. A request a follower forwarded carries the principal the
 // follower saw; fromNode says whether r's sender may speak for another
 // caller (Server.mayForward).
@@ -29,8 +30,8 @@ import (
 // each time, and escape every per-principal limit. For the same reason a
 // Leasehold-Principal header is believed only from a node.
 func principalOf(r *http.Request, fromNode func(*http.Request) bool) string {
-	if p := limitsPrincipal(r); p != "" {
-		return p // authenticated (auth.go)
+	if p := authedge.LimitsPrincipal(r); p != "" {
+		return p // authenticated (authedge)
 	}
 	if r.Header.Get(forwardedHeader) != "" && fromNode(r) {
 		if p := r.Header.Get(principalHeader); p != "" {
@@ -49,13 +50,13 @@ func principalOf(r *http.Request, fromNode func(*http.Request) bool) string {
 // certificate or the node secret, and this cluster's id), or this node
 // has no way to tell a node from a client (no node secret and no client
 // certificates), so that any caller is believed, as in a cluster run
-// without them. With auth on, authenticate refuses the header from
+// without them. With auth on, Edge.Authenticate refuses the header from
 // anyone else before the limits see it.
 func (s *Server) mayForward(r *http.Request) bool {
 	if s.cfg.NodeSecret == "" && (s.cfg.TLS == nil || s.cfg.TLS.ClientCAs == nil) {
 		return true
 	}
-	return s.nodeCredential(r.TLS, r.Header) && r.Header.Get(clusterIDHeader) == s.node.ClusterID()
+	return s.edge.NodeCredential(r.TLS, r.Header) && r.Header.Get(clusterIDHeader) == s.node.ClusterID()
 }
 
 // principalHeader carries the caller's principal on a forwarded request.

@@ -10,6 +10,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/auth"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 )
@@ -55,8 +56,7 @@ func leaderAuth[Req, Res any](ctx context.Context, s *Server, req *connect.Reque
 // (auth.Authenticator.BootstrapCredential): the node role, or a principal
 // named by serve --admin proven by its verified client certificate.
 func (s *Server) bootstrapCredential(ctx context.Context) bool {
-	a, ok := ctx.Value(authPrincipalKey{}).(authn)
-	return ok && s.authr.BootstrapCredential(a.p, credentials(a.tls, a.header))
+	return s.edge.BootstrapCredential(ctx)
 }
 
 // needBootstrapCredential refuses what (enabling auth, or minting a token
@@ -66,7 +66,7 @@ func (s *Server) needBootstrapCredential(ctx context.Context, what string) error
 	if s.bootstrapCredential(ctx) {
 		return nil
 	}
-	return api.ToConnect(api.Errorf(api.CodePermissionDenied, "%s needs the node role (a node certificate or the node secret) or a principal named by serve --admin proven by its client certificate, not %s: while auth is off anyone may mint a token", what, principalFrom(ctx)))
+	return api.ToConnect(api.Errorf(api.CodePermissionDenied, "%s needs the node role (a node certificate or the node secret) or a principal named by serve --admin proven by its client certificate, not %s: while auth is off anyone may mint a token", what, authedge.Principal(ctx)))
 }
 
 // needWhileOff is needBootstrapCredential while auth is off: with auth on,
@@ -97,7 +97,7 @@ func (a *authService) SetEnabled(ctx context.Context, req *connect.Request[pb.Se
 
 func (a *authService) Status(ctx context.Context, _ *connect.Request[pb.AuthStatusRequest]) (*connect.Response[pb.AuthStatusResponse], error) {
 	pol := a.s.policies()
-	p := principalFrom(ctx)
+	p := authedge.Principal(ctx)
 	st := pol.State()
 	res := &pb.AuthStatusResponse{Enabled: pol.On(), Principal: p.Name, Policies: int32(len(st.GetPolicies())), Tokens: int32(len(st.GetTokens()))}
 	if p.Node {

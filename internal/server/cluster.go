@@ -66,7 +66,7 @@ func leaderCluster[Req, Res any](
 	remote func(leaseholdv1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
-		if err := s.checkPending(ctx, req.Msg); err != nil {
+		if err := s.decideAtLeader(ctx, req.Msg); err != nil {
 			return nil, err
 		}
 		res, err := local(ctx, req.Msg)
@@ -163,7 +163,7 @@ func (c *clusterService) BumpToken(ctx context.Context, req *connect.Request[pb.
 // join asks the member at cfg.Join to add this node before raft starts,
 // and returns the cluster's id (membership.Join).
 func join(cfg Config) (string, error) {
-	hc := withNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret)
+	hc := httpedge.WithNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret)
 	defer hc.CloseIdleConnections()
 	id, err := membership.Join(membership.Joining{
 		ID: cfg.Raft.NodeID, RaftAddr: cfg.Raft.RaftAddr, APIAddr: cfg.APIAddr,

@@ -101,7 +101,7 @@ func onLeaderVia[C, Req, Res any](
 	leader func() (C, error), mapErr func(error) error,
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
-		if err := s.checkPending(ctx, req.Msg); err != nil {
+		if err := s.decideAtLeader(ctx, req.Msg); err != nil {
 			return nil, err
 		}
 		res, err := local(ctx, req.Msg)

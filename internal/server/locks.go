@@ -12,6 +12,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/admission"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/lessor"
@@ -153,15 +154,15 @@ func (s *Server) acquire(ctx context.Context, r acquireReq) (*pb.AcquireResponse
 		if r.wait > 0 {
 			timeout = s.clock.After(r.wait)
 		}
-		authChanged := s.authChanged()
+		authChanged := s.edge.Changed()
 		for holding == nil {
 			var why error
 			select {
 			case <-authChanged:
 				// A revoked token or a changed policy: a caller no longer
 				// allowed to wait leaves the queue before it is granted.
-				authChanged = s.authChanged()
-				why = s.recheck(ctx, leaseholdv1connect.LeaseholdServiceAcquireProcedure, &pb.AcquireRequest{Name: r.name, LeaseId: r.leaseID})
+				authChanged = s.edge.Changed()
+				why = s.edge.Recheck(ctx, leaseholdv1connect.LeaseholdServiceAcquireProcedure, &pb.AcquireRequest{Name: r.name, LeaseId: r.leaseID})
 			case <-w.Wake():
 				h, done, err := s.waitOutcome(r)
 				if !done {
@@ -288,7 +289,7 @@ func ctxErr(ctx context.Context, format string, args ...any) error {
 // cancelWait withdraws a queue entry after the caller stopped waiting. It
 // runs detached from the caller's context, which may already be over.
 func (s *Server) cancelWait(name, leaseID string, waitID uint64) {
-	ctx, cancel := context.WithTimeout(asNode(context.Background()), 30*time.Second)
+	ctx, cancel := context.WithTimeout(authedge.AsNode(context.Background()), 30*time.Second)
 	defer cancel()
 	req := connect.NewRequest(&pb.CancelWaitRequest{Name: name, LeaseId: leaseID, WaitId: waitID})
 	for {

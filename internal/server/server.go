@@ -24,6 +24,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/admission"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/clock"
 	"github.com/leasehold/leasehold/internal/failpoint"
 	"github.com/leasehold/leasehold/internal/fsm"
@@ -73,7 +74,7 @@ type Config struct {
 	TLS *tls.Config
 	// PeerClientTLS, when set, is the TLS configuration of calls to other nodes
 	// (httpedge.PeerClient); the node secret is never sent on a cleartext
-	// connection by a node that has one (withNodeSecret).
+	// connection by a node that has one (httpedge.WithNodeSecret).
 	PeerClientTLS *tls.Config
 	// Signer, when set, signs the grants of sessions that ask for sequencers (sequencer.go).
 	Signer *sequencer.Signer
@@ -87,10 +88,10 @@ type Config struct {
 	// progress stays idle before it is sent the applied index. Default 1 s.
 	WatchProgressInterval time.Duration
 	// Admins are principals (certificate CN or token principal) that are
-	// admins whatever the policies say: the bootstrap path of auth (auth.go).
+	// admins whatever the policies say: the bootstrap path of auth (internal/authedge).
 	Admins []string
 	// NodeSecret, when set, is a secret shared by every node of the cluster:
-	// a caller presenting it is a node (auth.go). For clusters without
+	// a caller presenting it is a node (internal/authedge). For clusters without
 	// mutual TLS between nodes.
 	NodeSecret string
 	// Pprof serves net/http/pprof under /debug/pprof/ on the API address.
@@ -123,9 +124,10 @@ type Server struct {
 	work   *lockstream.Workers // run the messages of every LockStream
 	met    *metrics.Metrics
 	lim    *admission.Limiter
-	rides  rides        // queued acquires waiting for a release (ride.go)
-	http   *http.Client // for forwarding to the leader
-	authState
+	rides  rides          // queued acquires waiting for a release (ride.go)
+	http   *http.Client   // for forwarding to the leader
+	edge   *authedge.Edge // authentication and authorization (auth.go)
+	audit  *slog.Logger   // the audit lines (component=audit)
 
 	members *membership.Manager // joins, promotion, the member list (cluster.go)
 
@@ -186,14 +188,14 @@ func Open(cfg Config) (*Server, error) {
 		hub:     hub.New(cfg.WatchHistory),
 		feed:    web.NewFeed(),
 		clients: map[string]leaseholdv1connect.LeaseholdServiceClient{},
-		http:    withNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret),
+		http:    httpedge.WithNodeSecret(httpedge.PeerClient(cfg.PeerClientTLS), cfg.NodeSecret),
 		stop:    make(chan struct{}),
 		elected: make(chan struct{}, 1),
 		drain:   make(chan struct{}),
 	}
 	s.work = lockstream.NewWorkers(s.stop)
 	s.audit = cfg.Logger.With("component", "audit")
-	s.authr = newAuthenticator(s)
+	s.edge = newEdge(s)
 	met, err := metrics.New(metrics.Config{Registerer: reg, State: metricsState{s}, NoteCode: httpedge.NoteCode})
 	if err != nil {
 		return nil, errors.Join(errors.New("server: register metrics"), err)
@@ -226,7 +228,7 @@ func Open(cfg Config) (*Server, error) {
 		}
 	}
 	cfg.Raft.Observer = s.observe
-	cfg.Raft.OnRestore = func(at uint64) { s.hub.Restored(at); s.lim.Restored(); s.observeAuth(nil) }
+	cfg.Raft.OnRestore = func(at uint64) { s.hub.Restored(at); s.lim.Restored(); s.edge.Observe(nil) }
 	cfg.Raft.Metrics = met
 	cfg.Raft.OnLeadership = s.onLeadership
 	if s.node, err = raftnode.Open(cfg.Raft); err != nil {
@@ -244,7 +246,7 @@ func Open(cfg Config) (*Server, error) {
 		_ = s.node.Close()
 		return nil, err
 	}
-	s.observeAuth(nil) // read the state replayed by Open
+	s.edge.Observe(nil) // read the state replayed by Open
 	s.wg.Go(s.registerLoop)
 	if !s.node.Standalone() {
 		// A standalone node cannot grow, so it never has a non-voter to
@@ -300,7 +302,7 @@ func (s *Server) startDrain() {
 func (s *Server) observe(index uint64, res *fsm.Result) {
 	s.lessor.Observe(res)
 	s.lim.SessionsEnded(res.EndedSessions)
-	s.observeAuth(res)
+	s.edge.Observe(res)
 	s.hub.Publish(index, res.Events)
 	s.met.Observe(res)
 	s.publishWeb(index, res)
@@ -408,7 +410,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Responses under 1 KiB go uncompressed even to a client that accepts gzip.
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(s.members.ClusterCheck(forwardedHeader), s.met.Interceptor(), authz{s}), connect.WithCompressMinBytes(1024)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(int(s.cfg.Limits.RequestBytes)), connect.WithInterceptors(s.members.ClusterCheck(forwardedHeader), s.met.Interceptor(), s.edge.Interceptor()), connect.WithCompressMinBytes(1024)}
 	opts = append(opts, admission.InflateLimit(s.cfg.Limits.RequestBytes)...)
 	lpath, lh := leaseholdv1connect.NewLeaseholdServiceHandler(&lockService{s}, opts...)
 	mux.Handle(lpath, lockstream.WithFlushGate(lh))
@@ -426,12 +428,12 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.Pprof {
 		pm := http.NewServeMux()
 		httpedge.MountPprof(pm)
-		mux.Handle("/debug/pprof/", s.adminOnly(pm))
+		mux.Handle("/debug/pprof/", s.edge.AdminOnly(pm))
 	}
 	named := func(r *http.Request) string { return principalOf(r, s.mayForward) }
-	browser := httpedge.BrowserCheckConfig{AuthOn: func() bool { return s.policies().On() }, APIAddr: s.cfg.APIAddr, Audit: s.auditLog(), Deny: writeDenied}
+	browser := httpedge.BrowserCheckConfig{AuthOn: func() bool { return s.policies().On() }, APIAddr: s.cfg.APIAddr, Audit: s.auditLog(), Deny: authedge.WriteDenied}
 	var hd http.Handler = s.lim.Handler(httpedge.BrowserCheck(browser, mux), named)
-	hd = s.authenticate(hd)        // before the limits: they count the authenticated principal
+	hd = s.edge.Authenticate(hd)   // before the limits: they count the authenticated principal
 	hd = admission.ConnRefusal(hd) // a connection refused after its TLS handshake
 	if s.cfg.AccessLog != nil {
 		hd = httpedge.AccessLog(s.cfg.AccessLog, hd)

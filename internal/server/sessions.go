@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/fsm/fsmpb"
 	"github.com/leasehold/leasehold/internal/validate"
 )
@@ -30,7 +31,7 @@ func (h *lockService) CreateSession(ctx context.Context, req *connect.Request[pb
 		if err != nil {
 			return nil, err
 		}
-		_, err = h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers(), Principal: principalFrom(ctx).Name}}})
+		_, err = h.s.apply(ctx, &fsmpb.Command{Op: &fsmpb.Command_CreateSession{CreateSession: &fsmpb.CreateSession{LeaseId: id, TtlMs: ttl.Milliseconds(), Owner: m.GetOwner(), Sequencers: m.GetSequencers(), Principal: authedge.Principal(ctx).Name}}})
 		created(err != nil)
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/metrics"
 	"github.com/leasehold/leasehold/internal/validate"
@@ -57,9 +58,9 @@ func (s *Server) webSource() *web.NodeSource {
 		Client:     s.http,
 		PeerURL:    s.peerURL,
 		Policies:   s.policies,
-		Principal:  principalFrom,
+		Principal:  authedge.Principal,
 		Audit:      s.auditLog(),
-		AuditAdmin: s.auditAdmin,
+		AuditAdmin: s.edge.AuditAdmin,
 		Release: func(ctx context.Context, name, leaseID string, token uint64) error {
 			_, err := (&lockService{s}).Release(ctx, connect.NewRequest(&pb.ReleaseRequest{Name: name, LeaseId: leaseID, Token: token}))
 			return err
