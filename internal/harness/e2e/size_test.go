@@ -50,3 +50,29 @@ func generated(b []byte) bool {
 	}
 	return false
 }
+
+// maxServerLines bounds internal/server, the RPC edge, in non-test lines:
+// what is not decode → validate → propose → answer belongs to a package
+// with a job of its own (docs/dev/architecture.md).
+const maxServerLines = 3000
+
+func TestServerPackageSize(t *testing.T) {
+	files, err := filepath.Glob("../../server/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += bytes.Count(b, []byte("\n"))
+	}
+	if total == 0 || total > maxServerLines {
+		t.Errorf("internal/server is %d non-test lines, want 1..%d: move what has a job of its own into its own package", total, maxServerLines)
+	}
+}
