@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test of the project, in one command (the README's second command and
 # .ci/run call it): vet, the Go tests with the race detector, the
-# internal/web/browsertest, deploy/ and bench/ modules (each its own Go
-# module), and the TypeScript and Python clients against a real server. Run
+# internal/web/browsertest, internal/harness/grpcinterop, deploy/ and bench/
+# modules (each its own Go module), and the TypeScript and Python clients against a real server. Run
 # it after scripts/ci-services.sh has started PostgreSQL and Redis and
 # printed their LEASEHOLD_TEST_* variables.
 set -euo pipefail
@@ -42,6 +42,10 @@ step dashboard browser module
 # internal/web/browsertest is a module of its own (chromedp stays out of leasehold's go.mod): the
 # dashboard driven in a headless Chromium, and its JSON API by role, against real servers.
 (cd internal/web/browsertest && go vet ./... && go test -race -count=1 -timeout 10m ./...)
+step gRPC interop module
+# internal/harness/grpcinterop is a module of its own (grpc-go, which only these tests use, stays out
+# of leasehold's go.mod): stock grpc-go clients call, check health and reflect against real servers.
+(cd internal/harness/grpcinterop && go vet ./... && go test -race -count=1 -timeout 10m ./...)
 step deploy module
 # deploy/ is a module of its own (the Kubernetes API types stay out of leasehold's).
 (cd deploy && go vet ./... && go test -count=1 ./...)

@@ -19,6 +19,9 @@
 //	linz        the porcupine models both fault tiers check histories against
 //	netfault    a TCP proxy that stalls or cuts links
 //	cutreply    HTTP/2 replies cut off after their headers
+//	grpcinterop (a module of its own, so that grpc-go stays out of
+//	            leasehold's go.mod) does a stock grpc-go client work: calls,
+//	            error details, grpc.health.v1, reflection?
 //	scenario    scenario files (a step, then the expected state) that are
 //	            tests and documentation at once
 //

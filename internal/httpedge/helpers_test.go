@@ -2,13 +2,14 @@ package httpedge_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
 
 // The endpoints and middlewares of this package are tested on a real
@@ -16,11 +17,7 @@ import (
 
 type client = leaseholdv1connect.LeaseholdServiceClient
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return servertest.Ctx(t) }
 
 func req[T any](m *T) *connect.Request[T] { return connect.NewRequest(m) }
 
@@ -33,14 +30,15 @@ func mustOK(t *testing.T, what string, err error) {
 
 func newSession(t *testing.T, c client, ttlMs int64, owner string) *pb.CreateSessionResponse {
 	t.Helper()
-	resp, err := c.CreateSession(ctxT(t), req(&pb.CreateSessionRequest{TtlMs: ttlMs, Owner: owner}))
-	mustOK(t, "CreateSession", err)
-	return resp.Msg
+	return servertest.NewSession(t, c, ttlMs, owner)
 }
 
 func acquire(t *testing.T, c client, name, lease string) *pb.Holding {
 	t.Helper()
-	resp, err := c.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: name, LeaseId: lease}))
-	mustOK(t, "Acquire "+name, err)
-	return resp.Msg.GetHolding()
+	return servertest.Acquire(t, c, name, lease)
+}
+
+func httpGet(t *testing.T, c *http.Client, url string) (int, string) {
+	t.Helper()
+	return servertest.HTTPGet(t, c, url)
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -28,11 +29,7 @@ func startManual(t *testing.T, opts servertest.Options) (*servertest.Cluster, *c
 	return servertest.Start(t, opts), clk
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return servertest.Ctx(t) }
 
 func req[T any](m *T) *connect.Request[T] { return connect.NewRequest(m) }
 
@@ -53,16 +50,12 @@ func mustOK(t *testing.T, what string, err error) {
 
 func newSession(t *testing.T, c client, ttlMs int64, owner string) *pb.CreateSessionResponse {
 	t.Helper()
-	resp, err := c.CreateSession(ctxT(t), req(&pb.CreateSessionRequest{TtlMs: ttlMs, Owner: owner}))
-	mustOK(t, "CreateSession", err)
-	return resp.Msg
+	return servertest.NewSession(t, c, ttlMs, owner)
 }
 
 func acquire(t *testing.T, c client, name, lease string) *pb.Holding {
 	t.Helper()
-	resp, err := c.Acquire(ctxT(t), req(&pb.AcquireRequest{Name: name, LeaseId: lease}))
-	mustOK(t, "Acquire "+name, err)
-	return resp.Msg.GetHolding()
+	return servertest.Acquire(t, c, name, lease)
 }
 
 func status(t *testing.T, c client, name string) *pb.LockInfo {
@@ -123,4 +116,9 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+func httpGet(t *testing.T, c *http.Client, url string) (int, string) {
+	t.Helper()
+	return servertest.HTTPGet(t, c, url)
 }

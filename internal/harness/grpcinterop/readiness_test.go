@@ -1,45 +1,22 @@
-package server_test
+package grpcinterop_test
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/harness/servertest"
 	"github.com/leasehold/leasehold/internal/server"
 )
-
-func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
-}
-
-func httpGet(t *testing.T, c *http.Client, url string) (int, string) {
-	t.Helper()
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
 
 // TestHealthNotServingWithoutLeader: a node bootstrapped with a second
 // voter that never starts has no leader: grpc health says NOT_SERVING and /readyz 503, while /healthz (the
@@ -68,7 +45,7 @@ func TestHealthNotServingWithoutLeader(t *testing.T) {
 		_ = s.Close()
 	})
 	hc := healthpb.NewHealthClient(grpcConn(t, ln.Addr().String()))
-	resp, err := hc.Check(ctxT(t), &healthpb.HealthCheckRequest{})
+	resp, err := hc.Check(servertest.Ctx(t), &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +55,10 @@ func TestHealthNotServingWithoutLeader(t *testing.T) {
 	hcl := &http.Client{}
 	defer hcl.CloseIdleConnections()
 	url := "http://" + ln.Addr().String()
-	if code, body := httpGet(t, hcl, url+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no leader") {
+	if code, body := servertest.HTTPGet(t, hcl, url+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no leader") {
 		t.Fatalf("/readyz = %d %q, want 503 no leader", code, body)
 	}
-	if code, _ := httpGet(t, hcl, url+"/healthz"); code != http.StatusOK {
+	if code, _ := servertest.HTTPGet(t, hcl, url+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz = %d, want 200 (liveness)", code)
 	}
 }
@@ -93,7 +70,7 @@ func TestHealthNotServingWithoutLeader(t *testing.T) {
 // the busiest node out of service).
 func TestReadyUnderWrites(t *testing.T) {
 	c := servertest.Start(t, servertest.Options{})
-	lease := newSession(t, c.Client, 60_000, "w").GetLeaseId()
+	lease := servertest.NewSession(t, c.Client, 60_000, "w").GetLeaseId()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 16 {
@@ -105,9 +82,12 @@ func TestReadyUnderWrites(t *testing.T) {
 					return
 				default:
 				}
-				h := acquire(t, c.Client, name, lease)
-				_, err := c.Client.Release(ctxT(t), req(&pb.ReleaseRequest{Name: name, LeaseId: lease, Token: h.GetToken()}))
-				mustOK(t, "Release", err)
+				h := servertest.Acquire(t, c.Client, name, lease)
+				_, err := c.Client.Release(servertest.Ctx(t), connect.NewRequest(&pb.ReleaseRequest{Name: name, LeaseId: lease, Token: h.GetToken()}))
+				if err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
 			}
 		})
 	}
@@ -115,10 +95,10 @@ func TestReadyUnderWrites(t *testing.T) {
 	defer close(stop)
 	hc := healthpb.NewHealthClient(grpcConn(t, c.Addr))
 	for i := range 100 {
-		if code, body := httpGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK {
+		if code, body := servertest.HTTPGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK {
 			t.Fatalf("probe %d under writes: /readyz = %d %q", i, code, body)
 		}
-		resp, err := hc.Check(ctxT(t), &healthpb.HealthCheckRequest{})
+		resp, err := hc.Check(servertest.Ctx(t), &healthpb.HealthCheckRequest{})
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("probe %d under writes: health Check = %v, %v", i, resp.GetStatus(), err)
 		}

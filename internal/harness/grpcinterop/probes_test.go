@@ -1,17 +1,14 @@
 //lint:file-ignore SA1019 reflection v1alpha is deprecated but older grpcurl versions still use it, so it is tested.
 
-package httpedge_test
+package grpcinterop_test
 
 import (
-	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
@@ -19,27 +16,6 @@ import (
 
 	"github.com/leasehold/leasehold/internal/harness/servertest"
 )
-
-func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
-}
-
-func httpGet(t *testing.T, c *http.Client, url string) (int, string) {
-	t.Helper()
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
 
 // TestHealthServing: a stock grpc-go health client sees SERVING for the
 // node and for each service, NOT_FOUND for an unknown one, and /readyz and
@@ -49,7 +25,7 @@ func TestHealthServing(t *testing.T) {
 	c := servertest.Start(t, servertest.Options{})
 	hc := healthpb.NewHealthClient(grpcConn(t, c.Addr))
 	for _, svc := range []string{"", "leasehold.v1.LeaseholdService", "leasehold.v1.ClusterService"} {
-		resp, err := hc.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: svc})
+		resp, err := hc.Check(servertest.Ctx(t), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil {
 			t.Fatalf("Check(%q): %v", svc, err)
 		}
@@ -57,14 +33,14 @@ func TestHealthServing(t *testing.T) {
 			t.Fatalf("Check(%q) = %v, want SERVING", svc, resp.GetStatus())
 		}
 	}
-	_, err := hc.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: "no.such.Service"})
+	_, err := hc.Check(servertest.Ctx(t), &healthpb.HealthCheckRequest{Service: "no.such.Service"})
 	if grpcstatus.Code(err) != codes.NotFound {
 		t.Fatalf("Check(unknown) = %v, want NotFound", err)
 	}
-	if code, body := httpGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK || !strings.HasPrefix(body, "ready node=n1 leader=n1") {
+	if code, body := servertest.HTTPGet(t, c.HTTP, c.URL+"/readyz"); code != http.StatusOK || !strings.HasPrefix(body, "ready node=n1 leader=n1") {
 		t.Fatalf("/readyz = %d %q", code, body)
 	}
-	if code, body := httpGet(t, c.HTTP, c.URL+"/healthz"); code != http.StatusOK || !strings.HasPrefix(body, "ok node=n1") {
+	if code, body := servertest.HTTPGet(t, c.HTTP, c.URL+"/healthz"); code != http.StatusOK || !strings.HasPrefix(body, "ok node=n1") {
 		t.Fatalf("/healthz = %d %q", code, body)
 	}
 }
@@ -77,7 +53,7 @@ func TestReflection(t *testing.T) {
 	conn := grpcConn(t, c.Addr)
 	want := []string{"grpc.health.v1.Health", "leasehold.v1.ClusterService", "leasehold.v1.LeaseholdService"}
 
-	st, err := reflectionv1.NewServerReflectionClient(conn).ServerReflectionInfo(ctxT(t))
+	st, err := reflectionv1.NewServerReflectionClient(conn).ServerReflectionInfo(servertest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +80,7 @@ func TestReflection(t *testing.T) {
 	}
 	_ = st.CloseSend()
 
-	sta, err := reflectionv1alpha.NewServerReflectionClient(conn).ServerReflectionInfo(ctxT(t))
+	sta, err := reflectionv1alpha.NewServerReflectionClient(conn).ServerReflectionInfo(servertest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
