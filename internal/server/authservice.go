@@ -72,7 +72,7 @@ func (s *Server) needBootstrapCredential(ctx context.Context, what string) error
 // needWhileOff is needBootstrapCredential while auth is off: with auth on,
 // the policies decide (admin).
 func (s *Server) needWhileOff(ctx context.Context, what string) error {
-	if s.policies().On() {
+	if s.edge.Policies().On() {
 		return nil
 	}
 	return s.needBootstrapCredential(ctx, what+" while auth is off")
@@ -96,7 +96,7 @@ func (a *authService) SetEnabled(ctx context.Context, req *connect.Request[pb.Se
 }
 
 func (a *authService) Status(ctx context.Context, _ *connect.Request[pb.AuthStatusRequest]) (*connect.Response[pb.AuthStatusResponse], error) {
-	pol := a.s.policies()
+	pol := a.s.edge.Policies()
 	p := authedge.Principal(ctx)
 	st := pol.State()
 	res := &pb.AuthStatusResponse{Enabled: pol.On(), Principal: p.Name, Policies: int32(len(st.GetPolicies())), Tokens: int32(len(st.GetTokens()))}
@@ -138,7 +138,7 @@ func (a *authService) RevokeToken(ctx context.Context, req *connect.Request[pb.R
 
 func (a *authService) ListTokens(ctx context.Context, _ *connect.Request[pb.ListTokensRequest]) (*connect.Response[pb.ListTokensResponse], error) {
 	res := &pb.ListTokensResponse{}
-	for _, t := range a.s.policies().Tokens() {
+	for _, t := range a.s.edge.Policies().Tokens() {
 		res.Tokens = append(res.Tokens, &pb.TokenInfo{Id: t.GetId(), Principal: t.GetPrincipal(), CreatedUnixMs: t.GetCreatedUnixMs()})
 	}
 	return connect.NewResponse(res), nil
@@ -167,7 +167,7 @@ func (a *authService) SetPolicy(ctx context.Context, req *connect.Request[pb.Set
 
 func (a *authService) ListPolicies(ctx context.Context, _ *connect.Request[pb.ListPoliciesRequest]) (*connect.Response[pb.ListPoliciesResponse], error) {
 	res := &pb.ListPoliciesResponse{}
-	for _, p := range a.s.policies().State().GetPolicies() {
+	for _, p := range a.s.edge.Policies().State().GetPolicies() {
 		res.Policies = append(res.Policies, &pb.Policy{Name: p.GetName(), Principals: p.GetPrincipals(), Permissions: p.GetPermissions(), Prefixes: p.GetPrefixes()})
 	}
 	return connect.NewResponse(res), nil

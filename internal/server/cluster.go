@@ -66,7 +66,7 @@ func leaderCluster[Req, Res any](
 	remote func(leaseholdv1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
-		if err := s.decideAtLeader(ctx, req.Msg); err != nil {
+		if err := s.edge.DecideAtLeader(ctx, req.Msg); err != nil {
 			return nil, err
 		}
 		res, err := local(ctx, req.Msg)
@@ -84,7 +84,7 @@ func leaderCluster[Req, Res any](
 	}
 	cc := s.clusterClient(addr)
 	fwd := connect.NewRequest(req.Msg)
-	s.setForwardHeaders(ctx, fwd.Header())
+	s.edge.SetForwardHeaders(ctx, fwd.Header())
 	res, err := remote(cc, ctx, fwd)
 	return res, forwardErr(err)
 }

@@ -101,7 +101,7 @@ func onLeaderVia[C, Req, Res any](
 	leader func() (C, error), mapErr func(error) error,
 ) (*connect.Response[Res], error) {
 	if s.node.IsLeader() {
-		if err := s.decideAtLeader(ctx, req.Msg); err != nil {
+		if err := s.edge.DecideAtLeader(ctx, req.Msg); err != nil {
 			return nil, err
 		}
 		res, err := local(ctx, req.Msg)
@@ -120,7 +120,7 @@ func onLeaderVia[C, Req, Res any](
 		return nil, api.ToConnect(err)
 	}
 	fwd := connect.NewRequest(req.Msg)
-	s.setForwardHeaders(ctx, fwd.Header())
+	s.edge.SetForwardHeaders(ctx, fwd.Header())
 	s.met.CountForward()
 	admission.Yield(ctx) // the leader's answer is a wait, not work (admission/shares.go)
 	res, err := remote(c, ctx, fwd)

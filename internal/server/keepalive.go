@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/lessor"
 	"github.com/leasehold/leasehold/internal/lockstream"
 	"github.com/leasehold/leasehold/internal/validate"
@@ -130,7 +131,7 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 	defer release()
 	// A revoked token or a changed policy ends the stream at once, not at
 	// the next renewal: its renewals are decided as the principal it had.
-	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure, nil)
+	ctx, stop := h.s.edge.Revocable(ctx, leaseholdv1connect.LeaseholdServiceKeepAliveStreamProcedure, nil)
 	defer stop()
 	in := lockstream.ReceiveAll(ctx, stream.Receive)
 	for {
@@ -139,7 +140,7 @@ func (h *lockService) KeepAliveStream(ctx context.Context, stream *connect.BidiS
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-ctx.Done():
-			return revokedErr(ctx)
+			return authedge.Revoked(ctx)
 		case r = <-in:
 		}
 		if errors.Is(r.Err, io.EOF) {

@@ -73,10 +73,10 @@ func (h *lockService) Acquire(ctx context.Context, req *connect.Request[pb.Acqui
 // caller without its credentials or its permission: the leader then
 // withdraws the queued request as for any caller that went away.
 func (s *Server) forwardAcquire(c client, ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
-	ctx, stop := s.revocable(ctx, leaseholdv1connect.LeaseholdServiceAcquireProcedure, req.Msg)
+	ctx, stop := s.edge.Revocable(ctx, leaseholdv1connect.LeaseholdServiceAcquireProcedure, req.Msg)
 	defer stop()
 	res, err := c.Acquire(ctx, req)
-	if revoked := revokedErr(ctx); revoked != nil {
+	if revoked := authedge.Revoked(ctx); revoked != nil {
 		return nil, revoked
 	}
 	return res, err
@@ -276,7 +276,7 @@ func lockedErr(name string, c *fsm.Contention) error {
 // ctxErr says why ctx ended: the caller's deadline or its cancellation,
 // or the revocation of its credentials (revocable).
 func ctxErr(ctx context.Context, format string, args ...any) error {
-	if err := revokedErr(ctx); err != nil {
+	if err := authedge.Revoked(ctx); err != nil {
 		return err
 	}
 	code := api.CodeDeadlineExceeded

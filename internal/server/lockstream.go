@@ -9,6 +9,7 @@ import (
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 	"github.com/leasehold/leasehold/internal/auth"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/lockstream"
 )
 
@@ -29,15 +30,15 @@ func (h *lockService) LockStream(ctx context.Context, stream *connect.BidiStream
 type streamHooks struct{ s *Server }
 
 func (k streamHooks) Revocable(ctx context.Context) (context.Context, func()) {
-	return k.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceLockStreamProcedure, nil)
+	return k.s.edge.Revocable(ctx, leaseholdv1connect.LeaseholdServiceLockStreamProcedure, nil)
 }
 
-func (k streamHooks) RevokedErr(ctx context.Context) error { return revokedErr(ctx) }
+func (k streamHooks) RevokedErr(ctx context.Context) error { return authedge.Revoked(ctx) }
 
-func (k streamHooks) AuthState() any { return k.s.policies() }
+func (k streamHooks) AuthState() any { return k.s.edge.Policies() }
 
 func (k streamHooks) Reauthenticate(ctx context.Context) (context.Context, error) {
-	return k.s.reauthenticate(ctx, leaseholdv1connect.LeaseholdServiceLockStreamProcedure)
+	return k.s.edge.Reauthenticate(ctx, leaseholdv1connect.LeaseholdServiceLockStreamProcedure)
 }
 
 func (k streamHooks) AllowOp(ctx context.Context) error {
@@ -48,12 +49,12 @@ func (k streamHooks) AllowOp(ctx context.Context) error {
 }
 
 func (k streamHooks) AuthorizeOp(ctx context.Context, proc string, msg any) (any, error) {
-	return k.s.authorizeOp(ctx, proc, msg)
+	return k.s.edge.AuthorizeOp(ctx, proc, msg)
 }
 
 func (k streamHooks) FinishOp(ctx context.Context, pol any, proc string, res any, err error) {
 	p, _ := pol.(*auth.Policies)
-	k.s.finishOp(ctx, p, proc, res, err)
+	k.s.edge.FinishOp(ctx, p, proc, res, err)
 }
 
 func (k streamHooks) ObserveOp(ctx context.Context, proc string, start time.Time, err error) {

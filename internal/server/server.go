@@ -431,7 +431,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("/debug/pprof/", s.edge.AdminOnly(pm))
 	}
 	named := func(r *http.Request) string { return principalOf(r, s.mayForward) }
-	browser := httpedge.BrowserCheckConfig{AuthOn: func() bool { return s.policies().On() }, APIAddr: s.cfg.APIAddr, Audit: s.auditLog(), Deny: authedge.WriteDenied}
+	browser := httpedge.BrowserCheckConfig{AuthOn: func() bool { return s.edge.Policies().On() }, APIAddr: s.cfg.APIAddr, Audit: s.audit, Deny: authedge.WriteDenied}
 	var hd http.Handler = s.lim.Handler(httpedge.BrowserCheck(browser, mux), named)
 	hd = s.edge.Authenticate(hd)   // before the limits: they count the authenticated principal
 	hd = admission.ConnRefusal(hd) // a connection refused after its TLS handshake

@@ -9,6 +9,7 @@ import (
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/internal/authedge"
 	"github.com/leasehold/leasehold/internal/fsm"
 	"github.com/leasehold/leasehold/internal/validate"
 )
@@ -101,7 +102,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		return err
 	}
 	defer release()
-	ctx, stop := h.s.revocable(ctx, leaseholdv1connect.LeaseholdServiceWatchProcedure, req.Msg)
+	ctx, stop := h.s.edge.Revocable(ctx, leaseholdv1connect.LeaseholdServiceWatchProcedure, req.Msg)
 	defer stop()
 	w, covered, err := h.s.hub.Watch(req.Msg.GetPrefix(), req.Msg.GetFromIndex())
 	if err != nil {
@@ -153,7 +154,7 @@ func (h *lockService) Watch(ctx context.Context, req *connect.Request[pb.WatchRe
 		case <-paced:
 			paced = nil
 		case <-ctx.Done():
-			return revokedErr(ctx)
+			return authedge.Revoked(ctx)
 		case <-h.s.drain:
 			return api.ToConnect(api.Errorf(api.CodeUnavailable, "server shutting down"))
 		case <-w.Ended():

@@ -57,9 +57,9 @@ func (s *Server) webSource() *web.NodeSource {
 		},
 		Client:     s.http,
 		PeerURL:    s.peerURL,
-		Policies:   s.policies,
+		Policies:   s.edge.Policies,
 		Principal:  authedge.Principal,
-		Audit:      s.auditLog(),
+		Audit:      s.audit,
 		AuditAdmin: s.edge.AuditAdmin,
 		Release: func(ctx context.Context, name, leaseID string, token uint64) error {
 			_, err := (&lockService{s}).Release(ctx, connect.NewRequest(&pb.ReleaseRequest{Name: name, LeaseId: leaseID, Token: token}))
