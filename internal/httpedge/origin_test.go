@@ -23,7 +23,7 @@ func TestAuthOffRefusesOtherOrigins(t *testing.T) {
 	do := func(method, path, host, origin, fetchSite string) (int, string) {
 		t.Helper()
 		r, err := http.NewRequest(method, c.URL+path, strings.NewReader(`{"ttlMs":10000}`))
-		mustOK(t, "request", err)
+		servertest.MustOK(t, "request", err)
 		r.Header.Set("Content-Type", "application/json")
 		if host != "" {
 			r.Host = host
@@ -35,7 +35,7 @@ func TestAuthOffRefusesOtherOrigins(t *testing.T) {
 			r.Header.Set("Sec-Fetch-Site", fetchSite)
 		}
 		res, err := hc.Do(r)
-		mustOK(t, method+" "+path, err)
+		servertest.MustOK(t, method+" "+path, err)
 		defer res.Body.Close()
 		return res.StatusCode, res.Header.Get("Leasehold-Code")
 	}

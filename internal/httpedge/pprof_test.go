@@ -13,7 +13,7 @@ import (
 func TestPprof(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		c := servertest.Start(t, servertest.Options{Configure: func(cfg *server.Config) { cfg.Pprof = on }})
-		req, err := http.NewRequestWithContext(ctxT(t), http.MethodGet, c.URL+"/debug/pprof/cmdline", nil)
+		req, err := http.NewRequestWithContext(servertest.Ctx(t), http.MethodGet, c.URL+"/debug/pprof/cmdline", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,8 +29,8 @@ func TestTokenCounter(t *testing.T) {
 		return body.Token
 	}
 	before := get()
-	sess := newSession(t, c.Client, 5000, "counter")
-	h := acquire(t, c.Client, "counter:a", sess.GetLeaseId())
+	sess := servertest.NewSession(t, c.Client, 5000, "counter")
+	h := servertest.Acquire(t, c.Client, "counter:a", sess.GetLeaseId())
 	if h.GetToken() <= before {
 		t.Fatalf("grant token %d not above the counter %d before it", h.GetToken(), before)
 	}

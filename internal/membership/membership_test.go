@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/harness/servertest"
@@ -20,11 +21,11 @@ func TestForwardedRequestClusterID(t *testing.T) {
 	other := strings.Repeat("ab", 16)
 
 	before := c.State()
-	r := req(&pb.CreateSessionRequest{TtlMs: 5000, Owner: "forked"})
+	r := connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 5000, Owner: "forked"})
 	r.Header().Set("Leasehold-Forwarded-By", "n9")
 	r.Header().Set("Leasehold-Cluster-Id", other)
-	_, err := c.Client.CreateSession(ctxT(t), r)
-	wantCode(t, "CreateSession forwarded from another cluster", err, api.CodePermissionDenied)
+	_, err := c.Client.CreateSession(servertest.Ctx(t), r)
+	servertest.WantCode(t, "CreateSession forwarded from another cluster", err, api.CodePermissionDenied)
 	if err != nil && !strings.Contains(err.Error(), other) {
 		t.Errorf("the refusal %q does not name the foreign cluster", err)
 	}
@@ -33,22 +34,22 @@ func TestForwardedRequestClusterID(t *testing.T) {
 	}
 
 	// A streaming call is checked too.
-	wr := req(&pb.WatchRequest{})
+	wr := connect.NewRequest(&pb.WatchRequest{})
 	wr.Header().Set("Leasehold-Cluster-Id", other)
-	stream, err := c.Client.Watch(ctxT(t), wr)
+	stream, err := c.Client.Watch(servertest.Ctx(t), wr)
 	if err == nil {
 		for stream.Receive() {
 		}
 		err = stream.Err()
 		_ = stream.Close()
 	}
-	wantCode(t, "Watch from another cluster", err, api.CodePermissionDenied)
+	servertest.WantCode(t, "Watch from another cluster", err, api.CodePermissionDenied)
 
-	r = req(&pb.CreateSessionRequest{TtlMs: 5000, Owner: "ours"})
+	r = connect.NewRequest(&pb.CreateSessionRequest{TtlMs: 5000, Owner: "ours"})
 	r.Header().Set("Leasehold-Forwarded-By", "n2")
 	r.Header().Set("Leasehold-Cluster-Id", own)
-	_, err = c.Client.CreateSession(ctxT(t), r)
-	mustOK(t, "CreateSession forwarded within the cluster", err)
+	_, err = c.Client.CreateSession(servertest.Ctx(t), r)
+	servertest.MustOK(t, "CreateSession forwarded within the cluster", err)
 }
 
 // TestStandaloneNoPromoteLoop: a standalone node (no Raft address) cannot

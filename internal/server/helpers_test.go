@@ -1,10 +1,8 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,16 +34,12 @@ func req[T any](m *T) *connect.Request[T] { return connect.NewRequest(m) }
 // wantCode fails unless err carries the leasehold code want.
 func wantCode(t *testing.T, what string, err error, want api.Code) {
 	t.Helper()
-	if got := api.CodeOf(err); got != want {
-		t.Fatalf("%s: error %v (code %q), want code %q", what, err, got, want)
-	}
+	servertest.WantCode(t, what, err, want)
 }
 
 func mustOK(t *testing.T, what string, err error) {
 	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
+	servertest.MustOK(t, what, err)
 }
 
 func newSession(t *testing.T, c client, ttlMs int64, owner string) *pb.CreateSessionResponse {
@@ -101,22 +95,7 @@ func waitQueued(t *testing.T, c client, name string, want ...string) {
 }
 
 // lockedBuffer is a bytes.Buffer safe for a logger and the test.
-type lockedBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = servertest.LogBuffer
 
 func httpGet(t *testing.T, c *http.Client, url string) (int, string) {
 	t.Helper()

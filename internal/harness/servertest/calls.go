@@ -1,14 +1,17 @@
 package servertest
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/api"
 	pb "github.com/leasehold/leasehold/api/leaseholdv1"
 	"github.com/leasehold/leasehold/api/leaseholdv1/leaseholdv1connect"
 )
@@ -54,4 +57,39 @@ func HTTPGet(t testing.TB, c *http.Client, url string) (int, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
+}
+
+// MustOK fails the test when err is not nil.
+func MustOK(t testing.TB, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// WantCode fails the test unless err carries the leasehold code want.
+func WantCode(t testing.TB, what string, err error, want api.Code) {
+	t.Helper()
+	if got := api.CodeOf(err); got != want {
+		t.Fatalf("%s: error %v (code %q), want code %q", what, err, got, want)
+	}
+}
+
+// LogBuffer is a bytes.Buffer that a server's logger and the test may use
+// at once.
+type LogBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
