@@ -52,7 +52,17 @@ func TestEveryQueuedRequestLearnsItsOutcome(t *testing.T) {
 	// Each request, retries too, is one Acquire entry: once all are
 	// applied, the state stands still until the name is released.
 	mustOK(t, "every retry applied", servertest.Eventually(5*time.Second, func() bool { return r.AppliedIndex() >= start+retries+1 }))
+	// The applied index counts other entries too: wait until the state
+	// stands still, so that a retry applied late is not taken for a change
+	// made by the refused requests below.
 	before := c.State()
+	mustOK(t, "state settled", servertest.Eventually(5*time.Second, func() bool {
+		time.Sleep(100 * time.Millisecond)
+		now := c.State()
+		settled := bytes.Equal(before, now)
+		before = now
+		return settled
+	}))
 	for id := range uint64(5) {
 		_, err := c.Client.Acquire(wctx, req(&pb.AcquireRequest{Name: "crowded", LeaseId: b.GetLeaseId(), WaitId: 200 + id}))
 		if api.CodeOf(err) != api.CodeResourceExhausted || !strings.Contains(err.Error(), "wait id 100") {
